@@ -1,0 +1,32 @@
+"""The `Logger` base class: a callback that receives metrics from the Trainer."""
+from __future__ import annotations
+
+from typing import Any
+
+from callbacks.callback import Callback
+
+
+class Logger(Callback):
+    """Base class of every logger.
+
+    The Trainer calls ``log_metrics``, ``log_hyperparams`` and ``log_text`` on global rank 0
+    only; a logger must create no files on other ranks.
+    """
+
+    @property
+    def log_dir(self) -> str | None:
+        """Directory this logger writes to (``None`` if it writes no files)."""
+        return None
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Record scalar ``metrics`` at ``step`` (the optimizer step count)."""
+        raise NotImplementedError
+
+    def log_hyperparams(self, params: dict[str, Any]) -> None:
+        """Record the run's hyperparameters."""
+
+    def log_text(self, tag: str, text: str) -> None:
+        """Record a block of text (e.g. the run summary)."""
+
+    def finalize(self, status: str) -> None:
+        """Flush and close; ``status`` is ``"success"`` or ``"failed"``."""

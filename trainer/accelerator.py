@@ -1,0 +1,96 @@
+"""The one device abstraction: which device a rank trains on and how batches get there.
+
+Every CUDA-specific call (device pinning, pinned memory, non-blocking copies, the NCCL backend)
+sits behind this class so CPU runs exercise the same code path with CPU answers.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+_ACCELERATORS = ("auto", "cpu", "cuda", "gpu")
+
+
+class Accelerator:
+    """A device kind (``"cpu"`` or ``"cuda"``) and the operations that differ between them."""
+
+    def __init__(self, kind: str) -> None:
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"Accelerator kind must be 'cpu' or 'cuda', got {kind!r}")
+        self.kind = kind
+
+    @classmethod
+    def from_flag(cls, accelerator: str) -> Accelerator:
+        """Resolve the Trainer's ``accelerator`` argument; ``"auto"`` picks CUDA when available."""
+        if not isinstance(accelerator, str) or accelerator.lower() not in _ACCELERATORS:
+            raise ValueError(
+                f"Unknown accelerator {accelerator!r}. Use one of {', '.join(map(repr, _ACCELERATORS))}."
+            )
+        flag = accelerator.lower()
+        if flag == "auto":
+            return cls("cuda" if torch.cuda.is_available() else "cpu")
+        if flag in ("cuda", "gpu"):
+            if not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"accelerator={accelerator!r} was requested but CUDA is not available on this "
+                    "machine (torch.cuda.is_available() is False). Use accelerator='cpu' or 'auto'."
+                )
+            return cls("cuda")
+        return cls("cpu")
+
+    @property
+    def distributed_backend(self) -> str:
+        """The torch.distributed backend for this device kind."""
+        return "nccl" if self.kind == "cuda" else "gloo"
+
+    def device_count(self) -> int:
+        """Devices of this kind on the machine (CPU counts as one)."""
+        return torch.cuda.device_count() if self.kind == "cuda" else 1
+
+    def device_for(self, local_rank: int) -> torch.device:
+        """The device a process with ``local_rank`` trains on."""
+        if self.kind == "cuda":
+            return torch.device("cuda", local_rank)
+        return torch.device("cpu")
+
+    def pin_device(self, device: torch.device) -> None:
+        """Make ``device`` the current device (before the process group exists, for NCCL)."""
+        if self.kind == "cuda":
+            torch.cuda.set_device(device)
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether host batches should live in pinned memory (so copies can be asynchronous)."""
+        return self.kind == "cuda"
+
+    def move_batch(self, batch: Any, device: torch.device) -> Any:
+        """Move every tensor in ``batch`` to ``device``, non-blocking where that is safe."""
+        return move_to_device(batch, device, non_blocking=self.kind == "cuda")
+
+
+def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+    """Recursively move tensors inside tuples, lists, dicts, namedtuples and dataclasses."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, (str, bytes)) or batch is None:
+        return batch
+    if isinstance(batch, Mapping):
+        return type(batch)({k: move_to_device(v, device, non_blocking) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(move_to_device(v, device, non_blocking) for v in batch))
+    if isinstance(batch, Sequence):
+        moved = [move_to_device(v, device, non_blocking) for v in batch]
+        return moved if isinstance(batch, list) else type(batch)(moved)  # type: ignore[call-arg]
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        changes = {
+            f.name: move_to_device(getattr(batch, f.name), device, non_blocking)
+            for f in dataclasses.fields(batch)
+            if f.init
+        }
+        return dataclasses.replace(batch, **changes)
+    if hasattr(batch, "to") and callable(batch.to):  # user types that know how to move
+        return batch.to(device)
+    return batch

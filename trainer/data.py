@@ -1,0 +1,84 @@
+"""Resolving dataloaders and counting their batches (limits, empty loaders, look-ahead)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+
+def as_loader_list(loaders: Any) -> list[Any]:
+    """A single loader, a list/tuple of loaders, or None, as a list."""
+    if loaders is None:
+        return []
+    if isinstance(loaders, (list, tuple)):
+        return list(loaders)
+    return [loaders]
+
+
+def check_limit(name: str, limit: int | float | None) -> None:
+    """Validate a ``limit_*_batches`` argument (None, int >= 0, or float in [0, 1])."""
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        raise TypeError(f"{name} must be an int (batches) or a float fraction in [0, 1], got {limit!r}")
+    if isinstance(limit, int) and limit < 0:
+        raise ValueError(f"{name} must be >= 0, got {limit}")
+    if isinstance(limit, float) and not 0.0 <= limit <= 1.0:
+        raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")
+
+
+def num_batches(loader: Any, limit: int | float | None, what: str) -> int | None:
+    """Batches to draw from ``loader`` this epoch, or None when it has no length and no int limit."""
+    try:
+        length: int | None = len(loader)
+    except TypeError:  # an IterableDataset without __len__
+        length = None
+    if length == 0:
+        raise ValueError(
+            f"The {what} dataloader is empty (len 0). Check the dataset size, batch_size and "
+            "drop_last, or the sampler's shard for this rank."
+        )
+    if limit is None:
+        return length
+    if isinstance(limit, float):
+        if length is None:
+            if limit == 1.0:
+                return None
+            raise ValueError(f"limit_{what}_batches={limit} is a fraction, but the {what} loader has no length")
+        return int(length * limit) if limit < 1.0 else length
+    return limit if length is None else min(limit, length)
+
+
+def iterate_with_lookahead(loader: Iterable[Any], limit: int | None) -> Iterator[tuple[int, Any, bool]]:
+    """Yield ``(batch_idx, batch, is_last)``; the epoch's end is learned one batch ahead.
+
+    Knowing the last batch before running it lets its accumulation window sync and step even
+    when the loader has no length.
+    """
+    if limit == 0:
+        return
+    it = iter(loader)
+    try:
+        current = next(it)
+    except StopIteration:
+        return
+    idx = 0
+    while True:
+        if limit is not None and idx + 1 >= limit:
+            yield idx, current, True
+            return
+        try:
+            upcoming = next(it)
+        except StopIteration:
+            yield idx, current, True
+            return
+        yield idx, current, False
+        current = upcoming
+        idx += 1
+
+
+def loader_batch_size(loader: Any) -> int | None:
+    """The loader's micro batch size, when it declares one."""
+    size = getattr(loader, "batch_size", None)
+    if size is None:
+        size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return size

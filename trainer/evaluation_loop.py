@@ -1,0 +1,95 @@
+"""Validation, test, predict and the sanity check: one loop over one or more dataloaders."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.data import num_batches
+from trainer.metrics import MetricStore
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+_PREFIX = {"validate": "validation", "sanity_check": "validation", "test": "test", "predict": "predict"}
+
+
+class EvaluationLoop:
+    """Runs ``<stage>_step`` over the stage's dataloaders with gradients off."""
+
+    def __init__(self, trainer: Trainer, stage: str) -> None:
+        self.trainer = trainer
+        self.stage = stage
+        self.prefix = _PREFIX[stage]
+        self.metrics = MetricStore(training=False)
+
+    def run(self, dataloaders: list[Any], limit: int | float | None) -> list[Any]:
+        """Evaluate; returns one metric dict per loader (or, for predict, the outputs)."""
+        t, p = self.trainer, self.prefix
+        hooks, module = t._hooks, t.module
+        step_fn = getattr(module, f"{p}_step")
+        was_training = module.training
+        module.eval()
+        self.metrics.reset()
+        t._active_metrics = self.metrics
+        predictions: list[list[Any]] = [[] for _ in dataloaders]
+        multiple = len(dataloaders) > 1
+        try:
+            with torch.no_grad():
+                hooks.call(f"on_{p}_start")
+                hooks.call(f"on_{p}_epoch_start")
+                for dl_idx, loader in enumerate(dataloaders):
+                    self.metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if multiple else ""
+                    extra = (dl_idx,) if multiple else ()
+                    limit_n = self._batches(loader, limit)
+                    for batch_idx, batch in enumerate(loader):
+                        if limit_n is not None and batch_idx >= limit_n:
+                            break
+                        batch = t._move_batch(batch)
+                        self.metrics.set_batch(batch)
+                        hooks.call(f"on_{p}_batch_start", batch, batch_idx, dl_idx)
+                        with t._precision.autocast():
+                            output = step_fn(batch, batch_idx, *extra)
+                        if self.stage == "predict":
+                            predictions[dl_idx].append(output)
+                        hooks.call(f"on_{p}_batch_end", output, batch, batch_idx, dl_idx)
+                self.metrics.dataloader_suffix = ""
+                hooks.call_module(f"on_{p}_epoch_end")
+                values = self.metrics.epoch_values(t.strategy, sync_all=t.world_size > 1)
+                if self.stage != "sanity_check":
+                    t._callback_metrics.update(values)
+                    t._log_metrics(values)
+                hooks.call_callbacks(f"on_{p}_epoch_end")
+                hooks.call(f"on_{p}_end")
+        finally:
+            module.train(was_training)
+        if self.stage == "predict":
+            return predictions[0] if not multiple else predictions
+        return _split_by_loader(values, len(dataloaders))
+
+    def _batches(self, loader: Any, limit: int | float | None) -> int | None:
+        if self.stage == "sanity_check":
+            # the sanity check runs at most num_sanity_val_steps batches, whatever the limit
+            n = num_batches(loader, limit, "val")
+            return _cap(n, self.trainer.num_sanity_val_steps)
+        return num_batches(loader, limit, self.prefix if self.prefix != "validation" else "val")
+
+
+def _cap(n: int | None, cap: int) -> int:
+    """``min`` where ``None`` means unbounded; ``cap=-1`` means no cap."""
+    if cap == -1:
+        return n if n is not None else 2**62
+    return cap if n is None else min(n, cap)
+
+
+def _split_by_loader(values: dict[str, torch.Tensor], n: int) -> list[dict[str, float]]:
+    results: list[dict[str, float]] = [{} for _ in range(n)]
+    for key, value in values.items():
+        number = float(value)
+        if "/dataloader_idx_" in key:
+            idx = int(key.rsplit("_", 1)[1])
+            results[idx][key] = number
+        else:
+            for r in results:
+                r[key] = number
+    return results

@@ -1,0 +1,160 @@
+"""The training loop: epochs, micro batches, accumulation windows and optimizer steps.
+
+The path of one step is flat: `FitLoop` → `Strategy.training_step` → `TrainModule.training_step`,
+then backward (inside `Strategy.no_sync` for non-final micro batches of a window), and at the
+window's end one synced optimizer step.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from trainer.accumulation import AccumulationWindows
+from trainer.data import iterate_with_lookahead
+from trainer.optimization import clip_gradients, step_schedulers
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+
+class FitLoop:
+    """Runs epochs until ``max_epochs``, ``max_steps`` or an agreed ``should_stop``."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.batch_idx = 0  # batches consumed in the current epoch
+
+    @property
+    def done(self) -> bool:
+        """Whether training is finished."""
+        t = self.trainer
+        if t.max_steps != -1 and t.global_step >= t.max_steps:
+            return True
+        if t.max_epochs is not None and t.max_epochs != -1 and t.current_epoch >= t.max_epochs:
+            return True
+        return t.should_stop
+
+    def run(self) -> None:
+        """Train until done."""
+        while not self.done:
+            self.run_epoch()
+
+    def run_epoch(self) -> None:
+        """One training epoch, its validation runs, and the epoch-end hooks."""
+        t = self.trainer
+        hooks, loader = t._hooks, t.train_dataloader
+        t.strategy.on_epoch_start(loader, t.current_epoch)
+        t._train_metrics.reset()
+        t._active_metrics = t._train_metrics
+        hooks.call("on_train_epoch_start")
+        # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
+        windows = AccumulationWindows(t.accumulate_grad_batches, t.num_training_batches)
+        val_every, val_at_end = t._val_check_schedule()
+        self.batch_idx = 0
+        seen = 0
+        for batch_idx, batch, is_last in iterate_with_lookahead(loader, t.num_training_batches):
+            self.batch_idx = batch_idx
+            window_end = windows.is_window_end(batch_idx, is_last)
+            self._train_batch(batch, batch_idx, window_end, windows)
+            seen += 1
+            if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
+                t._run_validation_in_fit()
+                t._active_metrics = t._train_metrics
+            if window_end and (t.should_stop or (t.max_steps != -1 and t.global_step >= t.max_steps)):
+                break
+        if seen == 0:
+            raise ValueError(
+                "The train dataloader produced no batches this epoch. Check the dataset, the "
+                "sampler and drop_last."
+            )
+        self._epoch_end()
+
+    def _train_batch(self, batch: Any, batch_idx: int, window_end: bool, windows: AccumulationWindows) -> None:
+        t = self.trainer
+        hooks, strategy, precision, module = t._hooks, t.strategy, t._precision, t.module
+        batch = t._move_batch(batch)
+        metrics = t._train_metrics
+        metrics.set_batch(batch)
+        metrics.in_step = True
+        hooks.call("on_train_batch_start", batch, batch_idx)
+        with strategy.no_sync(window_end):
+            with precision.autocast():
+                output = strategy.training_step(module, batch, batch_idx)
+            loss = _loss_of(output, batch_idx)
+            t._last_loss = loss.detach()
+            t._loss_check.record(t._last_loss, t.current_epoch, t.global_step, batch_idx)
+            divisor = windows.loss_divisor(batch_idx)
+            scaled = loss / divisor if divisor != 1 else loss
+            hooks.call("on_before_backward", scaled)
+            precision.backward(scaled)
+        hooks.call("on_after_backward")
+        if window_end:
+            self._optimizer_step(windows.grad_correction(batch_idx))
+        hooks.call("on_train_batch_end", output, batch, batch_idx)
+        metrics.in_step = False
+
+    def _optimizer_step(self, grad_correction: float) -> None:
+        t = self.trainer
+        hooks, precision = t._hooks, t._precision
+        t.strategy.after_backward_window()
+        for optimizer, params in zip(t.optimizers, t._optimizer_params):
+            if grad_correction != 1.0:
+                grads = [p.grad for p in params if p.grad is not None]
+                torch._foreach_mul_(grads, grad_correction)
+            precision.unscale(optimizer)
+            hooks.call("on_before_optimizer_step", optimizer)
+            if t.gradient_clip_val is not None:
+                clip_gradients(params, t.gradient_clip_val, t.gradient_clip_algorithm)
+            precision.optimizer_step(optimizer)
+        precision.update()
+        for optimizer in t.optimizers:
+            hooks.call("on_before_zero_grad", optimizer)
+            optimizer.zero_grad(set_to_none=True)
+        t._global_step += 1
+        if t.lr_scheduler_configs:
+            step_schedulers(t.lr_scheduler_configs, "step", t.global_step, t._metrics_for_schedulers)
+        if t.global_step % t.log_every_n_steps == 0:
+            t._loss_check.check()
+            t._log_step_metrics()
+
+    def _epoch_end(self) -> None:
+        t = self.trainer
+        t._loss_check.check()
+        t._hooks.call_module("on_train_epoch_end")
+        t._log_epoch_metrics(t._train_metrics)
+        t._hooks.call_callbacks("on_train_epoch_end")
+        if t.lr_scheduler_configs:
+            step_schedulers(t.lr_scheduler_configs, "epoch", t.current_epoch + 1, t._metrics_for_schedulers)
+        t._current_epoch += 1
+        self.batch_idx = 0
+        t.should_stop = t.strategy.reduce_boolean_decision(t.should_stop, all=False)
+
+
+def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:
+    """The loss inside ``training_step``'s return value, checked for shape and autograd."""
+    loss = output.get("loss") if isinstance(output, Mapping) else output
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            f"training_step must return a loss tensor or a dict with key 'loss'; at batch index "
+            f"{batch_idx} it returned {_describe(output)}."
+        )
+    if loss.numel() != 1:
+        raise ValueError(
+            f"training_step must return a scalar loss; at batch index {batch_idx} it has shape "
+            f"{tuple(loss.shape)}. Reduce it (e.g. loss.mean()) before returning."
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            f"The loss returned by training_step at batch index {batch_idx} does not require grad: "
+            "it is detached from the model's parameters (was it computed under torch.no_grad(), "
+            "or with .item()/.detach()?)."
+        )
+    return loss
+
+
+def _describe(output: Any) -> str:
+    if isinstance(output, Mapping):
+        return f"a dict without 'loss' (keys {sorted(map(str, output))})"
+    return f"an object of type {type(output).__name__}"

@@ -1,0 +1,197 @@
+"""What `TrainModule.log` records: per-step values and batch-size-weighted epoch aggregates.
+
+Values stay tensors on their device; nothing is read back to the host until it is logged or
+shown, so logging adds no host-device sync to a training step.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+
+if TYPE_CHECKING:
+    from trainer.strategy import Strategy
+
+_REDUCTIONS = ("mean", "sum", "max", "min")
+
+
+@dataclasses.dataclass
+class _Entry:
+    on_step: bool
+    on_epoch: bool
+    prog_bar: bool
+    sync_dist: bool
+    reduce: str
+    last: torch.Tensor
+    total: torch.Tensor | None = None  # weighted sum (mean), sum, or running max/min
+    weight: float = 0.0  # sum of batch sizes, a host number: no device op to keep it
+
+
+def batch_size_of(batch: Any) -> int:
+    """The size of a batch: the first dimension of the first tensor found in it (else 1)."""
+    stack = [batch]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            return int(item.shape[0]) if item.ndim else 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
+    return 1
+
+
+class MetricStore:
+    """The metrics of one stage (training, or one evaluation run)."""
+
+    def __init__(self, training: bool) -> None:
+        self.training = training
+        self.in_step = False  # inside a batch: `log` defaults to on_step for training
+        self.dataloader_suffix = ""
+        self._entries: dict[str, _Entry] = {}
+        self._batch: Any = None
+        self._batch_size: int | None = None
+
+    def set_batch(self, batch: Any) -> None:
+        """The batch being processed (its size weights epoch means; computed only if needed)."""
+        self._batch = batch
+        self._batch_size = None
+
+    def log(
+        self,
+        name: str,
+        value: Any,
+        *,
+        prog_bar: bool,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        sync_dist: bool,
+        reduce: str,
+        batch_size: int | None,
+    ) -> None:
+        """Record one value (see `TrainModule.log`)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"self.log needs a non-empty string name, got {name!r}")
+        if reduce not in _REDUCTIONS:
+            raise ValueError(f"self.log({name!r}, reduce={reduce!r}): use one of {_REDUCTIONS}")
+        tensor = _as_scalar_tensor(name, value)
+        step_default = self.training and self.in_step
+        on_step = step_default if on_step is None else on_step
+        on_epoch = (not step_default) if on_epoch is None else on_epoch
+        if not (on_step or on_epoch):
+            raise ValueError(f"self.log({name!r}): at least one of on_step / on_epoch must be True")
+        key = name + self.dataloader_suffix
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _Entry(on_step, on_epoch, prog_bar, sync_dist, reduce, tensor)
+            self._entries[key] = entry
+        entry.last = tensor
+        if on_epoch:
+            if batch_size is None:
+                if self._batch_size is None:
+                    self._batch_size = batch_size_of(self._batch) if self._batch is not None else 1
+                batch_size = self._batch_size
+            _accumulate(entry, tensor, batch_size)
+
+    def step_values(self, strategy: Strategy) -> dict[str, torch.Tensor]:
+        """Latest on-step values, reduced across ranks where ``sync_dist`` asked for it."""
+        out = {}
+        for key, e in self._entries.items():
+            if e.on_step:
+                value = strategy.reduce(e.last, e.reduce) if e.sync_dist else e.last
+                out[key + "_step" if e.on_epoch else key] = value
+        return out
+
+    def current_values(self) -> dict[str, torch.Tensor]:
+        """Latest values for ``callback_metrics`` (no communication)."""
+        out = {}
+        for key, e in self._entries.items():
+            out[key] = e.last
+            if e.on_step and e.on_epoch:
+                out[key + "_step"] = e.last
+        return out
+
+    def progress_bar_keys(self) -> list[str]:
+        """Keys the module asked to show on the progress bar."""
+        return [k for k, e in self._entries.items() if e.prog_bar]
+
+    def epoch_values(self, strategy: Strategy, sync_all: bool = False) -> dict[str, torch.Tensor]:
+        """Epoch aggregates of on-epoch values.
+
+        Values with ``sync_dist`` are reduced exactly across ranks; ``sync_all`` reduces every
+        value (evaluation does, so its metrics never depend on which shard a rank saw) and
+        first agrees on the set of names, since a rank with an empty shard logged nothing.
+        """
+        entries = {k: e for k, e in self._entries.items() if e.on_epoch and e.total is not None}
+        if sync_all:
+            entries = self._agree_on_entries(entries, strategy)
+        out = {}
+        for key, e in entries.items():
+            value = _finish(e, strategy, sync_all or e.sync_dist)
+            out[key + "_epoch" if e.on_step else key] = value
+            if e.on_step:
+                out[key] = value
+        return out
+
+    def _agree_on_entries(self, entries: dict[str, _Entry], strategy: Strategy) -> dict[str, _Entry]:
+        mine = sorted((k, e.reduce, e.on_step) for k, e in entries.items())
+        union = sorted({item for rank_items in strategy.all_gather_object(mine) for item in rank_items})
+        agreed = {}
+        for key, reduce, on_step in union:
+            if key in entries:
+                agreed[key] = entries[key]
+            else:  # this rank saw no batch that logged `key`: contribute the reduction's identity
+                identity = {"max": float("-inf"), "min": float("inf")}.get(reduce, 0.0)
+                total = torch.tensor(identity, device=strategy.root_device)
+                agreed[key] = _Entry(on_step, True, False, True, reduce, total, total, 0.0)
+        return agreed
+
+    def reset(self) -> None:
+        """Forget everything (a new epoch or evaluation run)."""
+        self._entries.clear()
+        self._batch = None
+        self._batch_size = None
+
+
+def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(
+                f"self.log({name!r}) needs a scalar, got a tensor of shape {tuple(value.shape)}; "
+                "reduce it first (e.g. .mean())."
+            )
+        return value.detach().reshape(())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(float(value))
+    raise TypeError(f"self.log({name!r}) needs a number or a scalar tensor, got {type(value).__name__}")
+
+
+def _accumulate(entry: _Entry, value: torch.Tensor, batch_size: int) -> None:
+    if entry.reduce == "mean":
+        if entry.total is None:
+            entry.total = value.float() * batch_size
+        else:
+            entry.total.add_(value, alpha=batch_size)
+        entry.weight += batch_size
+    elif entry.reduce == "sum":
+        if entry.total is None:
+            entry.total = value.float().clone()
+        else:
+            entry.total.add_(value)
+    else:
+        pick: Callable[..., torch.Tensor] = torch.maximum if entry.reduce == "max" else torch.minimum
+        entry.total = value.float().clone() if entry.total is None else pick(entry.total, value.float())
+
+
+def _finish(entry: _Entry, strategy: Strategy, sync: bool) -> torch.Tensor:
+    assert entry.total is not None
+    if entry.reduce == "mean":
+        if sync:
+            both = torch.stack([entry.total, entry.total.new_tensor(entry.weight)])
+            both = strategy.reduce(both, "sum")
+            return both[0] / both[1]
+        return entry.total / entry.weight
+    return strategy.reduce(entry.total, entry.reduce) if sync else entry.total

@@ -1,0 +1,282 @@
+"""`TrainModule`: the user's model, its steps, its optimizers and its hooks."""
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+
+class TrainModule(nn.Module):
+    """Subclass this: define ``training_step`` and ``configure_optimizers``, optionally the rest.
+
+    ``training_step(batch, batch_idx)`` returns the loss (a scalar tensor) or a dict with key
+    ``"loss"``. ``configure_optimizers()`` returns an optimizer, a list of optimizers,
+    ``(optimizers, schedulers)``, or ``{"optimizer": opt, "lr_scheduler": sched | {"scheduler":
+    sched, "interval": "step"|"epoch", "frequency": n}}``.
+    """
+
+    # Class attributes, not instance ones: a subclass that forgets super().__init__() still
+    # gets a clear error from nn.Module rather than an AttributeError from us.
+    _trainer: Trainer | None = None
+    hparams: dict[str, Any] = {}
+
+    # -- required ---------------------------------------------------------------------------
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any]:
+        """Compute and return the loss of one micro batch."""
+        raise NotImplementedError
+
+    def configure_optimizers(self) -> Any:
+        """Return the optimizer(s) and optional scheduler(s)."""
+        raise NotImplementedError
+
+    # -- optional steps ---------------------------------------------------------------------
+    def validation_step(self, batch: Any, batch_idx: int, *args: Any) -> Any:
+        """Evaluate one validation batch; log metrics with ``self.log``."""
+        raise NotImplementedError
+
+    def test_step(self, batch: Any, batch_idx: int, *args: Any) -> Any:
+        """Evaluate one test batch; log metrics with ``self.log``."""
+        raise NotImplementedError
+
+    def predict_step(self, batch: Any, batch_idx: int, *args: Any) -> Any:
+        """Return the prediction for one batch (default: ``self(batch)``)."""
+        return self(batch)
+
+    # -- data -------------------------------------------------------------------------------
+    def train_dataloader(self) -> Any:
+        """The training DataLoader (if not passed to ``fit``)."""
+        return None
+
+    def val_dataloader(self) -> Any:
+        """The validation DataLoader(s)."""
+        return None
+
+    def test_dataloader(self) -> Any:
+        """The test DataLoader(s)."""
+        return None
+
+    def predict_dataloader(self) -> Any:
+        """The predict DataLoader(s)."""
+        return None
+
+    def prepare_data(self) -> None:
+        """Download or write data once per node (local rank 0); other ranks wait."""
+
+    def setup(self, stage: str) -> None:
+        """Build what every rank needs (``stage`` is fit/validate/test/predict)."""
+
+    def teardown(self, stage: str) -> None:
+        """Release what ``setup`` built; called also after an exception."""
+
+    # -- hooks (order: docs/callbacks.md) ---------------------------------------------------
+    def on_fit_start(self) -> None:
+        """Fit begins (after set-up, before the sanity check)."""
+
+    def on_fit_end(self) -> None:
+        """Fit ended normally."""
+
+    def on_train_start(self) -> None:
+        """Before the first training epoch."""
+
+    def on_train_end(self) -> None:
+        """After the last training epoch."""
+
+    def on_train_epoch_start(self) -> None:
+        """A training epoch begins."""
+
+    def on_train_epoch_end(self) -> None:
+        """A training epoch ended (after its validation)."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Before a training micro batch."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After a training micro batch (and after the step that ends its window)."""
+
+    def on_validation_start(self) -> None:
+        """A validation run begins."""
+
+    def on_validation_end(self) -> None:
+        """A validation run ended."""
+
+    def on_validation_epoch_start(self) -> None:
+        """Before the first validation batch."""
+
+    def on_validation_epoch_end(self) -> None:
+        """After the last validation batch."""
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Before a validation batch."""
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """After a validation batch."""
+
+    def on_test_start(self) -> None:
+        """Testing begins."""
+
+    def on_test_end(self) -> None:
+        """Testing ended."""
+
+    def on_test_epoch_start(self) -> None:
+        """Before the first test batch."""
+
+    def on_test_epoch_end(self) -> None:
+        """After the last test batch."""
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Before a test batch."""
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """After a test batch."""
+
+    def on_predict_start(self) -> None:
+        """Prediction begins."""
+
+    def on_predict_end(self) -> None:
+        """Prediction ended."""
+
+    def on_predict_epoch_start(self) -> None:
+        """Before the first predict batch."""
+
+    def on_predict_epoch_end(self) -> None:
+        """After the last predict batch."""
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Before a predict batch."""
+
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        """After a predict batch."""
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        """Before backward, with the loss already divided for accumulation."""
+
+    def on_after_backward(self) -> None:
+        """After each backward."""
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Once per window: gradients synced and unscaled, before clipping and the step."""
+
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """After the step, before gradients are cleared."""
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add entries to a checkpoint being saved."""
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Read entries from a checkpoint being restored."""
+
+    # -- logging ----------------------------------------------------------------------------
+    def log(
+        self,
+        name: str,
+        value: Any,
+        *,
+        prog_bar: bool = False,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        sync_dist: bool = False,
+        reduce: str = "mean",
+        batch_size: int | None = None,
+    ) -> None:
+        """Record a scalar metric.
+
+        Defaults follow Lightning: in ``training_step`` and the training batch hooks
+        ``on_step=True, on_epoch=False``; elsewhere ``on_step=False, on_epoch=True``. Epoch
+        values are means weighted by batch size (or ``reduce="sum"|"max"|"min"``);
+        ``sync_dist=True`` reduces them across ranks exactly.
+        """
+        trainer = self._trainer
+        if trainer is None:
+            raise RuntimeError(
+                f"self.log({name!r}) was called outside a Trainer run; call it from a step or hook "
+                "during trainer.fit/validate/test."
+            )
+        trainer._active_metrics.log(
+            name,
+            value,
+            prog_bar=prog_bar,
+            on_step=on_step,
+            on_epoch=on_epoch,
+            sync_dist=sync_dist,
+            reduce=reduce,
+            batch_size=batch_size,
+        )
+
+    def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
+        """``self.log`` for every item of ``metrics`` (same keyword arguments)."""
+        for name, value in metrics.items():
+            self.log(name, value, **kwargs)
+
+    def save_hyperparameters(self, *names: str, ignore: list[str] | None = None) -> None:
+        """Record the calling ``__init__``'s arguments in ``self.hparams`` (logged and checkpointed)."""
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        if caller is None or caller.f_code.co_name != "__init__":
+            raise RuntimeError("save_hyperparameters() must be called from your module's __init__")
+        code = caller.f_code
+        n_args = code.co_argcount + code.co_kwonlyargcount
+        arg_names = list(code.co_varnames[:n_args])
+        values = caller.f_locals
+        hparams = {n: values[n] for n in arg_names[1:] if n in values}  # skip `self`
+        if code.co_flags & inspect.CO_VARKEYWORDS:
+            hparams.update(values.get(code.co_varnames[n_args + bool(code.co_flags & inspect.CO_VARARGS)], {}))
+        if names:
+            unknown = [n for n in names if n not in hparams]
+            if unknown:
+                raise ValueError(f"save_hyperparameters: {unknown} are not arguments of __init__ ({list(hparams)})")
+            hparams = {n: hparams[n] for n in names}
+        for n in ignore or ():
+            hparams.pop(n, None)
+        self.hparams = hparams
+
+    # -- where am I -------------------------------------------------------------------------
+    @property
+    def trainer(self) -> Trainer:
+        """The Trainer running this module."""
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
+        return self._trainer
+
+    @property
+    def device(self) -> torch.device:
+        """The device the module's parameters live on (the strategy's device during a run)."""
+        if self._trainer is not None and self._trainer._strategy is not None:
+            return self._trainer.strategy.root_device
+        for p in self.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes."""
+        return self._trainer.global_rank if self._trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node."""
+        return self._trainer.local_rank if self._trainer is not None else 0
+
+    @property
+    def node_rank(self) -> int:
+        """This node's rank."""
+        return self._trainer.node_rank if self._trainer is not None else 0
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes (W)."""
+        return self._trainer.world_size if self._trainer is not None else 1
+
+    @property
+    def current_epoch(self) -> int:
+        """The current (0-based) epoch."""
+        return self._trainer.current_epoch if self._trainer is not None else 0
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far."""
+        return self._trainer.global_step if self._trainer is not None else 0

@@ -1,0 +1,176 @@
+"""What `configure_optimizers` returns, and the per-window optimizer work: clip, step, schedule."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Callable
+
+import torch
+from torch.optim import Optimizer
+
+_INTERVALS = ("step", "epoch")
+
+
+@dataclasses.dataclass
+class LRSchedulerConfig:
+    """A scheduler and when it steps (Lightning's dict keys)."""
+
+    scheduler: Any
+    interval: str = "epoch"
+    frequency: int = 1
+    monitor: str | None = None
+    name: str | None = None
+
+    @property
+    def is_plateau(self) -> bool:
+        """Whether the scheduler needs a monitored value (``ReduceLROnPlateau``)."""
+        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+_FORMATS = (
+    "configure_optimizers() must return an optimizer, a list of optimizers, a tuple "
+    "(optimizers, schedulers), or a dict {'optimizer': opt, 'lr_scheduler': sched | "
+    "{'scheduler': sched, 'interval': 'step'|'epoch', 'frequency': n}}"
+)
+
+
+def parse_optimizers(result: Any) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    """Normalise ``configure_optimizers()``'s return value; raise a clear error otherwise."""
+    if isinstance(result, Optimizer):
+        return [result], []
+    if isinstance(result, Mapping):
+        return _parse_dict(result)
+    if isinstance(result, (list, tuple)):
+        if len(result) == 2 and isinstance(result[0], (list, tuple)) and isinstance(result[1], (list, tuple)):
+            optimizers = list(result[0])
+            configs = [_scheduler_config(s) for s in result[1]]
+        elif all(isinstance(o, Mapping) for o in result) and result:
+            parsed = [_parse_dict(d) for d in result]
+            optimizers = [o for opts, _ in parsed for o in opts]
+            configs = [c for _, cfgs in parsed for c in cfgs]
+        else:
+            optimizers, configs = list(result), []
+        _check_optimizers(optimizers)
+        return optimizers, configs
+    raise TypeError(f"{_FORMATS}; got {type(result).__name__}.")
+
+
+def _parse_dict(d: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
+    unknown = set(d) - {"optimizer", "lr_scheduler", "monitor"}
+    if "optimizer" not in d or unknown:
+        raise ValueError(f"{_FORMATS}; the dict had keys {sorted(d)}.")
+    _check_optimizers([d["optimizer"]])
+    configs = []
+    if d.get("lr_scheduler") is not None:
+        cfg = _scheduler_config(d["lr_scheduler"])
+        if cfg.monitor is None and d.get("monitor") is not None:
+            cfg.monitor = d["monitor"]
+        configs.append(cfg)
+    return [d["optimizer"]], configs
+
+
+def _check_optimizers(optimizers: Sequence[Any]) -> None:
+    if not optimizers:
+        raise ValueError(f"{_FORMATS}; it returned no optimizer.")
+    for opt in optimizers:
+        if not isinstance(opt, Optimizer):
+            raise TypeError(f"{_FORMATS}; got an element of type {type(opt).__name__}.")
+
+
+def _scheduler_config(entry: Any) -> LRSchedulerConfig:
+    if isinstance(entry, Mapping):
+        if "scheduler" not in entry:
+            raise ValueError(f"An lr_scheduler dict needs a 'scheduler' key; got keys {sorted(entry)}.")
+        unknown = set(entry) - {f.name for f in dataclasses.fields(LRSchedulerConfig)} - {"strict"}
+        if unknown:
+            raise ValueError(f"Unknown lr_scheduler keys {sorted(unknown)}.")
+        cfg = LRSchedulerConfig(**{k: v for k, v in entry.items() if k != "strict"})
+    else:
+        cfg = LRSchedulerConfig(scheduler=entry)
+    if cfg.interval not in _INTERVALS:
+        raise ValueError(f"lr_scheduler 'interval' must be 'step' or 'epoch', got {cfg.interval!r}.")
+    if not isinstance(cfg.frequency, int) or cfg.frequency < 1:
+        raise ValueError(f"lr_scheduler 'frequency' must be an int >= 1, got {cfg.frequency!r}.")
+    if not hasattr(cfg.scheduler, "step"):
+        raise TypeError(f"lr_scheduler {type(cfg.scheduler).__name__} has no step() method.")
+    if cfg.is_plateau and cfg.monitor is None:
+        raise ValueError(
+            "ReduceLROnPlateau needs a metric: return {'optimizer': opt, 'lr_scheduler': "
+            "{'scheduler': sched, 'monitor': 'val_loss'}}."
+        )
+    return cfg
+
+
+def lr_scale_factor(scale_lr: bool | str, world_size: int) -> float:
+    """The LR multiplier for ``scale_lr``: W (linear, Goyal et al. 2017), sqrt(W), or 1."""
+    if scale_lr is False or scale_lr is None:
+        return 1.0
+    if scale_lr is True or scale_lr == "linear":
+        return float(world_size)
+    if scale_lr == "sqrt":
+        return math.sqrt(world_size)
+    raise ValueError(f"scale_lr must be False, True, 'linear' or 'sqrt'; got {scale_lr!r}.")
+
+
+def scale_learning_rates(
+    optimizers: Iterable[Optimizer], configs: Iterable[LRSchedulerConfig], factor: float
+) -> None:
+    """Multiply ``lr``, ``initial_lr`` and every scheduler's ``base_lrs`` by ``factor``, once."""
+    if factor == 1.0:
+        return
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] *= factor
+            if "initial_lr" in group:
+                group["initial_lr"] *= factor
+    for cfg in configs:
+        _scale_scheduler(cfg.scheduler, factor)
+
+
+def _scale_scheduler(scheduler: Any, factor: float) -> None:
+    # Composite schedulers keep their children in `_schedulers`; each child has its own base_lrs.
+    for child in getattr(scheduler, "_schedulers", ()):
+        _scale_scheduler(child, factor)
+    if hasattr(scheduler, "base_lrs"):
+        scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
+    if hasattr(scheduler, "min_lrs"):  # ReduceLROnPlateau's floor scales with the LR
+        scheduler.min_lrs = [lr * factor for lr in scheduler.min_lrs]
+
+
+def optimizer_parameters(optimizer: Optimizer) -> list[torch.Tensor]:
+    """Every parameter an optimizer updates (computed once per fit, not per step)."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def clip_gradients(params: list[torch.Tensor], value: float, algorithm: str) -> None:
+    """Clip gradients in place by global norm or by value."""
+    if algorithm == "norm":
+        torch.nn.utils.clip_grad_norm_(params, value)
+    else:
+        torch.nn.utils.clip_grad_value_(params, value)
+
+
+def step_schedulers(
+    configs: Iterable[LRSchedulerConfig],
+    interval: str,
+    count: int,
+    metrics: Callable[[], Mapping[str, Any]],
+) -> None:
+    """Step every scheduler with ``interval`` whose ``frequency`` divides ``count``.
+
+    ``metrics`` is called only when a ``ReduceLROnPlateau`` needs its monitored value.
+    """
+    for cfg in configs:
+        if cfg.interval != interval or count % cfg.frequency:
+            continue
+        if cfg.is_plateau:
+            values = metrics()
+            if cfg.monitor not in values:
+                raise KeyError(
+                    f"ReduceLROnPlateau monitors {cfg.monitor!r}, which was not logged. "
+                    f"Logged metrics: {sorted(values)}."
+                )
+            cfg.scheduler.step(float(values[cfg.monitor]))
+        else:
+            cfg.scheduler.step()

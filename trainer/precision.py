@@ -1,0 +1,85 @@
+"""Numeric precision: full fp32, bf16 autocast, and fp16 autocast with loss scaling."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ContextManager
+
+import torch
+
+_ALIASES = {
+    "32-true": "32-true",
+    "32": "32-true",
+    32: "32-true",
+    "bf16-mixed": "bf16-mixed",
+    "bf16": "bf16-mixed",
+    "16-mixed": "16-mixed",
+    "16": "16-mixed",
+    16: "16-mixed",
+}
+SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+
+
+def normalize_precision(precision: Any) -> str:
+    """Map the Trainer's ``precision`` argument to one of ``SUPPORTED_PRECISIONS``."""
+    try:
+        return _ALIASES[precision]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Unknown precision {precision!r}. Use one of {', '.join(map(repr, SUPPORTED_PRECISIONS))}."
+        ) from None
+
+
+class Precision:
+    """Autocast context, backward, unscaling and optimizer stepping for one precision."""
+
+    def __init__(self, precision: str, device_type: str) -> None:
+        self.precision = normalize_precision(precision)
+        self.device_type = device_type
+        if self.precision == "16-mixed" and device_type != "cuda":
+            raise ValueError(
+                "precision='16-mixed' needs a CUDA device (fp16 autocast with a GradScaler); this "
+                f"run is on {device_type!r}. Use precision='bf16-mixed' on CPU, or accelerator='cuda'."
+            )
+        self.scaler: torch.amp.GradScaler | None = (
+            torch.amp.GradScaler("cuda") if self.precision == "16-mixed" else None
+        )
+        self._dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.precision)
+
+    def autocast(self) -> ContextManager[Any]:
+        """The context forward passes run in."""
+        if self._dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self._dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward, through the loss scaler under fp16."""
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true scale (before clipping or inspecting them)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Step; under fp16 the scaler skips the step when gradients overflowed."""
+        if self.scaler is not None:
+            self.scaler.step(optimizer)
+        else:
+            optimizer.step()
+
+    def update(self) -> None:
+        """Adjust the loss scale once per optimizer step (after every optimizer stepped)."""
+        if self.scaler is not None:
+            self.scaler.update()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The grad scaler's state (empty without one)."""
+        return self.scaler.state_dict() if self.scaler is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the grad scaler's state."""
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)

@@ -1,0 +1,115 @@
+"""Strategies own the processes, the device, the model wrapper and the collectives.
+
+`Strategy` is the base the training loop talks to; `SingleDeviceStrategy` is one process, where
+every collective is the identity. The distributed strategies live in their own modules.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ContextManager, TypeVar
+
+import torch
+from torch import nn
+
+from trainer.accelerator import Accelerator
+
+T = TypeVar("T")
+
+
+class Strategy:
+    """How training is spread over processes. Subclasses override what differs."""
+
+    name = "base"
+
+    def __init__(self) -> None:
+        self.accelerator: Accelerator = Accelerator("cpu")
+        self.global_rank = 0
+        self.local_rank = 0
+        self.node_rank = 0
+        self.world_size = 1
+        self.num_nodes = 1
+        self.model: nn.Module | None = None
+        self.module: nn.Module | None = None
+
+    # -- set-up -----------------------------------------------------------------------------
+    def connect(self, accelerator: Accelerator) -> None:
+        """Receive the Trainer's accelerator (before ``setup_environment``)."""
+        self.accelerator = accelerator
+
+    @property
+    def root_device(self) -> torch.device:
+        """The device this process trains on."""
+        return self.accelerator.device_for(self.local_rank)
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is global rank 0 (the one that logs and writes)."""
+        return self.global_rank == 0
+
+    def setup_environment(self) -> None:
+        """Pin the device and join the process group."""
+        self.accelerator.pin_device(self.root_device)
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Move the module to its device and return what the loop calls (possibly a wrapper)."""
+        self.module = module.to(self.root_device)
+        self.model = self.module
+        return self.model
+
+    def setup_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        """See the optimizers once they exist (no-op here)."""
+
+    def teardown(self) -> None:
+        """Leave the process group (also called when the run raised)."""
+
+    # -- the training step --------------------------------------------------------------------
+    def training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+        """Run the module's ``training_step`` through the model wrapper, if there is one."""
+        return module.training_step(batch, batch_idx)
+
+    def no_sync(self, sync: bool) -> ContextManager[Any]:
+        """Context for a micro batch's forward and backward; ``sync=False`` skips the gradient sync."""
+        return contextlib.nullcontext()
+
+    def after_backward_window(self) -> None:
+        """Called once after the last backward of a window, before unscaling and clipping."""
+
+    def process_dataloader(self, dataloader: Any, stage: str) -> Any:
+        """Adapt a DataLoader to this strategy (e.g. shard it across ranks)."""
+        return dataloader
+
+    def on_epoch_start(self, dataloader: Any, epoch: int) -> None:
+        """Reseed per-epoch shuffling (``set_epoch``) before an epoch's first batch."""
+        from trainer.distributed_sampler import set_epoch
+
+        set_epoch(dataloader, epoch)
+
+    # -- collectives (identities for one process) ---------------------------------------------
+    def reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        """Reduce ``tensor`` over all ranks with ``op`` in mean/sum/max/min."""
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Stack ``tensor`` from every rank into shape ``[W, *tensor.shape]``."""
+        return tensor.unsqueeze(0)
+
+    def all_gather_object(self, obj: T) -> list[T]:
+        """Every rank's picklable ``obj``, in rank order."""
+        return [obj]
+
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        """Every rank gets rank ``src``'s ``obj`` (any picklable object)."""
+        return obj
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every rank gets here."""
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """Agree on a boolean: with ``all=True`` every rank must say True, else any rank."""
+        return decision
+
+
+class SingleDeviceStrategy(Strategy):
+    """One process on one device."""
+
+    name = "single_device"

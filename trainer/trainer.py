@@ -1,0 +1,648 @@
+"""`Trainer`: validates its arguments, then runs fit / validate / test / predict."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Mapping
+
+import torch
+
+from callbacks.callback import Callback
+from callbacks.logger import Logger
+from trainer.accelerator import Accelerator
+from trainer.anomaly import NonFiniteLossCheck
+from trainer.checkpoint import FORMAT_VERSION, atomic_save, load_checkpoint
+from trainer.data import as_loader_list, check_limit, loader_batch_size, num_batches
+from trainer.evaluation_loop import EvaluationLoop
+from trainer.fit_loop import FitLoop
+from trainer.hooks import HookDispatcher
+from trainer.metrics import MetricStore
+from trainer.module import TrainModule
+from trainer.optimization import (
+    LRSchedulerConfig,
+    lr_scale_factor,
+    optimizer_parameters,
+    parse_optimizers,
+    scale_learning_rates,
+)
+from trainer.precision import Precision, normalize_precision
+from trainer.rank_zero import rank_zero_warn
+from trainer.strategy import Strategy
+from trainer.strategy_selection import select_strategy
+
+
+@dataclasses.dataclass
+class TrainerState:
+    """What the Trainer is doing: ``stage`` is fit/validate/test/predict/sanity_check or None."""
+
+    fn: str | None = None
+    stage: str | None = None
+
+
+class Trainer:
+    """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks.
+
+    See ``docs/trainer.md`` for every argument. Arguments are checked here, before any work.
+    """
+
+    def __init__(
+        self,
+        max_epochs: int | None = None,
+        max_steps: int = -1,
+        accelerator: str = "auto",
+        devices: int | str = "auto",
+        num_nodes: int = 1,
+        strategy: str | Strategy = "auto",
+        precision: str | int = "32-true",
+        accumulate_grad_batches: int = 1,
+        sync_batchnorm: bool = False,
+        scale_lr: bool | str = False,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str = "norm",
+        callbacks: list[Callback] | Callback | None = None,
+        logger: bool | Logger | list[Logger] | None = True,
+        default_root_dir: str | os.PathLike[str] | None = None,
+        enable_progress_bar: bool = True,
+        enable_checkpointing: bool = True,
+        log_every_n_steps: int = 50,
+        val_check_interval: int | float = 1.0,
+        check_val_every_n_epoch: int | None = 1,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        num_sanity_val_steps: int = 2,
+        deterministic: bool | str = False,
+        use_distributed_sampler: bool = True,
+        detect_non_finite_loss: bool = True,
+    ) -> None:
+        _check_int("max_steps", max_steps, minimum=-1)
+        if max_epochs is not None:
+            _check_int("max_epochs", max_epochs, minimum=-1)
+        if max_epochs is None and max_steps == -1:
+            max_epochs = 1000  # Lightning's default when neither limit is given
+        _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
+        _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
+        _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
+        if check_val_every_n_epoch is not None:
+            _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
+        _check_val_check_interval(val_check_interval)
+        for name, limit in (
+            ("limit_train_batches", limit_train_batches),
+            ("limit_val_batches", limit_val_batches),
+            ("limit_test_batches", limit_test_batches),
+            ("limit_predict_batches", limit_predict_batches),
+        ):
+            check_limit(name, limit)
+        if gradient_clip_val is not None and (
+            isinstance(gradient_clip_val, bool)
+            or not isinstance(gradient_clip_val, (int, float))
+            or gradient_clip_val < 0
+        ):
+            raise ValueError(f"gradient_clip_val must be None or a number >= 0, got {gradient_clip_val!r}")
+        if gradient_clip_algorithm not in ("norm", "value"):
+            raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
+        lr_scale_factor(scale_lr, 1)  # validates the flag
+        if not isinstance(sync_batchnorm, bool):
+            raise TypeError(f"sync_batchnorm must be a bool, got {sync_batchnorm!r}")
+        if deterministic not in (True, False, "warn"):
+            raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
+
+        self.max_epochs = max_epochs
+        self.max_steps = max_steps
+        self.accumulate_grad_batches = accumulate_grad_batches
+        self.sync_batchnorm = sync_batchnorm
+        self.scale_lr = scale_lr
+        self.gradient_clip_val = float(gradient_clip_val) if gradient_clip_val is not None else None
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.log_every_n_steps = log_every_n_steps
+        self.val_check_interval = val_check_interval
+        self.check_val_every_n_epoch = check_val_every_n_epoch
+        self.limit_train_batches = limit_train_batches
+        self.limit_val_batches = limit_val_batches
+        self.limit_test_batches = limit_test_batches
+        self.limit_predict_batches = limit_predict_batches
+        self.num_sanity_val_steps = num_sanity_val_steps
+        self.use_distributed_sampler = use_distributed_sampler
+        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+
+        self.precision = normalize_precision(precision)
+        self._accelerator = Accelerator.from_flag(accelerator)
+        self._strategy = select_strategy(
+            strategy,
+            accelerator=self._accelerator,
+            devices=devices,
+            num_nodes=num_nodes,
+            sync_batchnorm=sync_batchnorm,
+            use_distributed_sampler=use_distributed_sampler,
+        )
+        self._precision = Precision(self.precision, self._strategy.accelerator.kind)
+        if deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
+
+        self.loggers: list[Logger] = _make_loggers(logger, self.default_root_dir)
+        self.callbacks: list[Callback] = _make_callbacks(
+            callbacks, self.loggers, enable_progress_bar, enable_checkpointing
+        )
+
+        self.state = TrainerState()
+        self.should_stop = False
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
+        self.train_dataloader: Any = None
+        self.val_dataloaders: list[Any] = []
+        self.num_training_batches: int | None = None
+        self.fit_loop = FitLoop(self)
+        self._module: TrainModule | None = None
+        self._current_epoch = 0
+        self._global_step = 0
+        self._callback_metrics: dict[str, torch.Tensor] = {}
+        self._logged_metrics: dict[str, float] = {}
+        self._train_metrics = MetricStore(training=True)
+        self._active_metrics = self._train_metrics
+        self._optimizer_params: list[list[torch.Tensor]] = []
+        self._last_loss: torch.Tensor | None = None
+        self._loss_check = NonFiniteLossCheck(detect_non_finite_loss)
+        self._hooks: HookDispatcher = HookDispatcher(self, TrainModule(), [])
+        self._lr_scaled = False
+
+    # -- read-only state ----------------------------------------------------------------------
+    @property
+    def strategy(self) -> Strategy:
+        """The strategy (processes, device, collectives)."""
+        return self._strategy
+
+    @property
+    def module(self) -> TrainModule:
+        """The user's module (unwrapped)."""
+        if self._module is None:
+            raise RuntimeError("No module yet: call trainer.fit(module) (or validate/test/predict) first.")
+        return self._module
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """What the loop calls: the module, or its DDP wrapper under a distributed strategy."""
+        return self._strategy.model if self._strategy.model is not None else self.module
+
+    @property
+    def global_rank(self) -> int:
+        """Rank of this process among all processes."""
+        return self._strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """Rank of this process on its node (selects its device)."""
+        return self._strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """Rank of this node among the nodes."""
+        return self._strategy.node_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes, W."""
+        return self._strategy.world_size
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return self._strategy.num_nodes
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is global rank 0 (the process that logs and writes files)."""
+        return self._strategy.is_global_zero
+
+    @property
+    def current_epoch(self) -> int:
+        """The current epoch, counting from 0."""
+        return self._current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (one per accumulation window)."""
+        return self._global_step
+
+    @property
+    def sanity_checking(self) -> bool:
+        """Whether the sanity validation steps are running."""
+        return self.state.stage == "sanity_check"
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """Latest step values and epoch aggregates of everything logged (tensors)."""
+        return {**self._train_metrics.current_values(), **self._callback_metrics}
+
+    @property
+    def logged_metrics(self) -> dict[str, float]:
+        """What was last sent to the loggers."""
+        return dict(self._logged_metrics)
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The training loss and every ``prog_bar=True`` value, read from the device now."""
+        out: dict[str, float] = {}
+        if self._last_loss is not None:
+            out["loss"] = float(self._last_loss)
+        current = {**self._train_metrics.current_values(), **self._callback_metrics}
+        for store in (self._train_metrics, self._active_metrics):
+            for key in store.progress_bar_keys():
+                if key in current:
+                    out[key] = float(current[key])
+        return out
+
+    @property
+    def log_dir(self) -> str:
+        """Where the first logger writes, else ``default_root_dir``."""
+        for lg in self.loggers:
+            if lg.log_dir is not None:
+                return lg.log_dir
+        return self.default_root_dir
+
+    @property
+    def logger(self) -> Logger | None:
+        """The first logger, if any."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def micro_batch_size(self) -> int | None:
+        """b: samples per rank per forward (from the train loader)."""
+        return loader_batch_size(self.train_dataloader) if self.train_dataloader is not None else None
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """W * b * A: samples per optimizer step over all ranks."""
+        b = self.micro_batch_size
+        return None if b is None else self.world_size * b * self.accumulate_grad_batches
+
+    @property
+    def num_val_batches(self) -> list[int | None]:
+        """Batches per validation loader (after ``limit_val_batches``)."""
+        return [num_batches(dl, self.limit_val_batches, "val") for dl in self.val_dataloaders]
+
+    @property
+    def checkpoint_callback(self) -> Callback | None:
+        """The first ModelCheckpoint, if any."""
+        cbs = self.checkpoint_callbacks
+        return cbs[0] if cbs else None
+
+    @property
+    def checkpoint_callbacks(self) -> list[Callback]:
+        """Every ModelCheckpoint callback."""
+        return [cb for cb in self.callbacks if type(cb).__name__ == "ModelCheckpoint"]
+
+    # -- entry points -------------------------------------------------------------------------
+    def fit(
+        self,
+        model: TrainModule,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """Train ``model``; ``ckpt_path`` ("last", "best" or a path) resumes a checkpoint."""
+        _check_module(model, training=True)
+        self._run("fit", model, lambda: self._fit(model, train_dataloaders, val_dataloaders, ckpt_path))
+
+    def validate(
+        self,
+        model: TrainModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> list[dict[str, float]]:
+        """Run ``validation_step`` over the validation data; one metric dict per loader."""
+        return self._evaluate("validate", model, dataloaders, ckpt_path)
+
+    def test(
+        self,
+        model: TrainModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> list[dict[str, float]]:
+        """Run ``test_step`` over the test data; one metric dict per loader."""
+        return self._evaluate("test", model, dataloaders, ckpt_path)
+
+    def predict(
+        self,
+        model: TrainModule | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | os.PathLike[str] | None = None,
+    ) -> list[Any]:
+        """Run ``predict_step`` and return its outputs (a list per loader when several)."""
+        return self._evaluate("predict", model, dataloaders, ckpt_path)
+
+    def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
+        """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically."""
+        checkpoint = self._dump_checkpoint()
+        if self.is_global_zero:
+            atomic_save(checkpoint, filepath)
+        self._strategy.barrier("save_checkpoint")
+
+    # -- the run --------------------------------------------------------------------------------
+    def _run(self, fn: str, model: TrainModule, body: Callable[[], Any]) -> Any:
+        self._module = model
+        model._trainer = self
+        self.state = TrainerState(fn=fn, stage=fn)
+        self.should_stop = False
+        self._hooks = HookDispatcher(self, model, self.callbacks)
+        try:
+            self._strategy.setup_environment()
+            if fn == "fit":
+                if self.local_rank == 0:
+                    model.prepare_data()
+                self._strategy.barrier("prepare_data")
+            self._hooks.call("setup", fn)
+            result = body()
+        except BaseException as exc:
+            self._hooks.call_callbacks("on_exception", exc)
+            self._finish(fn, "failed")
+            raise
+        self._finish(fn, "success")
+        return result
+
+    def _finish(self, fn: str, status: str) -> None:
+        try:
+            if self.is_global_zero:
+                for lg in self.loggers:
+                    lg.finalize(status)
+            self._hooks.call("teardown", fn)
+        finally:
+            self.state.stage = None
+            self._strategy.teardown()
+
+    def _fit(self, model: TrainModule, train: Any, val: Any, ckpt_path: Any) -> None:
+        loader = train if train is not None else model.train_dataloader()
+        if loader is None:
+            raise ValueError(
+                "No training data: pass train_dataloaders to trainer.fit(...) or define "
+                f"{type(model).__name__}.train_dataloader()."
+            )
+        if isinstance(loader, (list, tuple)):
+            raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
+        self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
+        self.num_training_batches = num_batches(self.train_dataloader, self.limit_train_batches, "train")
+        if self.num_training_batches == 0:
+            raise ValueError("limit_train_batches leaves no training batches: nothing to train.")
+        val_source = val if val is not None else model.val_dataloader()
+        self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in as_loader_list(val_source)]
+
+        self._strategy.setup_module(model)
+        self.optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers())
+        self._strategy.setup_optimizers(self.optimizers)
+        self._optimizer_params = [optimizer_parameters(opt) for opt in self.optimizers]
+        self._current_epoch = 0
+        self._global_step = 0
+        if ckpt_path is not None:
+            self._restore(ckpt_path)
+        else:
+            self._scale_lr_once()
+        self._log_run_start(model)
+
+        self._hooks.call("on_fit_start")
+        if self.val_dataloaders and self.num_sanity_val_steps != 0 and self._val_enabled():
+            self.state.stage = "sanity_check"
+            self._hooks.call("on_sanity_check_start")
+            EvaluationLoop(self, "sanity_check").run(self.val_dataloaders, self.limit_val_batches)
+            self._hooks.call("on_sanity_check_end")
+            self.state.stage = "fit"
+        self._hooks.call("on_train_start")
+        self.model.train()
+        self.fit_loop.run()
+        self._hooks.call("on_train_end")
+        self._hooks.call("on_fit_end")
+
+    def _evaluate(self, stage: str, model: TrainModule | None, loaders: Any, ckpt_path: Any) -> Any:
+        if model is None:
+            if self._module is None:
+                raise ValueError(f"trainer.{stage}() needs a model: pass one, or call fit first.")
+            model = self._module
+        _check_module(model, training=False, stage=stage)
+        hook_stage = {"validate": "val", "test": "test", "predict": "predict"}[stage]
+
+        def body() -> Any:
+            source = loaders if loaders is not None else getattr(model, f"{hook_stage}_dataloader")()
+            dataloaders = [self._strategy.process_dataloader(dl, stage) for dl in as_loader_list(source)]
+            if not dataloaders:
+                raise ValueError(
+                    f"No {stage} data: pass dataloaders to trainer.{stage}(...) or define "
+                    f"{type(model).__name__}.{hook_stage}_dataloader()."
+                )
+            self._strategy.setup_module(model)
+            if ckpt_path is not None:
+                self._load_weights(ckpt_path)
+            limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
+                stage, self.limit_predict_batches
+            )
+            return EvaluationLoop(self, stage).run(dataloaders, limit)
+
+        return self._run(stage, model, body)
+
+    def _run_validation_in_fit(self) -> None:
+        self.state.stage = "validate"
+        EvaluationLoop(self, "validate").run(self.val_dataloaders, self.limit_val_batches)
+        self.state.stage = "fit"
+        self.should_stop = self._strategy.reduce_boolean_decision(self.should_stop, all=False)
+
+    def _val_enabled(self) -> bool:
+        if not self.val_dataloaders or self.limit_val_batches in (0, 0.0):
+            return False
+        return any(n != 0 for n in self.num_val_batches)
+
+    def _val_check_schedule(self) -> tuple[int | None, bool]:
+        """(validate every n training batches, validate at the epoch's last batch) for this epoch."""
+        if not self._val_enabled():
+            return None, False
+        interval = self.val_check_interval
+        if isinstance(interval, int):
+            return interval, False
+        every_epoch = self.check_val_every_n_epoch
+        if every_epoch is not None and (self.current_epoch + 1) % every_epoch != 0:
+            return None, False
+        if interval == 1.0:
+            return None, True
+        n = self.num_training_batches
+        if n is None:
+            raise ValueError(
+                f"val_check_interval={interval} is a fraction of the epoch, but the train loader has "
+                "no length. Use an int (validate every n batches)."
+            )
+        return max(1, int(n * interval)), False
+
+    # -- per-step helpers used by the loops ---------------------------------------------------------
+    def _move_batch(self, batch: Any) -> Any:
+        device = self._strategy.root_device
+        if device.type == "cpu":  # loader batches already live on the CPU
+            return batch
+        return self._strategy.accelerator.move_batch(batch, device)
+
+    def _metrics_for_schedulers(self) -> dict[str, torch.Tensor]:
+        return self.callback_metrics
+
+    def _log_step_metrics(self) -> None:
+        if self.loggers:
+            self._log_metrics(self._train_metrics.step_values(self._strategy))
+
+    def _log_epoch_metrics(self, store: MetricStore) -> None:
+        values = store.epoch_values(self._strategy)
+        self._callback_metrics.update(values)
+        self._log_metrics(values)
+
+    def _log_metrics(self, values: Mapping[str, torch.Tensor]) -> None:
+        if not values or not self.loggers or not self.is_global_zero:
+            return
+        numbers = {k: float(v) for k, v in values.items()}
+        numbers["epoch"] = float(self.current_epoch)
+        self._logged_metrics.update(numbers)
+        for lg in self.loggers:
+            lg.log_metrics(numbers, step=self.global_step)
+
+    def _log_run_start(self, model: TrainModule) -> None:
+        if not self.loggers or not self.is_global_zero:
+            return
+        summary = (
+            f"world size {self.world_size} ({self.num_nodes} node(s)), micro batch "
+            f"{self.micro_batch_size}, accumulation {self.accumulate_grad_batches}, global batch "
+            f"{self.global_batch_size}, precision {self.precision}, strategy {self._strategy.name}"
+        )
+        for lg in self.loggers:
+            if model.hparams:
+                lg.log_hyperparams(dict(model.hparams))
+            lg.log_text("run_summary", summary)
+
+    def _scale_lr_once(self) -> None:
+        factor = lr_scale_factor(self.scale_lr, self.world_size)
+        scale_learning_rates(self.optimizers, self.lr_scheduler_configs, factor)
+        self._lr_scaled = factor != 1.0
+        if self._lr_scaled and self.is_global_zero:
+            lrs = [group["lr"] for opt in self.optimizers for group in opt.param_groups]
+            print(f"[lockstep] scale_lr={self.scale_lr!r}: learning rate x{factor:g} for W={self.world_size} -> {lrs}")
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def _dump_checkpoint(self) -> dict[str, Any]:
+        module = self.module
+        loop = self.fit_loop
+        epoch_done = self.state.stage in (None, "fit", "validate") and loop.batch_idx == 0
+        checkpoint: dict[str, Any] = {
+            "format_version": FORMAT_VERSION,
+            "state_dict": module.state_dict(),
+            "optimizer_states": [opt.state_dict() for opt in self.optimizers],
+            "lr_schedulers": [cfg.scheduler.state_dict() for cfg in self.lr_scheduler_configs],
+            "precision": self._precision.state_dict(),
+            "epoch": self.current_epoch,
+            "global_step": self.global_step,
+            "loops": {"batches_done": 0 if epoch_done else loop.batch_idx + 1},
+            "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
+            "hyper_parameters": dict(module.hparams),
+            "world_size": self.world_size,
+            "accumulate_grad_batches": self.accumulate_grad_batches,
+            "lr_scaled": self._lr_scaled,
+        }
+        module.on_save_checkpoint(checkpoint)
+        self._hooks.call_callbacks("on_save_checkpoint", checkpoint)
+        return checkpoint
+
+    def _resolve_ckpt_path(self, ckpt_path: Any) -> str:
+        if ckpt_path in ("last", "best"):
+            cb = self.checkpoint_callback
+            path = getattr(cb, "last_model_path" if ckpt_path == "last" else "best_model_path", None)
+            if not path:
+                raise ValueError(
+                    f"ckpt_path={ckpt_path!r} but no ModelCheckpoint has a {ckpt_path} checkpoint yet."
+                )
+            return str(path)
+        return os.fspath(ckpt_path)
+
+    def _load_weights(self, ckpt_path: Any) -> dict[str, Any]:
+        checkpoint = load_checkpoint(self._resolve_ckpt_path(ckpt_path), map_location=self._strategy.root_device)
+        self.module.load_state_dict(checkpoint["state_dict"])
+        return checkpoint
+
+    def _restore(self, ckpt_path: Any) -> None:
+        checkpoint = self._load_weights(ckpt_path)
+        self.module.on_load_checkpoint(checkpoint)
+        self._hooks.call_callbacks("on_load_checkpoint", checkpoint)
+        for opt, state in zip(self.optimizers, checkpoint.get("optimizer_states", [])):
+            opt.load_state_dict(state)
+        for cfg, state in zip(self.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+            cfg.scheduler.load_state_dict(state)
+        self._precision.load_state_dict(checkpoint.get("precision", {}))
+        states = checkpoint.get("callbacks", {})
+        for cb in self.callbacks:
+            if cb.state_key in states:
+                cb.load_state_dict(states[cb.state_key])
+        self._global_step = int(checkpoint["global_step"])
+        self._current_epoch = int(checkpoint["epoch"])
+        self._lr_scaled = bool(checkpoint.get("lr_scaled", False))
+        if checkpoint.get("loops", {}).get("batches_done", 0):
+            rank_zero_warn(
+                "The checkpoint was saved in the middle of an epoch; training restarts that epoch "
+                "from its first batch."
+            )
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_val_check_interval(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"val_check_interval must be an int (batches) or a float fraction, got {value!r}")
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"val_check_interval as an int must be >= 1, got {value}")
+    if isinstance(value, float) and not 0.0 < value <= 1.0:
+        raise ValueError(f"val_check_interval as a fraction must be in (0.0, 1.0], got {value}")
+
+
+def _check_module(model: Any, training: bool, stage: str = "fit") -> None:
+    if not isinstance(model, TrainModule):
+        raise TypeError(f"trainer.{stage}() needs a TrainModule subclass instance, got {type(model).__name__}.")
+    required = ["training_step", "configure_optimizers"] if training else [
+        {"validate": "validation_step", "test": "test_step", "predict": "predict_step"}[stage]
+    ]
+    for name in required:
+        if name == "predict_step":
+            continue  # it has a default (self(batch))
+        if getattr(type(model), name) is getattr(TrainModule, name):
+            raise NotImplementedError(
+                f"{type(model).__name__} does not define {name}(), which trainer.{stage}() needs."
+            )
+
+
+def _make_loggers(logger: Any, root: str) -> list[Logger]:
+    if logger is True:
+        from callbacks.tensorboard_logger import TensorBoardLogger
+
+        return [TensorBoardLogger(save_dir=root)]
+    if logger is False or logger is None:
+        return []
+    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    for lg in items:
+        if not isinstance(lg, Logger):
+            raise TypeError(f"logger must be True/False, a Logger or a list of Loggers; got {type(lg).__name__}")
+    return items
+
+
+def _make_callbacks(
+    callbacks: Any, loggers: list[Logger], progress_bar: bool, checkpointing: bool
+) -> list[Callback]:
+    given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    for cb in given:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"callbacks must be Callback instances; got {type(cb).__name__}")
+    names = {type(cb).__name__ for cb in given}
+    if progress_bar and "ProgressBar" not in names:
+        from callbacks.progress_bar import ProgressBar
+
+        given.append(ProgressBar())
+    if checkpointing and "ModelCheckpoint" not in names:
+        from callbacks.model_checkpoint import ModelCheckpoint
+
+        given.append(ModelCheckpoint())
+    # Checkpoint callbacks run last so they save state every other callback already updated.
+    ordinary = [cb for cb in given if type(cb).__name__ != "ModelCheckpoint"]
+    checkpoints = [cb for cb in given if type(cb).__name__ == "ModelCheckpoint"]
+    return [*loggers, *ordinary, *checkpoints]

@@ -1,4 +1,6 @@
 """Lockstep: a PyTorch trainer whose DDP + accumulation equals one big batch, at no cost."""
+from trainer.allreduce import AllReduceStrategy
+from trainer.ddp import DDPStrategy
 from trainer.module import TrainModule
 from trainer.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from trainer.seed import seed_everything
@@ -13,6 +15,8 @@ __all__ = [
     "seed_everything",
     "Strategy",
     "SingleDeviceStrategy",
+    "DDPStrategy",
+    "AllReduceStrategy",
     "rank_zero_only",
     "rank_zero_info",
     "rank_zero_warn",

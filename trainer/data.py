@@ -82,3 +82,4 @@ def loader_batch_size(loader: Any) -> int | None:
     if size is None:
         size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
     return size
+

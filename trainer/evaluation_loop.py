@@ -1,6 +1,7 @@
 """Validation, test, predict and the sanity check: one loop over one or more dataloaders."""
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -28,6 +29,8 @@ class EvaluationLoop:
         t, p = self.trainer, self.prefix
         hooks, module = t._hooks, t.module
         step_fn = getattr(module, f"{p}_step")
+        if len(dataloaders) > 1:
+            _check_accepts_dataloader_idx(step_fn, f"{p}_step", len(dataloaders))
         was_training = module.training
         module.eval()
         self.metrics.reset()
@@ -80,6 +83,16 @@ def _cap(n: int | None, cap: int) -> int:
     if cap == -1:
         return n if n is not None else 2**62
     return cap if n is None else min(n, cap)
+
+
+def _check_accepts_dataloader_idx(step_fn: Any, name: str, n: int) -> None:
+    try:
+        inspect.signature(step_fn).bind(None, 0, 0)
+    except TypeError:
+        raise TypeError(
+            f"{name} is called with (batch, batch_idx, dataloader_idx) when there are several "
+            f"dataloaders ({n} here); add a `dataloader_idx=0` parameter to it."
+        ) from None
 
 
 def _split_by_loader(values: dict[str, torch.Tensor], n: int) -> list[dict[str, float]]:

@@ -105,7 +105,7 @@ class FitLoop:
                 torch._foreach_mul_(grads, grad_correction)
             precision.unscale(optimizer)
             hooks.call("on_before_optimizer_step", optimizer)
-            if t.gradient_clip_val is not None:
+            if t.gradient_clip_val:  # None or 0: no clipping (as in Lightning)
                 clip_gradients(params, t.gradient_clip_val, t.gradient_clip_algorithm)
             precision.optimizer_step(optimizer)
         precision.update()

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from trainer.accelerator import Accelerator
+from trainer.distributed_sampler import set_epoch
 
 T = TypeVar("T")
 
@@ -30,6 +31,7 @@ class Strategy:
         self.num_nodes = 1
         self.model: nn.Module | None = None
         self.module: nn.Module | None = None
+        self.launcher: Any = None  # set when this process must start the workers itself
 
     # -- set-up -----------------------------------------------------------------------------
     def connect(self, accelerator: Accelerator) -> None:
@@ -80,8 +82,6 @@ class Strategy:
 
     def on_epoch_start(self, dataloader: Any, epoch: int) -> None:
         """Reseed per-epoch shuffling (``set_epoch``) before an epoch's first batch."""
-        from trainer.distributed_sampler import set_epoch
-
         set_epoch(dataloader, epoch)
 
     # -- collectives (identities for one process) ---------------------------------------------

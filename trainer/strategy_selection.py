@@ -1,10 +1,16 @@
-"""Turning the Trainer's ``strategy`` / ``devices`` / ``num_nodes`` arguments into a Strategy."""
+"""Turning the Trainer's ``strategy`` / ``devices`` / ``num_nodes`` arguments into a Strategy.
+
+Under a launcher (torchrun, SLURM ``srun``, our own launchers) the launcher's world is adopted;
+an explicit ``devices`` / ``num_nodes`` that disagrees with it is an error, because peers that
+silently ignore it train W independent copies of the model. Without a launcher and with more
+than one process requested, the strategy gets a launcher that starts the workers.
+"""
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from trainer.accelerator import Accelerator
+from trainer.cluster_environment import detect_cluster_environment
 from trainer.strategy import SingleDeviceStrategy, Strategy
 
 STRATEGY_NAMES = ("auto", "single_device", "ddp", "ddp_spawn", "allreduce")
@@ -30,22 +36,83 @@ def select_strategy(
     sync_batchnorm: bool,
     use_distributed_sampler: bool,
 ) -> Strategy:
-    """The strategy for this run, connected to ``accelerator``."""
+    """The strategy for this run, connected to ``accelerator`` and placed in the job."""
+    from trainer.process_group import ProcessGroupStrategy
+
     per_node = parse_devices(devices)
     if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
         raise ValueError(f"num_nodes must be an int >= 1, got {num_nodes!r}")
-    if isinstance(strategy, Strategy):
-        strategy.connect(accelerator)
-        return strategy
-    if strategy not in STRATEGY_NAMES:
-        raise ValueError(f"Unknown strategy {strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy.")
-    launched_world = int(os.environ.get("WORLD_SIZE", "1"))
-    wants_many = per_node != "auto" and per_node > 1
-    if wants_many or num_nodes > 1 or launched_world > 1 or strategy in ("ddp", "ddp_spawn", "allreduce"):
-        raise NotImplementedError(
-            "Multi-process training (devices > 1, num_nodes > 1, a launcher's WORLD_SIZE > 1, or "
-            f"strategy={strategy!r}) is the distributed data parallel feature, not built yet."
+    if not isinstance(strategy, Strategy) and strategy not in STRATEGY_NAMES:
+        raise ValueError(
+            f"Unknown strategy {strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy."
         )
-    chosen = SingleDeviceStrategy()
+    cluster = detect_cluster_environment()
+    if cluster.is_distributed:
+        _check_matches_launcher(per_node, num_nodes, cluster)
+        chosen = strategy if isinstance(strategy, Strategy) else _make(strategy)
+        if not isinstance(chosen, ProcessGroupStrategy):
+            raise ValueError(
+                f"This process was launched as rank {cluster.global_rank} of {cluster.world_size} "
+                f"({cluster.source}), but strategy={strategy!r} runs a single process. Use "
+                "strategy='ddp' (or 'auto'), or launch one process."
+            )
+        chosen.connect(accelerator)
+        chosen.configure(cluster, sync_batchnorm, use_distributed_sampler)
+        return chosen
+
+    if per_node == "auto":
+        per_node = accelerator.device_count() if accelerator.kind == "cuda" else 1
+    if accelerator.kind == "cuda" and per_node > accelerator.device_count():
+        raise ValueError(
+            f"devices={per_node} but this machine has {accelerator.device_count()} CUDA device(s)."
+        )
+    world = per_node * num_nodes
+    if world == 1 and not isinstance(strategy, Strategy):
+        # One process needs no process group, whatever strategy was named.
+        chosen = SingleDeviceStrategy()
+        chosen.connect(accelerator)
+        return chosen
+    chosen = strategy if isinstance(strategy, Strategy) else _make(strategy)
     chosen.connect(accelerator)
+    if world == 1:
+        return chosen
+    if not isinstance(chosen, ProcessGroupStrategy):
+        raise ValueError(f"devices={per_node}, num_nodes={num_nodes} needs a distributed strategy, got {chosen.name!r}.")
+    from trainer.launcher import ElasticLauncher, SpawnLauncher
+
+    chosen.sync_batchnorm = sync_batchnorm
+    chosen.use_distributed_sampler = use_distributed_sampler
+    chosen.world_size, chosen.num_nodes = world, num_nodes
+    if strategy == "ddp_spawn":
+        if num_nodes > 1:
+            raise ValueError("strategy='ddp_spawn' runs on one node; use torchrun or srun for several nodes.")
+        chosen.launcher = SpawnLauncher(per_node)
+    else:
+        chosen.launcher = ElasticLauncher(per_node, num_nodes)
     return chosen
+
+
+def _make(name: str) -> Strategy:
+    from trainer.allreduce import AllReduceStrategy
+    from trainer.ddp import DDPStrategy
+
+    if name == "allreduce":
+        return AllReduceStrategy()
+    if name == "single_device":
+        return SingleDeviceStrategy()
+    return DDPStrategy()  # "auto", "ddp", "ddp_spawn"
+
+
+def _check_matches_launcher(per_node: int | str, num_nodes: int, cluster: Any) -> None:
+    where = f"the launcher ({cluster.source}) started {cluster.world_size} processes"
+    if per_node != "auto" and per_node != cluster.local_world_size:
+        raise ValueError(
+            f"Trainer(devices={per_node}) but {where}, {cluster.local_world_size} on this node "
+            f"(LOCAL_WORLD_SIZE). Use devices='auto' to adopt the launcher's world, or launch "
+            f"{per_node} processes per node."
+        )
+    if num_nodes != 1 and num_nodes != cluster.num_nodes:
+        raise ValueError(
+            f"Trainer(num_nodes={num_nodes}) but {where} on {cluster.num_nodes} node(s) "
+            "(WORLD_SIZE / LOCAL_WORLD_SIZE). Leave num_nodes at its default to adopt the launcher's world."
+        )

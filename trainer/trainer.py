@@ -303,7 +303,12 @@ class Trainer:
     ) -> None:
         """Train ``model``; ``ckpt_path`` ("last", "best" or a path) resumes a checkpoint."""
         _check_module(model, training=True)
-        self._run("fit", model, lambda: self._fit(model, train_dataloaders, val_dataloaders, ckpt_path))
+        self._run(
+            "fit",
+            model,
+            lambda: self._fit(model, train_dataloaders, val_dataloaders, ckpt_path),
+            (model, train_dataloaders, val_dataloaders, ckpt_path),
+        )
 
     def validate(
         self,
@@ -340,7 +345,9 @@ class Trainer:
         self._strategy.barrier("save_checkpoint")
 
     # -- the run --------------------------------------------------------------------------------
-    def _run(self, fn: str, model: TrainModule, body: Callable[[], Any]) -> Any:
+    def _run(self, fn: str, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
+        if self._strategy.launcher is not None:
+            return self._strategy.launcher.launch(self, fn, args)
         self._module = model
         model._trainer = self
         self.state = TrainerState(fn=fn, stage=fn)
@@ -355,6 +362,7 @@ class Trainer:
             self._hooks.call("setup", fn)
             result = body()
         except BaseException as exc:
+            _record_for_elastic_agent(exc)
             self._hooks.call_callbacks("on_exception", exc)
             self._finish(fn, "failed")
             raise
@@ -436,7 +444,7 @@ class Trainer:
             )
             return EvaluationLoop(self, stage).run(dataloaders, limit)
 
-        return self._run(stage, model, body)
+        return self._run(stage, model, body, (model, loaders, ckpt_path))
 
     def _run_validation_in_fit(self) -> None:
         self.state.stage = "validate"
@@ -579,6 +587,18 @@ class Trainer:
                 "The checkpoint was saved in the middle of an epoch; training restarts that epoch "
                 "from its first batch."
             )
+
+
+def _record_for_elastic_agent(exc: BaseException) -> None:
+    """Under torch's elastic agent, write the traceback where the agent reports it from."""
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ or not isinstance(exc, Exception):
+        return
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    try:
+        ErrorHandler().record_exception(exc)
+    except Exception:  # the original exception matters more than its report
+        pass
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

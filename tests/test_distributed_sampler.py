@@ -1,0 +1,251 @@
+"""Sharding of DataLoaders; ranks are simulated by building the sampler with rank=0/1 in-process."""
+from __future__ import annotations
+
+import multiprocessing
+import warnings
+
+import pytest
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
+
+from trainer.distributed_sampler import UnpaddedDistributedSampler, distribute_dataloader, set_epoch
+
+pytestmark = pytest.mark.timeout(20)
+
+
+class _Range(torch.utils.data.Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+class _Stream(IterableDataset):
+    def __iter__(self):
+        return iter(range(4))
+
+
+class _EveryOther(Sampler):
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(0, self.n, 2))
+
+    def __len__(self):
+        return (self.n + 1) // 2
+
+
+def _collate(batch):
+    return batch
+
+
+def _worker_init(worker_id):
+    pass
+
+
+def _indices(loader):
+    return [i for batch in loader for i in (batch.tolist() if torch.is_tensor(batch) else [batch])]
+
+
+def _shards(loader, world_size=2, **kwargs):
+    return [
+        _indices(distribute_dataloader(loader, num_replicas=world_size, rank=r, **kwargs))
+        for r in range(world_size)
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# UnpaddedDistributedSampler
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [0, 1, 5, 7, 10])
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_unpadded_shards_cover_the_dataset_exactly_once(n, world_size, shuffle):
+    samplers = [
+        UnpaddedDistributedSampler(_Range(n), world_size, r, shuffle=shuffle, seed=3)
+        for r in range(world_size)
+    ]
+    shards = [list(s) for s in samplers]
+    assert sorted(i for shard in shards for i in shard) == list(range(n))
+    assert [len(s) for s in samplers] == [len(shard) for shard in shards]
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    assert isinstance(samplers[0], DistributedSampler)
+
+
+def test_unpadded_set_epoch_reshuffles_consistently_across_ranks():
+    samplers = [UnpaddedDistributedSampler(_Range(9), 2, r, shuffle=True) for r in range(2)]
+    epoch0 = [list(s) for s in samplers]
+    for s in samplers:
+        s.set_epoch(1)
+    epoch1 = [list(s) for s in samplers]
+    assert epoch0 != epoch1
+    assert sorted(epoch1[0] + epoch1[1]) == list(range(9))
+    assert list(UnpaddedDistributedSampler(_Range(9), 2, 0)) == [0, 2, 4, 6, 8]  # no shuffle by default
+
+
+def test_unpadded_rejects_bad_rank():
+    with pytest.raises(ValueError, match=r"rank=2 must be in 0\.\.1 for num_replicas=2"):
+        UnpaddedDistributedSampler(_Range(4), 2, 2)
+    with pytest.raises(ValueError, match=r"num_replicas must be an int >= 1, got 0"):
+        UnpaddedDistributedSampler(_Range(4), 0, 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# distribute_dataloader
+# ----------------------------------------------------------------------------------------------
+def test_training_shards_are_disjoint_and_cover_the_dataset():
+    loader = DataLoader(_Range(10), batch_size=3, shuffle=True)
+    shards = _shards(loader)
+    assert sorted(shards[0] + shards[1]) == list(range(10))
+    assert shards[0] != sorted(shards[0])  # RandomSampler -> shuffled
+    new = distribute_dataloader(loader, num_replicas=2, rank=0)
+    assert type(new.sampler) is DistributedSampler and new.sampler.shuffle
+
+
+def test_training_pads_and_evaluation_does_not_for_odd_sizes():
+    loader = DataLoader(_Range(7), batch_size=2)
+    padded = _shards(loader)
+    assert [len(s) for s in padded] == [4, 4] and set(padded[0] + padded[1]) == set(range(7))
+    exact = _shards(loader, evaluation=True)
+    assert exact == [[0, 2, 4, 6], [1, 3, 5]]  # SequentialSampler -> not shuffled
+    new = distribute_dataloader(loader, num_replicas=2, rank=1, evaluation=True)
+    assert type(new.sampler) is UnpaddedDistributedSampler
+
+
+def test_shuffle_argument_overrides_the_original_sampler():
+    assert _shards(DataLoader(_Range(8)), shuffle=False)[0] == [0, 2, 4, 6]
+    shuffled = _shards(DataLoader(_Range(8)), shuffle=True, seed=1)
+    assert shuffled[0] != sorted(shuffled[0]) and sorted(shuffled[0] + shuffled[1]) == list(range(8))
+    assert _shards(DataLoader(_Range(8), shuffle=True), shuffle=False)[1] == [1, 3, 5, 7]
+
+
+def test_set_epoch_changes_the_order():
+    loader = distribute_dataloader(DataLoader(_Range(32), batch_size=4, shuffle=True), num_replicas=2, rank=0)
+    set_epoch(loader, 0)
+    epoch0 = _indices(loader)
+    assert _indices(loader) == epoch0  # same epoch, same order
+    set_epoch(loader, 1)
+    assert loader.sampler.epoch == 1 and _indices(loader) != epoch0
+
+
+def test_every_dataloader_setting_survives():
+    generator = torch.Generator().manual_seed(5)
+    settings = dict(
+        batch_size=3, num_workers=2, collate_fn=_collate, pin_memory=True, drop_last=True, timeout=7.0,
+        worker_init_fn=_worker_init, multiprocessing_context="spawn", generator=generator,
+        persistent_workers=True, prefetch_factor=5, in_order=False,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pin_memory_device is deprecated in recent torch
+        loader = DataLoader(_Range(10), shuffle=True, pin_memory_device="cpu", **settings)
+        new = distribute_dataloader(loader, num_replicas=2, rank=1)
+    assert isinstance(new.sampler, DistributedSampler) and new.sampler.rank == 1
+    for name, value in settings.items():
+        if name == "multiprocessing_context":
+            assert new.multiprocessing_context is multiprocessing.get_context("spawn")
+        else:
+            assert getattr(new, name) == value, name
+    assert new.pin_memory_device == "cpu"
+
+
+def test_plain_batch_sampler_is_rebuilt_around_the_distributed_sampler():
+    loader = DataLoader(_Range(10), batch_sampler=BatchSampler(RandomSampler(_Range(10)), 3, drop_last=True))
+    new = distribute_dataloader(loader, num_replicas=2, rank=0)
+    assert type(new.batch_sampler) is BatchSampler
+    assert (new.batch_sampler.batch_size, new.batch_sampler.drop_last) == (3, True)
+    assert isinstance(new.batch_sampler.sampler, DistributedSampler) and new.batch_sampler.sampler.shuffle
+    assert [len(b) for b in new] == [3]  # 5 samples, batches of 3, last one dropped
+
+
+def test_unbatched_loader_stays_unbatched():
+    shards = _shards(DataLoader(_Range(5), batch_size=None), evaluation=True)
+    assert shards == [[0, 2, 4], [1, 3]]
+
+
+def test_already_distributed_and_iterable_loaders_are_returned_unchanged():
+    dataset = _Range(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for loader in (
+            DataLoader(dataset, sampler=DistributedSampler(dataset, num_replicas=2, rank=0)),
+            DataLoader(dataset, batch_sampler=_batched_unpadded(dataset)),
+            DataLoader(_Stream(), batch_size=2),
+        ):
+            assert distribute_dataloader(loader, num_replicas=2, rank=0) is loader
+
+
+def _batched_unpadded(dataset):
+    return BatchSampler(UnpaddedDistributedSampler(dataset, 2, 0), 2, drop_last=True)
+
+
+class _MyLoader(DataLoader):
+    pass
+
+
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda d: DataLoader(d, sampler=_EveryOther(6)), r"uses a custom sampler \(_EveryOther\)"),
+        (lambda d: DataLoader(d, batch_sampler=BatchSampler(_EveryOther(6), 2, False)), r"a custom sampler"),
+        (lambda d: DataLoader(d, batch_sampler=[[0, 1], [2]]), r"a custom batch_sampler \(list\)"),
+        (
+            lambda d: DataLoader(d, sampler=RandomSampler(d, replacement=True)),
+            r"a RandomSampler with replacement",
+        ),
+        (lambda d: _MyLoader(d), r"a DataLoader subclass \(_MyLoader\)"),
+        (lambda d: [[0, 1], [2, 3]], r"a plain iterable \(list\), not a DataLoader"),
+    ],
+)
+def test_custom_samplers_are_kept_with_a_warning(make, what):
+    loader = make(_Range(6))
+    expected = f"{what}.*EACH OF THE 2 RANKS WILL SEE THE FULL DATA"
+    with pytest.warns(UserWarning, match=expected) as record:
+        assert distribute_dataloader(loader, num_replicas=2, rank=0) is loader
+    assert "sampler=DistributedSampler(dataset)" in str(record[0].message)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match=r"rank=-1 must be in 0\.\.1 for num_replicas=2"):
+        distribute_dataloader(DataLoader(_Range(2)), num_replicas=2, rank=-1)
+    with pytest.raises(ValueError, match="num_replicas must be an int >= 1, got 0"):
+        distribute_dataloader(DataLoader(_Range(2)), num_replicas=0, rank=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# set_epoch
+# ----------------------------------------------------------------------------------------------
+class _Epochs:
+    def __init__(self, sampler=None):
+        self.epochs = []
+        self.sampler = sampler
+
+    def set_epoch(self, epoch):
+        self.epochs.append(epoch)
+
+    def __iter__(self):
+        return iter([])
+
+
+def test_set_epoch_reaches_sampler_batch_sampler_and_inner_sampler():
+    inner = _Epochs()
+    outer = _Epochs(sampler=inner)
+    loader = DataLoader(_Range(4), batch_sampler=outer)
+    set_epoch(loader, 3)
+    assert outer.epochs == [3] and inner.epochs == [3]
+    shared = DistributedSampler(_Range(4), num_replicas=2, rank=0)
+    set_epoch(DataLoader(_Range(4), sampler=shared, batch_size=2), 2)  # sampler is batch_sampler.sampler
+    assert shared.epoch == 2
+    set_epoch([1, 2, 3], 1)  # anything without samplers is ignored

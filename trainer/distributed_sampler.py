@@ -1,0 +1,208 @@
+"""Giving each rank its own shard of a DataLoader's data.
+
+- ``UnpaddedDistributedSampler``: disjoint shards that cover the dataset exactly once, for exact
+  evaluation (``DistributedSampler`` pads with duplicates so that all ranks have equal length).
+- ``distribute_dataloader``: rebuild a DataLoader around a distributed sampler, keeping every
+  other setting of the user's loader.
+- ``set_epoch``: reshuffle per epoch, whatever sampler the loader holds.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any, Iterator
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
+
+__all__ = ["UnpaddedDistributedSampler", "distribute_dataloader", "set_epoch"]
+
+# DataLoader arguments copied from the user's loader; the sampling arguments are rebuilt.
+_KEPT_LOADER_ARGS = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+
+
+class UnpaddedDistributedSampler(DistributedSampler):
+    """Shard ``dataset`` over ``num_replicas`` ranks so that every index appears exactly once.
+
+    Rank ``r`` gets positions ``r, r + num_replicas, ...`` of the (optionally shuffled) index
+    list, so ranks may differ by one sample. Use it for evaluation: metrics reduced over ranks
+    then count each sample once. Ranks can therefore run a different number of batches; code that
+    runs a collective per batch must not use it. ``shuffle`` permutes with ``seed + epoch``
+    (call ``set_epoch``) identically on every rank.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        num_replicas: int,
+        rank: int,
+        shuffle: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(num_replicas, int) or num_replicas < 1:
+            raise ValueError(
+                f"UnpaddedDistributedSampler: num_replicas must be an int >= 1, got {num_replicas!r}."
+            )
+        if not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise ValueError(
+                f"UnpaddedDistributedSampler: rank={rank!r} must be in 0..{num_replicas - 1} "
+                f"for num_replicas={num_replicas}."
+            )
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.total_size = len(dataset)  # type: ignore[arg-type]
+        self.num_samples = len(range(rank, self.total_size, num_replicas))
+
+    def __iter__(self) -> Iterator[int]:
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            indices = torch.randperm(self.total_size, generator=generator).tolist()
+        else:
+            indices = list(range(self.total_size))
+        return iter(indices[self.rank :: self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+def distribute_dataloader(
+    dataloader: DataLoader,
+    *,
+    num_replicas: int,
+    rank: int,
+    shuffle: bool | None = None,
+    seed: int = 0,
+    evaluation: bool = False,
+) -> DataLoader:
+    """Return a DataLoader that yields only this rank's shard of ``dataloader``'s data.
+
+    The new loader uses a ``DistributedSampler`` (training: every rank gets the same number of
+    samples, padding with a few repeated ones) or, with ``evaluation=True``, an
+    ``UnpaddedDistributedSampler`` (each sample exactly once). ``shuffle=None`` keeps the
+    original order type: a ``RandomSampler`` shuffles, a ``SequentialSampler`` does not. Batch
+    size, ``drop_last``, a plain ``BatchSampler``'s settings and every other DataLoader argument
+    (workers, ``collate_fn``, pinning, ``generator``, ...) are kept.
+
+    Returned unchanged: loaders that already shard (a ``DistributedSampler`` as sampler or inside
+    the batch sampler), loaders over an ``IterableDataset`` (the dataset must shard itself, e.g.
+    by ``torch.distributed.get_rank()``), and, with a warning, loaders with a custom sampler or
+    batch sampler, DataLoader subclasses and iterables that are not DataLoaders, which cannot be
+    rebuilt without losing behaviour.
+    """
+    if not isinstance(num_replicas, int) or num_replicas < 1:
+        raise ValueError(f"distribute_dataloader: num_replicas must be an int >= 1, got {num_replicas!r}.")
+    if not isinstance(rank, int) or not 0 <= rank < num_replicas:
+        raise ValueError(
+            f"distribute_dataloader: rank={rank!r} must be in 0..{num_replicas - 1} "
+            f"for num_replicas={num_replicas}."
+        )
+    if not isinstance(dataloader, DataLoader):
+        _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
+        return dataloader
+    if isinstance(dataloader.dataset, IterableDataset) or _is_distributed(dataloader):
+        return dataloader
+
+    batch_sampler = dataloader.batch_sampler
+    user_batch_sampler = dataloader.batch_size is None and batch_sampler is not None
+    inner = getattr(batch_sampler, "sampler", None) if user_batch_sampler else dataloader.sampler
+    custom = _custom_part(dataloader, inner, batch_sampler if user_batch_sampler else None)
+    if custom is not None:
+        _warn_full_data(f"the DataLoader uses {custom}", num_replicas)
+        return dataloader
+
+    if shuffle is None:
+        shuffle = isinstance(inner, RandomSampler)
+    sampler: DistributedSampler
+    if evaluation:
+        sampler = UnpaddedDistributedSampler(
+            dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed
+        )
+    else:
+        sampler = DistributedSampler(
+            dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed
+        )
+    kwargs = _kept_kwargs(dataloader)
+    if user_batch_sampler:
+        batch_size, drop_last = batch_sampler.batch_size, batch_sampler.drop_last  # type: ignore[union-attr]
+        kwargs["batch_sampler"] = BatchSampler(sampler, batch_size=batch_size, drop_last=drop_last)
+    else:
+        kwargs.update(sampler=sampler, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
+    return DataLoader(dataloader.dataset, **kwargs)
+
+
+def set_epoch(dataloader: Any, epoch: int) -> None:
+    """Call ``set_epoch(epoch)`` on the loader's sampler, batch sampler and batch sampler's sampler.
+
+    Objects without ``set_epoch`` are skipped, so any iterable may be passed.
+    """
+    seen: set[int] = set()
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    for obj in (
+        getattr(dataloader, "sampler", None),
+        batch_sampler,
+        getattr(batch_sampler, "sampler", None),
+    ):
+        if obj is not None and id(obj) not in seen and callable(getattr(obj, "set_epoch", None)):
+            seen.add(id(obj))
+            obj.set_epoch(epoch)
+
+
+def _warn_full_data(what: str, num_replicas: int) -> None:
+    warnings.warn(
+        f"distribute_dataloader: {what}, which cannot be given a distributed sampler without "
+        f"losing its behaviour, so it is left as is and EACH OF THE {num_replicas} RANKS WILL SEE "
+        f"THE FULL DATA. To shard it, build a DataLoader with `sampler=DistributedSampler(dataset)` "
+        f"(or make your sampler yield only this rank's indices, e.g. by wrapping a "
+        f"DistributedSampler).",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _is_distributed(dataloader: DataLoader) -> bool:
+    batch_sampler = dataloader.batch_sampler
+    return any(
+        isinstance(obj, DistributedSampler)
+        for obj in (dataloader.sampler, batch_sampler, getattr(batch_sampler, "sampler", None))
+    )
+
+
+def _custom_part(dataloader: DataLoader, sampler: Any, batch_sampler: Any) -> str | None:
+    """Describe what makes the loader impossible to rebuild faithfully, or None."""
+    if type(dataloader) is not DataLoader:
+        return f"a DataLoader subclass ({type(dataloader).__qualname__})"
+    if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
+        return f"a custom batch_sampler ({type(batch_sampler).__qualname__})"
+    if type(sampler) is SequentialSampler:
+        return None
+    if type(sampler) is RandomSampler:
+        if sampler.replacement or sampler.num_samples != len(sampler.data_source):  # type: ignore[arg-type]
+            return "a RandomSampler with replacement or num_samples"
+        return None
+    return f"a custom sampler ({type(sampler).__qualname__})"
+
+
+def _kept_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+    # Only arguments this torch version's DataLoader accepts (in_order is recent).
+    accepted = inspect.signature(DataLoader.__init__).parameters
+    return {name: getattr(dataloader, name) for name in _KEPT_LOADER_ARGS if name in accepted}

@@ -1,0 +1,148 @@
+"""Starting the worker processes when the user ran ``python script.py`` with ``devices > 1``.
+
+`ElasticLauncher` hands the script to torch's elastic agent (what ``torchrun`` runs), so workers
+are supervised exactly as under torchrun; the launching process then exits with the workers'
+status instead of running the rest of the script a second time. `SpawnLauncher` uses
+``torch.multiprocessing.spawn`` (``strategy="ddp_spawn"``) for notebooks and pickled modules,
+and copies rank 0's trained weights back into the launching process.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import torch
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ElasticLauncher:
+    """Re-runs ``sys.argv`` in ``nproc_per_node`` workers under torch's elastic agent."""
+
+    def __init__(self, nproc_per_node: int, num_nodes: int = 1, max_restarts: int = 0) -> None:
+        self.nproc_per_node = nproc_per_node
+        self.num_nodes = num_nodes
+        self.max_restarts = max_restarts
+
+    def launch(self, trainer: Trainer, fn: str, args: tuple[Any, ...]) -> NoReturn:
+        """Run the workers to completion, then exit this process with their status."""
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+        script = sys.argv[0] if sys.argv else ""
+        if not script or script == "-c" or not os.path.isfile(script):
+            raise RuntimeError(
+                f"Trainer(devices={self.nproc_per_node}) starts its workers by re-running your script, but "
+                f"this process was not started from a script file (sys.argv[0]={script!r}). In a notebook "
+                "or an interactive session use strategy='ddp_spawn', or launch with torchrun."
+            )
+        if self.num_nodes == 1:
+            endpoint, backend, configs = f"127.0.0.1:{_free_port()}", "c10d", {}
+        else:
+            for var in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
+                if var not in os.environ:
+                    raise RuntimeError(
+                        f"Trainer(num_nodes={self.num_nodes}) launched with plain `python` needs "
+                        f"MASTER_ADDR, MASTER_PORT and NODE_RANK on every node; {var} is not set. "
+                        "Or launch with torchrun / srun."
+                    )
+            endpoint = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+            backend, configs = "static", {"rank": int(os.environ["NODE_RANK"])}
+        config = LaunchConfig(
+            min_nodes=self.num_nodes,
+            max_nodes=self.num_nodes,
+            nproc_per_node=self.nproc_per_node,
+            run_id=f"lockstep-{uuid.uuid4().hex[:8]}",
+            rdzv_endpoint=endpoint,
+            rdzv_backend=backend,
+            rdzv_configs=configs,
+            max_restarts=self.max_restarts,
+            monitor_interval=0.1,
+            start_method="spawn",
+        )
+        try:
+            elastic_launch(config, entrypoint=sys.executable)("-u", *sys.argv)
+        except ChildFailedError as err:
+            rank, failure = err.get_first_failure()
+            print(
+                f"[lockstep] worker rank {rank} failed with exit code {failure.exitcode}:\n{err.format_msg()}",
+                file=sys.stderr,
+                flush=True,
+            )
+            sys.exit(failure.exitcode if failure.exitcode > 0 else 1)
+        sys.exit(0)
+
+
+class SpawnLauncher:
+    """Runs the Trainer's entry point in ``nprocs`` processes made by ``torch.multiprocessing``."""
+
+    def __init__(self, nprocs: int) -> None:
+        self.nprocs = nprocs
+
+    def launch(self, trainer: Trainer, fn: str, args: tuple[Any, ...]) -> Any:
+        """Run ``trainer.<fn>(*args)`` on every rank; return rank 0's result here."""
+        import torch.multiprocessing as mp
+
+        port = _free_port()
+        with tempfile.TemporaryDirectory(prefix="lockstep-spawn-") as out:
+            mp.start_processes(
+                _spawned_worker,
+                args=(trainer, fn, args, port, self.nprocs, out),
+                nprocs=self.nprocs,
+                start_method="spawn",
+                join=True,
+            )
+            outcome = torch.load(Path(out) / "rank0.pt", weights_only=False)
+        model = args[0] if args and args[0] is not None else trainer._module
+        if model is not None:
+            model.load_state_dict(outcome["state_dict"])
+            trainer._module = model
+            model._trainer = trainer
+        trainer._global_step = outcome["global_step"]
+        trainer._current_epoch = outcome["current_epoch"]
+        trainer._callback_metrics = outcome["callback_metrics"]
+        return outcome["result"]
+
+
+def _spawned_worker(rank: int, trainer: Trainer, fn: str, args: tuple[Any, ...], port: int, nprocs: int, out: str) -> None:
+    os.environ.update(
+        {
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(nprocs),
+            "LOCAL_WORLD_SIZE": str(nprocs),
+            "GROUP_RANK": "0",
+        }
+    )
+    from trainer.cluster_environment import detect_cluster_environment
+
+    strategy = trainer.strategy
+    strategy.launcher = None
+    strategy.configure(detect_cluster_environment(), strategy.sync_batchnorm, strategy.use_distributed_sampler)
+    result = getattr(trainer, fn)(*args)
+    if rank == 0:
+        module = trainer.module
+        torch.save(
+            {
+                "state_dict": {k: v.cpu() for k, v in module.state_dict().items()},
+                "global_step": trainer.global_step,
+                "current_epoch": trainer.current_epoch,
+                "callback_metrics": {k: v.cpu() for k, v in trainer.callback_metrics.items()},
+                "result": result,
+            },
+            Path(out) / "rank0.pt",
+        )

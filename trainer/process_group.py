@@ -1,0 +1,166 @@
+"""`ProcessGroupStrategy`: what every multi-process strategy shares.
+
+Joining and leaving the process group, device pinning by local rank, BatchNorm conversion,
+sharding dataloaders, and the collectives the Trainer and callbacks use.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.cluster_environment import ClusterEnvironment, detect_cluster_environment
+from trainer.strategy import Strategy
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
+_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+class ProcessGroupStrategy(Strategy):
+    """Base of the data-parallel strategies: one process per device, torch.distributed collectives.
+
+    Args:
+        timeout: how long a collective may wait for the other ranks before it fails (a
+            ``timedelta`` or seconds). A rank that died then surfaces as an error, not a hang.
+        process_group_backend: override the backend (default: NCCL on CUDA, gloo on CPU).
+    """
+
+    def __init__(
+        self,
+        timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
+        process_group_backend: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(timeout, datetime.timedelta):
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+                raise ValueError(f"timeout must be a positive number of seconds or a timedelta, got {timeout!r}")
+            timeout = datetime.timedelta(seconds=timeout)
+        self.timeout = timeout
+        self.process_group_backend = process_group_backend
+        self.sync_batchnorm = False
+        self.use_distributed_sampler = True
+        self.cluster: ClusterEnvironment | None = None
+        self._owns_group = False
+
+    def configure(self, cluster: ClusterEnvironment, sync_batchnorm: bool, use_distributed_sampler: bool) -> None:
+        """Receive the process's place in the job and the Trainer's data/BatchNorm options."""
+        self.cluster = cluster
+        self.global_rank = cluster.global_rank
+        self.local_rank = cluster.local_rank
+        self.node_rank = cluster.node_rank
+        self.world_size = cluster.world_size
+        self.num_nodes = cluster.num_nodes
+        self.sync_batchnorm = sync_batchnorm
+        self.use_distributed_sampler = use_distributed_sampler
+
+    # -- process group ------------------------------------------------------------------------
+    def setup_environment(self) -> None:
+        """Pin this rank's device, then join the group (NCCL needs the device first)."""
+        if self.cluster is None:
+            self.configure(detect_cluster_environment(), self.sync_batchnorm, self.use_distributed_sampler)
+        assert self.cluster is not None
+        device = self.root_device
+        self.accelerator.pin_device(device)
+        if dist.is_initialized():
+            if dist.get_world_size() != self.world_size or dist.get_rank() != self.global_rank:
+                raise RuntimeError(
+                    f"A process group already exists with rank {dist.get_rank()}/{dist.get_world_size()}, "
+                    f"but this run is rank {self.global_rank}/{self.world_size}."
+                )
+            return
+        os.environ.setdefault("MASTER_ADDR", self.cluster.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(self.cluster.master_port))
+        kwargs: dict[str, Any] = {
+            "backend": self.process_group_backend or self.accelerator.distributed_backend,
+            "rank": self.global_rank,
+            "world_size": self.world_size,
+            "timeout": self.timeout,
+        }
+        if device.type == "cuda":
+            kwargs["device_id"] = device  # binds NCCL to this device eagerly
+        dist.init_process_group(**kwargs)
+        self._owns_group = True
+
+    def teardown(self) -> None:
+        """Destroy the group this strategy created (also after an exception)."""
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False
+
+    # -- model and data -----------------------------------------------------------------------
+    def _prepare_module(self, module: nn.Module) -> nn.Module:
+        module = module.to(self.root_device)
+        if self.sync_batchnorm and self.world_size > 1:
+            from trainer.sync_batchnorm import convert_sync_batchnorm
+
+            module = convert_sync_batchnorm(module, use_torch_impl=self.root_device.type == "cuda")
+        self.module = module
+        return module
+
+    def process_dataloader(self, dataloader: Any, stage: str) -> Any:
+        """Shard ``dataloader`` across ranks (exactly once each for evaluation)."""
+        if not self.use_distributed_sampler or self.world_size == 1:
+            return dataloader
+        from trainer.distributed_sampler import distribute_dataloader
+
+        return distribute_dataloader(
+            dataloader,
+            num_replicas=self.world_size,
+            rank=self.global_rank,
+            seed=int(os.environ.get("LOCKSTEP_GLOBAL_SEED", 0)),
+            evaluation=stage != "fit",
+        )
+
+    # -- collectives ----------------------------------------------------------------------------
+    def reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        """All-reduce a copy of ``tensor`` (``mean`` = sum / W)."""
+        if op not in _OPS:
+            raise ValueError(f"reduce op must be one of {sorted(_OPS)}, got {op!r}")
+        out = tensor.detach().clone()
+        if out.dtype in (torch.bool,):
+            out = out.int()
+        if not out.is_floating_point() and op == "mean":
+            out = out.float()
+        dist.all_reduce(out, op=_OPS[op])
+        if op == "mean":
+            out /= self.world_size
+        return out
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``[W, *shape]``: every rank's ``tensor`` (same shape on every rank)."""
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return torch.stack(parts)
+
+    def all_gather_object(self, obj: T) -> list[T]:
+        """Every rank's picklable ``obj``, in rank order."""
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        """Rank ``src``'s picklable ``obj`` on every rank."""
+        box = [obj]
+        dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait for every rank (bounded by the group's timeout)."""
+        if dist.is_initialized():
+            if self.root_device.type == "cuda":
+                dist.barrier(device_ids=[self.root_device.index])
+            else:
+                dist.barrier()
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """One answer on every rank: all ranks True (``all=True``) or any rank True."""
+        flag = torch.tensor(int(bool(decision)), device=self.root_device)
+        dist.all_reduce(flag, op=dist.ReduceOp.SUM)
+        count = int(flag.item())
+        return count == self.world_size if all else count > 0

@@ -225,3 +225,22 @@ def test_checkpoint_save_and_resume_at_epoch_boundary(tmp_path):
     assert t2.global_step == 8 and t2.current_epoch == 2
     for a, b in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
+
+
+def test_checkpoint_written_at_epoch_end_resumes_at_the_next_epoch(tmp_path):
+    from callbacks import Callback
+
+    class SaveAfterFirstEpoch(Callback):
+        def on_train_epoch_end(self, trainer, module):
+            if trainer.current_epoch == 0:
+                trainer.save_checkpoint(tmp_path / "epoch0.ckpt")
+
+    data = regression_data(32)
+    straight = Regression(optimizer="adamw")
+    Trainer(max_epochs=2, callbacks=[SaveAfterFirstEpoch()], **QUIET).fit(straight, loader(data, 8))
+    resumed = Regression(optimizer="adamw", seed=5)
+    t = Trainer(max_epochs=2, **QUIET)
+    t.fit(resumed, loader(data, 8), ckpt_path=tmp_path / "epoch0.ckpt")
+    assert t.global_step == 8
+    for a, b in zip(straight.parameters(), resumed.parameters()):
+        assert torch.equal(a, b)

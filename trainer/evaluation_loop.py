@@ -61,6 +61,7 @@ class EvaluationLoop:
                 values = self.metrics.epoch_values(t.strategy, sync_all=t.world_size > 1)
                 if self.stage != "sanity_check":
                     t._callback_metrics.update(values)
+                    t._eval_progress_bar_keys = self.metrics.progress_bar_keys()
                     t._log_metrics(values)
                 hooks.call_callbacks(f"on_{p}_epoch_end")
                 hooks.call(f"on_{p}_end")

@@ -24,7 +24,9 @@ class FitLoop:
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-        self.batch_idx = 0  # batches consumed in the current epoch
+        self.batch_idx = 0  # index of the batch being trained
+        self.batches_done = 0  # batches of the current epoch fully trained (checkpoint position)
+        self.epoch_finished = False  # the current epoch has no batch left (its end hooks may run)
 
     @property
     def done(self) -> bool:
@@ -55,20 +57,25 @@ class FitLoop:
         self.batch_idx = 0
         seen = 0
         for batch_idx, batch, is_last in iterate_with_lookahead(loader, t.num_training_batches):
+            if t._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
+                is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
             self.batch_idx = batch_idx
             window_end = windows.is_window_end(batch_idx, is_last)
             self._train_batch(batch, batch_idx, window_end, windows)
             seen += 1
+            self.batches_done = batch_idx + 1
+            self.epoch_finished = is_last
             if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
                 t._run_validation_in_fit()
                 t._active_metrics = t._train_metrics
-            if window_end and (t.should_stop or (t.max_steps != -1 and t.global_step >= t.max_steps)):
+            if is_last or (window_end and (t.should_stop or (t.max_steps != -1 and t.global_step >= t.max_steps))):
                 break
         if seen == 0:
             raise ValueError(
                 "The train dataloader produced no batches this epoch. Check the dataset, the "
                 "sampler and drop_last."
             )
+        self.epoch_finished = True  # also when max_steps or should_stop ended it early
         self._epoch_end()
 
     def _train_batch(self, batch: Any, batch_idx: int, window_end: bool, windows: AccumulationWindows) -> None:
@@ -129,6 +136,8 @@ class FitLoop:
             step_schedulers(t.lr_scheduler_configs, "epoch", t.current_epoch + 1, t._metrics_for_schedulers)
         t._current_epoch += 1
         self.batch_idx = 0
+        self.batches_done = 0
+        self.epoch_finished = False
         t.should_stop = t.strategy.reduce_boolean_decision(t.should_stop, all=False)
 
 

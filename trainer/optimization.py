@@ -124,18 +124,10 @@ def scale_learning_rates(
             group["lr"] *= factor
             if "initial_lr" in group:
                 group["initial_lr"] *= factor
+    from trainer.optim.warmup import scale_scheduler_base_lrs
+
     for cfg in configs:
-        _scale_scheduler(cfg.scheduler, factor)
-
-
-def _scale_scheduler(scheduler: Any, factor: float) -> None:
-    # Composite schedulers keep their children in `_schedulers`; each child has its own base_lrs.
-    for child in getattr(scheduler, "_schedulers", ()):
-        _scale_scheduler(child, factor)
-    if hasattr(scheduler, "base_lrs"):
-        scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
-    if hasattr(scheduler, "min_lrs"):  # ReduceLROnPlateau's floor scales with the LR
-        scheduler.min_lrs = [lr * factor for lr in scheduler.min_lrs]
+        scale_scheduler_base_lrs(cfg.scheduler, factor)
 
 
 def optimizer_parameters(optimizer: Optimizer) -> list[torch.Tensor]:

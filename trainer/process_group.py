@@ -6,6 +6,7 @@ sharding dataloaders, and the collectives the Trainer and callbacks use.
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 from typing import Any, TypeVar
 
@@ -20,6 +21,24 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 _OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+# The rendezvous store of this process, kept for its lifetime, and how many groups used it.
+# A script may fit several times under one launcher (same MASTER_PORT): torch names every new
+# default group alike, so a rank that re-joins early would read the previous group's addresses
+# from the store (or reach a store its owner is about to close) and fail or hang. Reusing one
+# store with a fresh key prefix per group avoids both.
+_STORES: dict[tuple[str, str, int, int], Any] = {}
+_GROUPS_CREATED = itertools.count()
+
+
+def _fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], rank, world_size)
+    store = _STORES.get(key)
+    if store is None:
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+        _STORES[key] = store
+    return dist.PrefixStore(f"lockstep/group{next(_GROUPS_CREATED)}", store)
 
 
 class ProcessGroupStrategy(Strategy):
@@ -78,6 +97,7 @@ class ProcessGroupStrategy(Strategy):
         os.environ.setdefault("MASTER_PORT", str(self.cluster.master_port))
         kwargs: dict[str, Any] = {
             "backend": self.process_group_backend or self.accelerator.distributed_backend,
+            "store": _fresh_store(self.global_rank, self.world_size, self.timeout),
             "rank": self.global_rank,
             "world_size": self.world_size,
             "timeout": self.timeout,
@@ -116,6 +136,24 @@ class ProcessGroupStrategy(Strategy):
             seed=int(os.environ.get("LOCKSTEP_GLOBAL_SEED", 0)),
             evaluation=stage != "fit",
         )
+
+    def agree_on_batch_count(self, num_batches: int | None) -> tuple[int | None, bool]:
+        """Every rank trains the smallest rank's batch count, so no rank waits in an all-reduce
+        that the others never start; loaders without a length agree batch by batch instead."""
+        mine = torch.tensor([-1 if num_batches is None else num_batches], device=self.root_device)
+        counts = self.all_gather(mine).flatten().tolist()
+        if min(counts) < 0:
+            return None, True
+        agreed = int(min(counts))
+        if agreed != max(counts) and self.is_global_zero:
+            from trainer.rank_zero import rank_zero_warn
+
+            rank_zero_warn(
+                f"Ranks have different numbers of training batches per epoch ({counts}); every rank "
+                f"trains {agreed} so none waits for the others. Use the Trainer's DistributedSampler "
+                "(use_distributed_sampler=True) to give every rank the same share."
+            )
+        return agreed, False
 
     # -- collectives ----------------------------------------------------------------------------
     def reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:

@@ -76,6 +76,11 @@ class Strategy:
     def after_backward_window(self) -> None:
         """Called once after the last backward of a window, before unscaling and clipping."""
 
+    def agree_on_batch_count(self, num_batches: int | None) -> tuple[int | None, bool]:
+        """The training batches per epoch every rank will run, and whether ranks must agree
+        batch by batch (when some loader has no length). One process: its own count."""
+        return num_batches, False
+
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
         """Adapt a DataLoader to this strategy (e.g. shard it across ranks)."""
         return dataloader

@@ -153,6 +153,7 @@ class Trainer:
         self.train_dataloader: Any = None
         self.val_dataloaders: list[Any] = []
         self.num_training_batches: int | None = None
+        self._agree_each_batch = False
         self.fit_loop = FitLoop(self)
         self._module: TrainModule | None = None
         self._current_epoch = 0
@@ -162,6 +163,10 @@ class Trainer:
         self._train_metrics = MetricStore(training=True)
         self._active_metrics = self._train_metrics
         self._optimizer_params: list[list[torch.Tensor]] = []
+        self._eval_progress_bar_keys: list[str] = []
+        self._epoch_logged_at_step = -1
+        self.num_test_batches: list[int | None] = []
+        self.num_predict_batches: list[int | None] = []
         self._last_loss: torch.Tensor | None = None
         self._loss_check = NonFiniteLossCheck(detect_non_finite_loss)
         self._hooks: HookDispatcher = HookDispatcher(self, TrainModule(), [])
@@ -247,10 +252,9 @@ class Trainer:
         if self._last_loss is not None:
             out["loss"] = float(self._last_loss)
         current = {**self._train_metrics.current_values(), **self._callback_metrics}
-        for store in (self._train_metrics, self._active_metrics):
-            for key in store.progress_bar_keys():
-                if key in current:
-                    out[key] = float(current[key])
+        for key in [*self._train_metrics.progress_bar_keys(), *self._eval_progress_bar_keys]:
+            if key in current:
+                out[key] = float(current[key])
         return out
 
     @property
@@ -375,6 +379,8 @@ class Trainer:
                 for lg in self.loggers:
                     lg.finalize(status)
             self._hooks.call("teardown", fn)
+            if status == "success":  # no rank leaves the group while another still uses it
+                self._strategy.barrier("teardown")
         finally:
             self.state.stage = None
             self._strategy.teardown()
@@ -389,7 +395,9 @@ class Trainer:
         if isinstance(loader, (list, tuple)):
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
-        self.num_training_batches = num_batches(self.train_dataloader, self.limit_train_batches, "train")
+        self.num_training_batches, self._agree_each_batch = self._strategy.agree_on_batch_count(
+            num_batches(self.train_dataloader, self.limit_train_batches, "train")
+        )
         if self.num_training_batches == 0:
             raise ValueError("limit_train_batches leaves no training batches: nothing to train.")
         val_source = val if val is not None else model.val_dataloader()
@@ -442,6 +450,9 @@ class Trainer:
             limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
                 stage, self.limit_predict_batches
             )
+            if stage in ("test", "predict"):
+                counts = [num_batches(dl, limit, stage) for dl in dataloaders]
+                setattr(self, f"num_{stage}_batches", counts)
             return EvaluationLoop(self, stage).run(dataloaders, limit)
 
         return self._run(stage, model, body, (model, loaders, ckpt_path))
@@ -500,7 +511,9 @@ class Trainer:
         if not values or not self.loggers or not self.is_global_zero:
             return
         numbers = {k: float(v) for k, v in values.items()}
-        numbers["epoch"] = float(self.current_epoch)
+        if self._epoch_logged_at_step != self.global_step:  # once per step is enough
+            numbers["epoch"] = float(self.current_epoch)
+            self._epoch_logged_at_step = self.global_step
         self._logged_metrics.update(numbers)
         for lg in self.loggers:
             lg.log_metrics(numbers, step=self.global_step)
@@ -530,7 +543,6 @@ class Trainer:
     def _dump_checkpoint(self) -> dict[str, Any]:
         module = self.module
         loop = self.fit_loop
-        epoch_done = self.state.stage in (None, "fit", "validate") and loop.batch_idx == 0
         checkpoint: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
             "state_dict": module.state_dict(),
@@ -539,7 +551,7 @@ class Trainer:
             "precision": self._precision.state_dict(),
             "epoch": self.current_epoch,
             "global_step": self.global_step,
-            "loops": {"batches_done": 0 if epoch_done else loop.batch_idx + 1},
+            "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
             "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
             "hyper_parameters": dict(module.hparams),
             "world_size": self.world_size,
@@ -580,9 +592,11 @@ class Trainer:
             if cb.state_key in states:
                 cb.load_state_dict(states[cb.state_key])
         self._global_step = int(checkpoint["global_step"])
-        self._current_epoch = int(checkpoint["epoch"])
+        position = checkpoint.get("loops", {}).get("fit_loop", {})
+        finished = bool(position.get("epoch_finished", False))
+        self._current_epoch = int(checkpoint["epoch"]) + (1 if finished else 0)
         self._lr_scaled = bool(checkpoint.get("lr_scaled", False))
-        if checkpoint.get("loops", {}).get("batches_done", 0):
+        if not finished and position.get("batches_done", 0):
             rank_zero_warn(
                 "The checkpoint was saved in the middle of an epoch; training restarts that epoch "
                 "from its first batch."
@@ -654,6 +668,10 @@ def _make_callbacks(
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be Callback instances; got {type(cb).__name__}")
     names = {type(cb).__name__ for cb in given}
+    if loggers and "LearningRateMonitor" not in names:  # learning rates belong in every log
+        from callbacks.lr_monitor import LearningRateMonitor
+
+        given.append(LearningRateMonitor())
     if progress_bar and "ProgressBar" not in names:
         from callbacks.progress_bar import ProgressBar
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -67,7 +67,9 @@ class LAMB(_ExcludingOptimizer):
         _check_non_negative("weight_decay", group["weight_decay"])
 
     @torch.no_grad()
-    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:  # type: ignore[override]
+    def step(  # type: ignore[override]
+        self, closure: Optional[Callable[[], float]] = None
+    ) -> Optional[float]:
         """Take one optimization step; ``closure`` re-evaluates the model and returns the loss."""
         loss = _evaluate_closure(closure)
         for group in self.param_groups:
@@ -111,7 +113,9 @@ class LAMB(_ExcludingOptimizer):
         torch._foreach_add_(bucket.params, update, alpha=-group["lr"])
 
 
-def _trust_ratios(params: List[Tensor], updates: List[Tensor]) -> List[Tensor]:
+def _trust_ratios(
+    params: List[Tensor], updates: Union[List[Tensor], Tuple[Tensor, ...]]
+) -> List[Tensor]:
     """``||w|| / ||u||`` per tensor as 0-d tensors (1 where either norm is 0), without a host sync."""
     w_norm = torch.stack(torch._foreach_norm(params))
     u_norm = torch.stack(torch._foreach_norm(updates))

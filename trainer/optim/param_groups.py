@@ -157,7 +157,7 @@ def named_param_groups(
         [{"params": [...], "param_names": [...], "excluded": False, **options},
          {"params": [...], "param_names": [...], "excluded": True, **options}]
 
-    Frozen parameters (``requires_grad=False``) and repeated (tied) tensors are left out.
+    Frozen parameters (``requires_grad=False``) are left out; a tied tensor appears once.
     ``exclude`` follows the module docstring's rules. With ``weight_decay`` set, the adapted
     group gets ``weight_decay`` and the excluded group ``0.0``, which makes the same groups
     correct for optimizers that know nothing of ``"excluded"`` (e.g. ``torch.optim.AdamW``).
@@ -264,6 +264,10 @@ class _ExcludingOptimizer(Optimizer):
 
     def _buckets(self, group: Dict[str, Any]) -> List[_Bucket]:
         """Parameters with a gradient, grouped so each bucket can use one ``torch._foreach_*`` call."""
+        if "excluded" not in group:
+            # load_state_dict replaces groups with saved ones; a checkpoint written by an older
+            # optimizer without the mask gets it recomputed instead of failing here.
+            group["excluded"] = self._group_mask(group, group["params"], group.get("param_names"))
         buckets: Dict[Tuple[torch.device, torch.dtype, bool], _Bucket] = {}
         for p, excluded in zip(group["params"], group["excluded"]):
             if p.grad is None:

@@ -176,7 +176,9 @@ def warmup(
     """
     if scheduler is None:
         if optimizer is None:
-            raise ValueError("warmup(None, ...) needs the optimizer: warmup(None, steps, factor, optimizer=opt)")
+            raise ValueError(
+                "warmup(None, ...) needs the optimizer: warmup(None, steps, factor, optimizer=opt)"
+            )
         return LinearWarmup(optimizer, warmup_steps, start_factor)
     if optimizer is not None and optimizer is not scheduler.optimizer:
         raise ValueError("optimizer is not the optimizer of the given scheduler")
@@ -186,12 +188,13 @@ def warmup(
 def scale_scheduler_base_lrs(scheduler: Any, factor: float) -> None:
     """Multiply every learning rate a scheduler remembers by ``factor`` (linear scaling rule).
 
-    Scales ``base_lrs`` and the last reported rates of ``scheduler``, recursively of the
-    schedulers inside ``SequentialLR``, ``ChainedScheduler`` and :class:`LinearWarmup`, plus
-    ``CyclicLR``'s ``max_lrs`` and ``OneCycleLR``'s ``max_lr``/``min_lr`` group entries. It does
-    *not* touch ``group["lr"]`` or ``group["initial_lr"]``: the caller multiplies those once per
-    optimizer, then calls this once per scheduler. Floors (``eta_min``, ``min_lrs``) are
-    absolute rates and stay as they are. Each scheduler object is scaled once even if reached twice.
+    Afterwards the schedule produces ``factor`` times the rates it would have produced, floors
+    included. Scaled: ``base_lrs`` and the last reported rates; ``eta_min`` (cosine schedules);
+    ``min_lrs`` (``ReduceLROnPlateau``); ``CyclicLR``'s ``max_lrs``; ``OneCycleLR``'s
+    ``max_lr``/``min_lr`` group entries; recursively the schedulers inside ``SequentialLR``,
+    ``ChainedScheduler`` and :class:`LinearWarmup`, each object once even if reached twice.
+    It does *not* touch ``group["lr"]`` or ``group["initial_lr"]``: the caller multiplies those
+    once per optimizer, then calls this once per scheduler.
     """
     factor = _check_positive("factor", factor)
     _scale(scheduler, factor, set())
@@ -206,6 +209,13 @@ def _scale(scheduler: Any, factor: float, seen: Set[int]) -> None:
         scheduler.base_lrs = [b * factor for b in scheduler.base_lrs]
     if hasattr(scheduler, "_last_lr"):
         scheduler._last_lr = [lr * factor for lr in scheduler._last_lr]
+    if hasattr(scheduler, "eta_min"):
+        scheduler.eta_min = scheduler.eta_min * factor
+    if isinstance(scheduler, ReduceLROnPlateau):
+        scheduler.min_lrs = [m * factor for m in scheduler.min_lrs]
+        default_min_lr = getattr(scheduler, "default_min_lr", None)
+        if isinstance(default_min_lr, (int, float)):
+            scheduler.default_min_lr = default_min_lr * factor
     if isinstance(scheduler, CyclicLR):
         scheduler.max_lrs = [m * factor for m in scheduler.max_lrs]
     if isinstance(scheduler, OneCycleLR):

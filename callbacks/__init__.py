@@ -1,0 +1,24 @@
+"""Lockstep callbacks: the `Callback` protocol and the built-in callbacks and loggers."""
+from callbacks.accumulation_scheduler import GradientAccumulationScheduler
+from callbacks.callback import Callback
+from callbacks.csv_logger import CSVLogger
+from callbacks.early_stopping import EarlyStopping
+from callbacks.logger import Logger
+from callbacks.lr_monitor import LearningRateMonitor
+from callbacks.model_checkpoint import ModelCheckpoint
+from callbacks.progress_bar import ProgressBar
+from callbacks.tensorboard_logger import TensorBoardLogger
+from callbacks.throughput_monitor import ThroughputMonitor
+
+__all__ = [
+    "Callback",
+    "CSVLogger",
+    "EarlyStopping",
+    "GradientAccumulationScheduler",
+    "LearningRateMonitor",
+    "Logger",
+    "ModelCheckpoint",
+    "ProgressBar",
+    "TensorBoardLogger",
+    "ThroughputMonitor",
+]

@@ -1,0 +1,161 @@
+"""Private helpers shared by the built-in callbacks and loggers (not public API)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+_VERSION_DIR = re.compile(r"^version_(\d+)$")
+
+
+class _MonitorKeyError(KeyError):
+    """A monitored metric is not in ``trainer.callback_metrics``.
+
+    A ``KeyError`` so callers can catch it as one, with a readable ``str`` (``KeyError`` quotes
+    its message, which garbles multi-line hints).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+# -- ranks ------------------------------------------------------------------------------------
+def _env_global_rank() -> int:
+    """Global rank before the Trainer has told us (loggers may be used before ``setup``)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", 0))
+
+
+def _rank_zero_print(trainer: Trainer, message: str) -> None:
+    """Print ``message`` once, from global rank 0."""
+    if trainer.is_global_zero:
+        print(message, flush=True)
+
+
+# -- log directories --------------------------------------------------------------------------
+def _next_version(root: str) -> int:
+    """One more than the highest ``version_N`` directory under ``root`` (0 if there is none)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return 0
+    versions = [
+        int(m.group(1))
+        for m in map(_VERSION_DIR.match, names)
+        if m and os.path.isdir(os.path.join(root, m.group(0)))
+    ]
+    return max(versions) + 1 if versions else 0
+
+
+def _version_dir_name(version: int | str) -> str:
+    return version if isinstance(version, str) else f"version_{version}"
+
+
+def _validate_version(version: Any) -> None:
+    if version is None or isinstance(version, str):
+        return
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"`version` must be None, a non-negative int or a str, got {version!r}.")
+
+
+# -- metric values ----------------------------------------------------------------------------
+def _to_float(value: Any) -> float:
+    """A Python float from a float, int, 0-d/1-element tensor or numpy scalar (syncs a device tensor)."""
+    if hasattr(value, "item"):
+        return float(value.item())
+    return float(value)
+
+
+def _validate_mode(mode: str, owner: str) -> None:
+    if mode not in ("min", "max"):
+        raise ValueError(f"{owner}(mode={mode!r}) is not supported: use 'min' or 'max'.")
+
+
+def _monitor_value(metrics: Mapping[str, Any], monitor: str, owner: str) -> Any:
+    """``metrics[monitor]``, or an error that lists what is available."""
+    if monitor in metrics:
+        return metrics[monitor]
+    available = ", ".join(sorted(metrics)) or "(none)"
+    raise _MonitorKeyError(
+        f"{owner}(monitor={monitor!r}) could not find {monitor!r} in the logged metrics. "
+        f"Available keys: {available}. Log it with `self.log({monitor!r}, value)` in your module."
+    )
+
+
+def _worst(mode: str) -> float:
+    return math.inf if mode == "min" else -math.inf
+
+
+class _ValidationMetricTracker:
+    """Tells whether the monitored metric comes from validation.
+
+    Callbacks that monitor a validation metric must act at validation end (validation can run
+    mid-epoch or every n epochs); ones that monitor a training metric must act at train epoch
+    end, when its epoch mean is final. A metric is a validation metric once a validation run
+    added or changed it. All ranks agree on the answer (one ``reduce_boolean_decision`` per
+    validation until it is known), because the answer decides when collectives happen.
+    """
+
+    def __init__(self, monitor: str) -> None:
+        self.monitor = monitor
+        self.is_validation_metric = False
+        self.validation_ran = False
+        self._before: float | None = None
+
+    def on_validation_start(self, trainer: Trainer) -> None:
+        if self.is_validation_metric or trainer.sanity_checking:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        self._before = None if value is None else _to_float(value)
+
+    def on_validation_end(self, trainer: Trainer) -> bool:
+        """Record this (non sanity-check) validation run; True if the metric comes from validation."""
+        if trainer.sanity_checking:
+            return False
+        self.validation_ran = True
+        if self.is_validation_metric:
+            return True
+        value = trainer.callback_metrics.get(self.monitor)
+        changed = value is not None and (self._before is None or _to_float(value) != self._before)
+        self.is_validation_metric = bool(trainer.strategy.reduce_boolean_decision(changed, all=False))
+        return self.is_validation_metric
+
+    def missing_is_expected(self, trainer: Trainer) -> bool:
+        """A validation metric may legitimately be absent before the first validation run."""
+        if self.validation_ran:
+            return False
+        num_val = trainer.num_val_batches
+        counts = list(num_val) if isinstance(num_val, (list, tuple)) else [num_val]
+        return any(n != 0 for n in counts)  # None: a loader without a length
+
+
+def _batch_size(batch: Any) -> int | None:
+    """Size of the first dimension of the first tensor found in ``batch`` (no device sync)."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            size = _batch_size(item)
+            if size is not None:
+                return size
+    return None
+
+
+def _format_duration(seconds: float) -> str:
+    """``mm:ss`` or ``h:mm:ss``, like tqdm."""
+    seconds = int(max(seconds, 0.0))
+    minutes, secs = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"

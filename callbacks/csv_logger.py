@@ -1,0 +1,143 @@
+"""`CSVLogger`: metrics to ``metrics.csv`` and hyperparameters to ``hparams.json``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import TYPE_CHECKING, Any, Mapping
+
+from callbacks._file_logger import _FileLogger
+from callbacks._utils import _to_float
+
+if TYPE_CHECKING:
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+
+class CSVLogger(_FileLogger):
+    """Writes ``metrics.csv`` (one row per ``log_metrics`` call) under ``<save_dir>/<name>/version_N``.
+
+    Args:
+        save_dir: Root directory; defaults to the Trainer's ``default_root_dir``.
+        name: Experiment directory under ``save_dir``.
+        version: ``None`` picks the next free ``version_N``; an int or a str as in
+            ``TensorBoardLogger``.
+        flush_every_n_rows: Rows buffered in memory before they are written out; the buffer is
+            also written at every epoch end, on teardown and on an exception.
+
+    The first column is ``step``; the others are every metric key seen so far, in order of first
+    appearance. When a new key appears, the file is rewritten with the union of the columns
+    (earlier rows get empty cells), as Lightning does. Global rank 0 only.
+    """
+
+    METRICS_FILE = "metrics.csv"
+    HPARAMS_FILE = "hparams.json"
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str] | None = None,
+        name: str | None = "logs",
+        version: int | str | None = None,
+        flush_every_n_rows: int = 100,
+    ) -> None:
+        super().__init__(save_dir=save_dir, name=name, version=version)
+        if (
+            isinstance(flush_every_n_rows, bool)
+            or not isinstance(flush_every_n_rows, int)
+            or flush_every_n_rows < 1
+        ):
+            raise ValueError(f"CSVLogger(flush_every_n_rows={flush_every_n_rows!r}): expected an int >= 1.")
+        self._flush_every = flush_every_n_rows
+        self._rows: list[dict[str, Any]] = []
+        self._columns: list[str] = []  # columns in the file on disk
+        self._hparams: dict[str, Any] = {}
+
+    @property
+    def metrics_file_path(self) -> str:
+        """Path of ``metrics.csv``."""
+        return os.path.join(self.log_dir, self.METRICS_FILE)
+
+    # -- Logger API -------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Buffer one row ``{"step": step, **metrics}``."""
+        if not self.is_global_zero:
+            return
+        row: dict[str, Any] = {"step": int(step)}
+        for key, value in metrics.items():
+            if isinstance(value, Mapping):
+                row.update({f"{key}/{k}": _to_float(v) for k, v in value.items()})
+            else:
+                row[key] = _to_float(value)
+        self._rows.append(row)
+        if len(self._rows) >= self._flush_every:
+            self.save()
+
+    def log_hyperparams(self, params: Any) -> None:
+        """Merge ``params`` into ``hparams.json`` (values JSON cannot hold are written as strings)."""
+        if not self.is_global_zero:
+            return
+        self._hparams.update(self._hparams_to_plain(params))
+        os.makedirs(self.log_dir, exist_ok=True)
+        path = os.path.join(self.log_dir, self.HPARAMS_FILE)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self._hparams, f, indent=2, sort_keys=True, default=str)
+        os.replace(tmp, path)
+
+    def log_text(self, tag: str, text: str) -> None:
+        """Write ``text`` to ``<log_dir>/<tag>.txt``."""
+        if not self.is_global_zero:
+            return
+        os.makedirs(self.log_dir, exist_ok=True)
+        with open(os.path.join(self.log_dir, f"{tag.replace(os.sep, '_')}.txt"), "w", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+
+    def save(self) -> None:
+        """Write buffered rows to ``metrics.csv``."""
+        if not self._rows or not self.is_global_zero:
+            return
+        new_columns = list(self._columns)
+        for row in self._rows:
+            new_columns.extend(key for key in row if key not in new_columns)
+        os.makedirs(self.log_dir, exist_ok=True)
+        path = self.metrics_file_path
+        if new_columns != self._columns or not os.path.exists(path):
+            self._rewrite(path, new_columns)
+        else:
+            with open(path, "a", newline="", encoding="utf-8") as f:
+                csv.DictWriter(f, fieldnames=self._columns).writerows(self._rows)
+        self._rows = []
+
+    def finalize(self, status: str) -> None:
+        """Write any buffered rows."""
+        self.save()
+
+    # -- hooks ------------------------------------------------------------------------------
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self.save()
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self.save()
+
+    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        self.save()
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self.save()
+
+    def _rewrite(self, path: str, columns: list[str]) -> None:
+        """Rewrite the file with ``columns`` as header: old rows first, then the buffered ones."""
+        old_rows: list[dict[str, str]] = []
+        if self._columns and os.path.exists(path):
+            with open(path, newline="", encoding="utf-8") as f:
+                old_rows = list(csv.DictReader(f))
+        tmp = path + ".tmp"
+        with open(tmp, "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(old_rows)
+            writer.writerows(self._rows)
+        # a crash mid-rewrite must not lose the rows already on disk
+        os.replace(tmp, path)
+        self._columns = columns

@@ -1,0 +1,179 @@
+"""`EarlyStopping`: stop ``fit`` when a monitored metric stops improving."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from callbacks._utils import (
+    _monitor_value,
+    _rank_zero_print,
+    _to_float,
+    _validate_mode,
+    _ValidationMetricTracker,
+    _worst,
+)
+from callbacks.callback import Callback
+
+if TYPE_CHECKING:
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+
+class EarlyStopping(Callback):
+    """Sets ``trainer.should_stop`` when ``monitor`` has not improved for ``patience`` checks.
+
+    Args:
+        monitor: Metric to watch (a key of ``trainer.callback_metrics``).
+        patience: Checks without improvement before stopping. A check happens at each
+            validation end when ``monitor`` is a validation metric, else at each train epoch end.
+        mode: ``"min"`` or ``"max"``: which direction is an improvement.
+        min_delta: An improvement must beat the best value by more than this.
+        check_finite: Stop as soon as the value is NaN or infinite.
+        stopping_threshold: Stop once the value is better than this.
+        divergence_threshold: Stop once the value is worse than this.
+        verbose: Print each improvement and the reason for stopping (global rank 0).
+
+    Every rank makes the same decision: the value is averaged over ranks before it is compared
+    (so values logged without ``sync_dist`` are synced here), and the final decision is agreed
+    with ``reduce_boolean_decision``. A rank that stopped alone would leave the others waiting in
+    a collective forever.
+    """
+
+    def __init__(
+        self,
+        monitor: str,
+        patience: int = 3,
+        mode: str = "min",
+        min_delta: float = 0.0,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise ValueError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
+        _validate_mode(mode, "EarlyStopping")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise ValueError(f"EarlyStopping(patience={patience!r}): expected an int >= 0.")
+        if not (isinstance(min_delta, (int, float)) and math.isfinite(min_delta) and min_delta >= 0):
+            raise ValueError(f"EarlyStopping(min_delta={min_delta!r}): expected a finite number >= 0.")
+        self.monitor = monitor
+        self.patience = patience
+        self.mode = mode
+        self.min_delta = float(min_delta)
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.verbose = verbose
+        self.wait_count = 0
+        self.stopped_epoch = 0
+        self.best_score: float = _worst(mode)
+        self.stopping_reason: str | None = None
+        self._in_fit = False
+        self._tracker = _ValidationMetricTracker(monitor)
+
+    @property
+    def state_key(self) -> str:
+        return f"EarlyStopping{{monitor={self.monitor!r}, mode={self.mode!r}}}"
+
+    # -- hooks ------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._in_fit = True
+
+    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._in_fit = False
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._in_fit = False
+
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if self._in_fit:
+            self._tracker.on_validation_start(trainer)
+
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if self._in_fit and not trainer.sanity_checking and self._tracker.on_validation_end(trainer):
+            self._check(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if not self._in_fit or self._tracker.is_validation_metric:
+            return
+        if self.monitor not in trainer.callback_metrics and self._tracker.missing_is_expected(trainer):
+            return  # a validation metric before the first validation run
+        self._check(trainer)
+
+    # -- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Wait count, best score and where it stopped."""
+        return {
+            "wait_count": self.wait_count,
+            "stopped_epoch": self.stopped_epoch,
+            "best_score": self.best_score,
+            "patience": self.patience,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""
+        self.wait_count = int(state_dict["wait_count"])
+        self.stopped_epoch = int(state_dict["stopped_epoch"])
+        self.best_score = float(state_dict["best_score"])
+        self.patience = int(state_dict.get("patience", self.patience))
+
+    # -- decision ---------------------------------------------------------------------------
+    def _check(self, trainer: Trainer) -> None:
+        import torch
+
+        # same key set on every rank (same logging code), so every rank raises together
+        value = _monitor_value(trainer.callback_metrics, self.monitor, "EarlyStopping")
+        local = (
+            value.detach().float().reshape(())
+            if isinstance(value, torch.Tensor)
+            else torch.tensor(float(value))
+        )
+        # one value everywhere: every rank then walks the same state machine
+        current = _to_float(trainer.strategy.reduce(local.to(trainer.strategy.root_device), op="mean"))
+        should_stop, reason = self._evaluate(current)
+        # belt and braces: any rank stopping stops all
+        should_stop = bool(trainer.strategy.reduce_boolean_decision(should_stop, all=False))
+        if should_stop:
+            trainer.should_stop = True
+            self.stopped_epoch = trainer.current_epoch
+            self.stopping_reason = reason or "another rank decided to stop"
+        if self.verbose and reason:
+            _rank_zero_print(trainer, f"EarlyStopping: {reason}")
+
+    def _evaluate(self, current: float) -> tuple[bool, str | None]:
+        better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
+        if self.check_finite and not math.isfinite(current):
+            return True, (
+                f"Monitored metric {self.monitor} = {current} is not finite. Previous best value was "
+                f"{self.best_score:.5g}. Signaling Trainer to stop."
+            )
+        if self.stopping_threshold is not None and better(current, self.stopping_threshold):
+            return True, (
+                f"Stopping threshold reached: {self.monitor} = {current:.5g} "
+                f"{'<' if self.mode == 'min' else '>'} {self.stopping_threshold}. Signaling Trainer to stop."
+            )
+        if self.divergence_threshold is not None and better(self.divergence_threshold, current):
+            return True, (
+                f"Divergence threshold reached: {self.monitor} = {current:.5g} "
+                f"{'>' if self.mode == 'min' else '<'} {self.divergence_threshold}. "
+                "Signaling Trainer to stop."
+            )
+        delta = -self.min_delta if self.mode == "min" else self.min_delta
+        if better(current - delta, self.best_score):
+            improvement = (
+                f"improved by {abs(self.best_score - current):.5g} >= min_delta = {self.min_delta}"
+                if math.isfinite(self.best_score)
+                else "improved"
+            )
+            self.best_score = current
+            self.wait_count = 0
+            return False, f"Metric {self.monitor} {improvement}. New best score: {current:.5g}"
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return True, (
+                f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
+                f"Best score: {self.best_score:.5g}. Signaling Trainer to stop."
+            )
+        return False, None

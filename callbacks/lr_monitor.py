@@ -1,0 +1,93 @@
+"""`LearningRateMonitor`: log every parameter group's learning rate through the Trainer's loggers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from callbacks.callback import Callback
+
+if TYPE_CHECKING:
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+
+class LearningRateMonitor(Callback):
+    """Logs ``lr-<OptimizerName>`` (one param group) or ``lr-<OptimizerName>/pg<i>`` (several,
+    1-based; a group with a ``"name"`` entry uses that name instead of ``pg<i>``).
+
+    Args:
+        logging_interval: ``"step"``: every ``log_every_n_steps`` optimizer steps; ``"epoch"``:
+            at each epoch start; ``None``: each optimizer at its scheduler's interval (step for
+            optimizers without a scheduler).
+
+    Values are logged at ``trainer.global_step``, the step the learning rate is about to be used
+    for. A second optimizer of the same class gets a ``-1`` suffix (``lr-Adam-1``). Global rank 0.
+    """
+
+    def __init__(self, logging_interval: str | None = None) -> None:
+        if logging_interval not in (None, "step", "epoch"):
+            raise ValueError(
+                f"LearningRateMonitor(logging_interval={logging_interval!r}): use None, 'step' or 'epoch'."
+            )
+        self.logging_interval = logging_interval
+        self.lrs: dict[str, list[float]] = {}
+        self._last_step_logged = -1
+
+    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if not trainer.loggers:
+            raise ValueError("LearningRateMonitor needs a logger: the Trainer has none (logger=False).")
+        self.lrs = {name: [] for name, _, _ in self._groups(trainer)}
+        self._last_step_logged = -1
+
+    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+        if self.logging_interval == "epoch":
+            return
+        step = trainer.global_step
+        # every micro batch of an accumulation window sees the same step: log once
+        if step == self._last_step_logged or step % trainer.log_every_n_steps != 0:
+            return
+        self._last_step_logged = step
+        self._log(trainer, interval="step")
+
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if self.logging_interval != "step":
+            self._log(trainer, interval="epoch")
+
+    def _log(self, trainer: Trainer, interval: str) -> None:
+        if not trainer.is_global_zero:
+            return
+        stats: dict[str, float] = {}
+        for name, group, sched_interval in self._groups(trainer):
+            wanted = self.logging_interval or sched_interval
+            if wanted == interval:
+                stats[name] = float(group["lr"])
+        if not stats:
+            return
+        for name, value in stats.items():
+            self.lrs.setdefault(name, []).append(value)
+        for logger in trainer.loggers:
+            logger.log_metrics(stats, step=trainer.global_step)
+
+    @staticmethod
+    def _groups(trainer: Trainer) -> list[tuple[str, dict[str, Any], str]]:
+        """``(metric name, param group, interval)`` for every param group of every optimizer."""
+        intervals: dict[int, str] = {}
+        for config in trainer.lr_scheduler_configs:
+            optimizer = getattr(config.scheduler, "optimizer", None)
+            if optimizer is not None:
+                intervals[id(optimizer)] = config.interval
+        seen: dict[str, int] = {}
+        out: list[tuple[str, dict[str, Any], str]] = []
+        for optimizer in trainer.optimizers:
+            base = f"lr-{type(optimizer).__name__}"
+            count = seen.get(base, 0)
+            seen[base] = count + 1
+            name = base if count == 0 else f"{base}-{count}"
+            groups = optimizer.param_groups
+            for i, group in enumerate(groups):
+                if len(groups) == 1:
+                    key = name
+                else:
+                    key = f"{name}/{group.get('name') or f'pg{i + 1}'}"
+                out.append((key, group, intervals.get(id(optimizer), "step")))
+        return out

@@ -1,0 +1,355 @@
+"""`ProgressBar`: tqdm bars on a terminal, periodic single lines elsewhere (CI logs)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Callable, TextIO
+
+from callbacks._utils import _format_duration, _to_float
+from callbacks.callback import Callback
+
+if TYPE_CHECKING:
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+# with no known total, a non-terminal stream gets a line this often
+_UNKNOWN_TOTAL_LINE_INTERVAL_S = 30.0
+
+
+class ProgressBar(Callback):
+    """One bar per training epoch, plus a bar for each validation/test/predict run (global rank 0).
+
+    On a terminal it draws tqdm bars with it/s and ``trainer.progress_bar_metrics`` (the
+    training loss and what ``self.log(..., prog_bar=True)`` recorded). When the stream is not a terminal (CI,
+    ``> file``), it prints a single line each ``line_every_percent`` of an epoch and one at the
+    epoch's end, and one line per evaluation run.
+
+    Metric values are read (``.item()``) only when the text is refreshed, at most once per
+    ``min_interval_s``: no host-device sync per step.
+
+    Args:
+        refresh_rate: Advance the bar every this many batches; ``0`` disables the bar.
+        min_interval_s: Shortest time between two refreshes of the text.
+        line_every_percent: Non-terminal mode: a line every this much of an epoch.
+        file: Stream to write to (default ``sys.stdout``).
+        leave: Keep each finished epoch's bar on screen.
+    """
+
+    def __init__(
+        self,
+        refresh_rate: int = 1,
+        min_interval_s: float = 0.2,
+        line_every_percent: float = 10.0,
+        file: TextIO | None = None,
+        leave: bool = True,
+    ) -> None:
+        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
+            raise ValueError(
+                f"ProgressBar(refresh_rate={refresh_rate!r}): expected an int >= 0 (0 disables the bar)."
+            )
+        if not min_interval_s >= 0:
+            raise ValueError(f"ProgressBar(min_interval_s={min_interval_s!r}): expected a number >= 0.")
+        if not 0 < line_every_percent <= 100:
+            raise ValueError(
+                f"ProgressBar(line_every_percent={line_every_percent!r}): expected 0 < value <= 100."
+            )
+        self.refresh_rate = refresh_rate
+        self.min_interval_s = float(min_interval_s)
+        self.line_every_percent = float(line_every_percent)
+        self.leave = leave
+        self._file = file
+        self._enabled = False
+        self._train_bar: _Bar | None = None
+        self._eval_bar: _Bar | None = None
+        # the last validation's values stay on the training bar until the next validation
+        self._val_metrics: dict[str, float] = {}
+
+    @property
+    def file(self) -> TextIO:
+        """The stream the bars are written to."""
+        return self._file if self._file is not None else sys.stdout
+
+    @property
+    def is_enabled(self) -> bool:
+        """True on global rank 0 once set up, unless ``refresh_rate == 0``."""
+        return self._enabled
+
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._enabled = trainer.is_global_zero and self.refresh_rate > 0
+        self._val_metrics = {}
+
+    # -- training ---------------------------------------------------------------------------
+    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+        if not self._enabled:
+            return
+        self._close_train_bar()
+        self._train_bar = self._new_bar(
+            f"Epoch {trainer.current_epoch}",
+            _total(trainer.num_training_batches),
+            position=0,
+            leave=self.leave,
+        )
+
+    def on_train_batch_end(
+        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        bar = self._train_bar
+        if bar is None:
+            return
+        bar.advance(1, self.refresh_rate, lambda: self._train_postfix(trainer))
+
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # runs after the epoch's validation: the final line shows the validation metrics too
+        self._close_train_bar(trainer)
+
+    # -- evaluation -------------------------------------------------------------------------
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+        desc = "Sanity Checking" if trainer.sanity_checking else "Validation"
+        self._start_eval(desc, trainer.num_val_batches)
+
+    def on_validation_batch_end(
+        self,
+        trainer: Trainer,
+        module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._advance_eval(trainer)
+
+    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # the sanity check only proves the loop runs: no line for it in logs
+        metrics = self._end_eval(trainer, print_line=not trainer.sanity_checking)
+        if metrics is not None and not trainer.sanity_checking:
+            self._val_metrics = {k: v for k, v in metrics.items() if k != "loss"}
+
+    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._start_eval("Testing", getattr(trainer, "num_test_batches", None))
+
+    def on_test_batch_end(
+        self,
+        trainer: Trainer,
+        module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._advance_eval(trainer)
+
+    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._end_eval(trainer)
+
+    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+        self._start_eval("Predicting", getattr(trainer, "num_predict_batches", None))
+
+    def on_predict_batch_end(
+        self,
+        trainer: Trainer,
+        module: TrainModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self._advance_eval(trainer)
+
+    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._end_eval(trainer)
+
+    # -- failures ---------------------------------------------------------------------------
+    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        self._close_all()
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._close_all()
+
+    # -- internals --------------------------------------------------------------------------
+    def _new_bar(self, desc: str, total: int | None, position: int, leave: bool) -> _Bar:
+        return _Bar(
+            desc,
+            total,
+            self.file,
+            _isatty(self.file),
+            position,
+            leave,
+            self.min_interval_s,
+            self.line_every_percent,
+        )
+
+    def _start_eval(self, desc: str, num_batches: Any) -> None:
+        if not self._enabled:
+            return
+        self._close_eval_bar()
+        position = 1 if self._train_bar is not None else 0
+        self._eval_bar = self._new_bar(
+            desc, _total(num_batches), position=position, leave=position == 0 and self.leave
+        )
+        # evaluation lines are printed once at the end, not every few percent
+        self._eval_bar.periodic_lines = False
+
+    def _advance_eval(self, trainer: Trainer) -> None:
+        if self._eval_bar is not None:
+            self._eval_bar.advance(1, self.refresh_rate, lambda: self._metrics_postfix(trainer))
+
+    def _end_eval(self, trainer: Trainer, print_line: bool = True) -> dict[str, float] | None:
+        """Close the evaluation bar; return the metrics it showed, if it read them."""
+        bar, self._eval_bar = self._eval_bar, None
+        if bar is None:
+            return None
+        return bar.close(lambda: self._metrics_postfix(trainer), print_line=print_line)
+
+    def _close_train_bar(self, trainer: Trainer | None = None) -> None:
+        bar, self._train_bar = self._train_bar, None
+        if bar is not None:
+            bar.close(None if trainer is None else lambda: self._train_postfix(trainer))
+
+    def _close_eval_bar(self) -> None:
+        bar, self._eval_bar = self._eval_bar, None
+        if bar is not None:
+            bar.close(None)
+
+    def _close_all(self) -> None:
+        self._close_eval_bar()
+        bar, self._train_bar = self._train_bar, None
+        if bar is not None:
+            bar.close(None)
+
+    def _train_postfix(self, trainer: Trainer) -> dict[str, float]:
+        return {**self._val_metrics, **self._metrics_postfix(trainer)}
+
+    @staticmethod
+    def _metrics_postfix(trainer: Trainer) -> dict[str, float]:
+        # reading `progress_bar_metrics` syncs with the device: only when the text is redrawn
+        out: dict[str, float] = {}
+        for key, value in trainer.progress_bar_metrics.items():
+            try:
+                out[key] = _to_float(value)
+            except (TypeError, ValueError, RuntimeError):  # not a scalar: not for a progress bar
+                continue
+        return out
+
+
+class _Bar:
+    """One progress bar: a tqdm bar on a terminal, periodic lines otherwise."""
+
+    def __init__(
+        self,
+        desc: str,
+        total: int | None,
+        file: TextIO,
+        tty: bool,
+        position: int,
+        leave: bool,
+        min_interval_s: float,
+        line_every_percent: float,
+    ) -> None:
+        self.desc = desc
+        self.total = total
+        self.file = file
+        self.n = 0
+        self.periodic_lines = True
+        self._pending = 0
+        self._min_interval_s = min_interval_s
+        self._start = time.perf_counter()
+        self._last_refresh = -math.inf
+        self._line_step = line_every_percent / 100.0
+        self._next_line_fraction = self._line_step
+        self._last_line_time = self._start
+        self._tqdm: Any = None
+        if tty:
+            from tqdm import tqdm  # only a terminal run pays for importing tqdm
+
+            self._tqdm = tqdm(
+                desc=desc,
+                total=total,
+                file=file,
+                position=position,
+                leave=leave,
+                mininterval=min_interval_s,
+                dynamic_ncols=True,
+                unit="it",
+            )
+
+    def advance(self, n: int, every: int, postfix: Callable[[], dict[str, float]]) -> None:
+        """Count ``n`` batches; redraw every ``every`` batches, at most once per ``min_interval_s``."""
+        self.n += n
+        self._pending += n
+        if self._pending < every:
+            return
+        now = time.perf_counter()
+        if self._tqdm is not None:
+            if now - self._last_refresh >= self._min_interval_s:
+                self._last_refresh = now
+                self._tqdm.set_postfix_str(_format_postfix(postfix()), refresh=False)
+            self._tqdm.update(self._pending)
+        elif self.periodic_lines and self._line_due(now):
+            self._print_line(postfix(), now)
+        self._pending = 0
+
+    def close(
+        self, postfix: Callable[[], dict[str, float]] | None, print_line: bool = True
+    ) -> dict[str, float] | None:
+        """Finish the bar, showing ``postfix()`` in its final state (a line, off a terminal, if
+        ``print_line``); returns what ``postfix()`` gave, or None if it was not needed."""
+        values = None
+        if self._tqdm is not None:
+            if self._pending:
+                self._tqdm.update(self._pending)
+            if postfix is not None:
+                values = postfix()
+                self._tqdm.set_postfix_str(_format_postfix(values), refresh=False)
+            self._tqdm.close()
+            self._tqdm = None
+        elif print_line and postfix is not None:
+            values = postfix()
+            self._print_line(values, time.perf_counter())
+        self._pending = 0
+        return values
+
+    def _line_due(self, now: float) -> bool:
+        if self.total:
+            # the 100 % line is the one printed at the end, with the final metrics
+            if self.n >= self.total or self.n / self.total < self._next_line_fraction - 1e-9:
+                return False
+            while self.n / self.total >= self._next_line_fraction - 1e-9:
+                self._next_line_fraction += self._line_step
+            return True
+        return now - self._last_line_time >= _UNKNOWN_TOTAL_LINE_INTERVAL_S
+
+    def _print_line(self, postfix: dict[str, float], now: float) -> None:
+        self._last_line_time = now
+        elapsed = now - self._start
+        rate = self.n / elapsed if elapsed > 0 else 0.0
+        if self.total:
+            remaining = (self.total - self.n) / rate if rate > 0 else 0.0
+            progress = (
+                f"{100.0 * self.n / self.total:3.0f}% {self.n}/{self.total} "
+                f"[{_format_duration(elapsed)}<{_format_duration(remaining)}, {rate:.2f}it/s]"
+            )
+        else:
+            progress = f"{self.n} [{_format_duration(elapsed)}, {rate:.2f}it/s]"
+        text = _format_postfix(postfix)
+        print(f"{self.desc}: {progress}" + (f" {text}" if text else ""), file=self.file, flush=True)
+
+
+def _format_postfix(postfix: dict[str, float]) -> str:
+    return ", ".join(f"{key}={value:.4g}" for key, value in postfix.items())
+
+
+def _total(num_batches: Any) -> int | None:
+    """A bar's length from ``num_*_batches`` (an int, None/inf for unknown, or one per dataloader)."""
+    counts = list(num_batches) if isinstance(num_batches, (list, tuple)) else [num_batches]
+    if any(n is None or n == math.inf for n in counts):
+        return None
+    return int(sum(counts))
+
+
+def _isatty(file: TextIO) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False

@@ -1,0 +1,139 @@
+"""`TensorBoardLogger`: scalars, hyperparameters and the run summary as TensorBoard event files."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Mapping
+
+from callbacks._file_logger import _FileLogger
+from callbacks._utils import _to_float
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+
+class _NoOpExperiment:
+    """Stands in for the ``SummaryWriter`` on ranks that must not write: every call does nothing."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class TensorBoardLogger(_FileLogger):
+    """Writes TensorBoard event files to ``<save_dir>/<name>/version_N`` (global rank 0 only).
+
+    Args:
+        save_dir: Root directory; defaults to the Trainer's ``default_root_dir``.
+        name: Experiment directory under ``save_dir`` (``""`` or ``None``: none).
+        version: ``None`` picks the next free ``version_N``; an int gives ``version_<int>``; a
+            str is used as the directory name.
+
+    Scalars go to one event-file set per version directory: hyperparameters are written into
+    the same event file (not ``add_hparams``, which makes a sub-run per call). View with
+    ``tensorboard --logdir <save_dir>/<name>``.
+    """
+
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str] | None = None,
+        name: str | None = "logs",
+        version: int | str | None = None,
+    ) -> None:
+        super().__init__(save_dir=save_dir, name=name, version=version)
+        self._writer: SummaryWriter | None = None
+        self._noop = _NoOpExperiment()
+
+    @property
+    def experiment(self) -> Any:
+        """The ``SummaryWriter`` on global rank 0 (created on first use); a no-op object elsewhere."""
+        if not self.is_global_zero:
+            return self._noop
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # heavy: only when a run writes
+
+            os.makedirs(self.log_dir, exist_ok=True)
+            self._writer = SummaryWriter(log_dir=self.log_dir)
+        return self._writer
+
+    # -- Logger API -------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Add each metric as a scalar at ``step``."""
+        if not self.is_global_zero:
+            return
+        writer = self.experiment
+        for key, value in metrics.items():
+            if isinstance(value, Mapping):  # a dict of scalars shares one chart
+                for sub_key, sub_value in value.items():
+                    writer.add_scalar(f"{key}/{sub_key}", _to_float(sub_value), global_step=step)
+            else:
+                writer.add_scalar(key, _to_float(value), global_step=step)
+
+    def log_hyperparams(self, params: Any, metrics: Mapping[str, float] | None = None) -> None:
+        """Record ``params`` for TensorBoard's HParams tab (nested dicts are flattened with ``/``)."""
+        if not self.is_global_zero:
+            return
+        flat = _flatten_hparams(self._hparams_to_plain(params))
+        if not flat:
+            return
+        from torch.utils.tensorboard.summary import hparams
+
+        experiment, session_start, session_end = hparams(flat, dict(metrics or {}))
+        file_writer = self.experiment._get_file_writer()
+        for summary in (experiment, session_start, session_end):
+            file_writer.add_summary(summary)
+
+    def log_text(self, tag: str, text: str) -> None:
+        """Add ``text`` under ``tag`` (shown in the Text tab; rendered as Markdown)."""
+        if not self.is_global_zero:
+            return
+        # Markdown joins single newlines: keep the summary's lines apart
+        self.experiment.add_text(tag, text.replace("\n", "  \n"), global_step=0)
+
+    def finalize(self, status: str) -> None:
+        """Flush and close the event file."""
+        self._close()
+
+    # -- hooks ------------------------------------------------------------------------------
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._flush()
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._flush()
+
+    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+        self._close()
+
+    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._close()
+
+    def _flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+
+    def _close(self) -> None:
+        # a later call (e.g. `validate` after `fit`) reopens a new event file in the same dir
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _flatten_hparams(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts and turn values TensorBoard cannot show into strings."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten_hparams(value, prefix=f"{name}/"))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif hasattr(value, "numel") and value.numel() == 1:
+            out[name] = _to_float(value)
+        else:
+            out[name] = str(value)
+    return out

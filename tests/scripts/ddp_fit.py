@@ -1,0 +1,88 @@
+"""Launched by tests/test_ddp_launch.py the way users launch: torchrun, `python` + devices, ddp_spawn.
+
+Trains `Regression` (tests/models.py) for 2 epochs on 32 samples, micro batch 4, shuffle=False,
+and saves each rank's placement, final parameters and global_step with `save_rank_result`.
+Markers on stdout let the test count which processes ran which part of the script:
+
+- ``START pid=<pid> rank=<$RANK>``: every process that runs the script (the launcher too);
+- ``FIT_DONE pid=<pid>``: after ``fit``, global rank 0 only;
+- ``END pid=<pid> rank=<$RANK>``: the last line of the script.
+
+Options: ``--devices N``, ``--strategy NAME`` (Trainer arguments; default: adopt the launcher),
+``--fail-rank R --fail-step S`` (``training_step`` raises ``RuntimeError("boom on rank R")`` on
+global rank R at global step S). ``prepare_data`` appends a line to
+``$LOCKSTEP_TEST_OUT/prepare_data.txt``; a ``rank_zero_only`` function appends one to
+``rank_zero_only.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from distributed_helpers import save_rank_result
+from models import QUIET, Regression, loader, params_of, regression_data
+
+from trainer import Trainer, rank_zero_only
+
+OUT = os.environ.get("LOCKSTEP_TEST_OUT", ".")
+
+
+class Model(Regression):
+    """`Regression` that records prepare_data calls and can fail on one rank."""
+
+    def __init__(self, fail_rank: int | None = None, fail_step: int | None = None) -> None:
+        super().__init__("sgd")
+        self.fail_rank, self.fail_step = fail_rank, fail_step
+
+    def prepare_data(self) -> None:
+        with open(os.path.join(OUT, "prepare_data.txt"), "a") as f:
+            f.write(f"node={self.node_rank} local={self.local_rank} global={self.global_rank}\n")
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.global_rank == self.fail_rank and self.global_step == self.fail_step:
+            raise RuntimeError(f"boom on rank {self.global_rank}")
+        return super().training_step(batch, batch_idx)
+
+
+@rank_zero_only
+def write_once(path: str) -> None:
+    with open(path, "a") as f:
+        f.write(f"pid={os.getpid()}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--devices", default="auto")
+    parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--fail-rank", type=int, default=None)
+    parser.add_argument("--fail-step", type=int, default=None)
+    args = parser.parse_args()
+
+    print(f"START pid={os.getpid()} rank={os.environ.get('RANK')}", flush=True)
+    devices = args.devices if args.devices == "auto" else int(args.devices)
+    trainer = Trainer(max_epochs=2, devices=devices, strategy=args.strategy, **QUIET)
+    model = Model(args.fail_rank, args.fail_step)
+    trainer.fit(model, loader(regression_data(32), 4))
+    if trainer.is_global_zero:
+        print(f"FIT_DONE pid={os.getpid()}", flush=True)
+    write_once(os.path.join(OUT, "rank_zero_only.txt"))
+    save_rank_result(
+        {
+            "global_rank": trainer.global_rank,
+            "local_rank": trainer.local_rank,
+            "node_rank": trainer.node_rank,
+            "world_size": trainer.world_size,
+            "num_nodes": trainer.num_nodes,
+            # the module sees the same placement as its Trainer
+            "module_ranks": (model.global_rank, model.local_rank, model.node_rank, model.world_size),
+            "global_step": trainer.global_step,
+            "params": params_of(model),
+        },
+        rank=trainer.global_rank,
+    )
+    print(f"END pid={os.getpid()} rank={os.environ.get('RANK')}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,7 @@
     python examples/digits.py                         # one process
     python examples/digits.py --devices 2             # two processes, DDP (the Trainer launches them)
     torchrun --nproc_per_node 2 examples/digits.py    # the same, launched by torchrun
+    python examples/digits.py --optimizer lamb        # lars | larc | lamb | novograd: warmup + cosine
 
 TensorBoard logs go to <root>/logs/version_N: `tensorboard --logdir <root>/logs`.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 from typing import Any
 
@@ -36,8 +38,12 @@ def digits_datasets(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:
 class DigitsCNN(TrainModule):
     """Two conv blocks with BatchNorm and a small classifier head."""
 
-    def __init__(self, lr: float = 3e-3, weight_decay: float = 1e-4, optimizer: str = "adamw") -> None:
+    def __init__(self, lr: float | None = None, weight_decay: float = 1e-4, optimizer: str = "adamw") -> None:
         super().__init__()
+        if optimizer not in OPTIMIZER_DEFAULTS:
+            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZER_DEFAULTS)}, got {optimizer!r}")
+        if lr is None:
+            lr = OPTIMIZER_DEFAULTS[optimizer][0]
         self.save_hyperparameters()
         self.net = nn.Sequential(
             nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
@@ -67,10 +73,39 @@ class DigitsCNN(TrainModule):
         lr, wd = self.hparams["lr"], self.hparams["weight_decay"]
         if name == "adamw":
             return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=wd)
+        # The layer-wise optimizers: 10% linear warmup from lr/10, then cosine decay to 0, stepped
+        # once per optimizer step (docs/large-batch.md).
         from trainer import optim
 
-        optimizers = {"lars": optim.LARS, "lamb": optim.LAMB, "novograd": optim.NovoGrad}
-        return optimizers[name](self.parameters(), lr=lr, weight_decay=wd)
+        options = OPTIMIZER_DEFAULTS[name][1]
+        cls = {"lars": optim.LARS, "larc": optim.LARS, "lamb": optim.LAMB, "novograd": optim.NovoGrad}[name]
+        opt = cls(self.named_parameters(), lr=lr, weight_decay=wd, **options)
+        total = total_steps(self.trainer)
+        warmup_steps = max(1, total // 10)
+        cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, total - warmup_steps))
+        sched = optim.warmup(cosine, warmup_steps=warmup_steps, start_factor=0.1)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+# Per optimizer: default learning rate and options (checked on this data set, docs/large-batch.md).
+OPTIMIZER_DEFAULTS: dict[str, tuple[float, dict[str, Any]]] = {
+    "adamw": (3e-3, {}),
+    "lars": (1.0, {}),  # LARS: lr scales the trust ratio (trust_coefficient=0.001)
+    "larc": (0.1, {"trust_coefficient": 0.02, "clip": True}),  # LARC: lr caps every layer's rate
+    "lamb": (1e-2, {}),
+    "novograd": (1e-2, {}),
+}
+
+
+def total_steps(trainer: Trainer) -> int:
+    """Optimizer steps this fit will take (for a schedule's length), from max_steps or the epochs."""
+    per_epoch = math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches)
+    by_epochs = per_epoch * trainer.max_epochs if trainer.max_epochs not in (None, -1) else None
+    if trainer.max_steps != -1:
+        return trainer.max_steps if by_epochs is None else min(trainer.max_steps, by_epochs)
+    if by_epochs is None:
+        raise ValueError("set max_epochs or max_steps: the learning-rate schedule needs a length")
+    return by_epochs
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,8 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches (A)")
     parser.add_argument("--max-epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="micro batch per process (b)")
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--optimizer", default="adamw", choices=["adamw", "lars", "lamb", "novograd"])
+    parser.add_argument("--lr", type=float, default=None, help="default: per optimizer (OPTIMIZER_DEFAULTS)")
+    parser.add_argument("--optimizer", default="adamw", choices=sorted(OPTIMIZER_DEFAULTS),
+                        help="lars/larc/lamb/novograd use a 10%% warmup then cosine decay")
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--sync-batchnorm", action="store_true")
     parser.add_argument("--root", default="digits_run", help="default_root_dir (logs, checkpoints)")

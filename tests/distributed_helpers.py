@@ -309,8 +309,11 @@ def run_script(
     env: dict[str, str] | None = None,
     timeout: float = 120,
     cwd: str | os.PathLike[str] | None = None,
+    torchrun_args: Sequence[str] = (),
 ) -> subprocess.CompletedProcess:
     """Run ``args`` (a script path and its arguments) as users launch it; capture its output.
+
+    ``torchrun_args`` are extra launcher options (e.g. ``["--max-restarts", "1"]``).
 
     ``launcher="torchrun"`` runs ``python -m torch.distributed.run --nproc_per_node nproc`` with a
     static rendezvous on ``127.0.0.1`` and a free port; ``nnodes=2`` starts two agents on this
@@ -336,7 +339,7 @@ def run_script(
                 sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(nnodes), "--node_rank", str(node),
                 "--nproc_per_node", str(nproc),
-                "--master_addr", "127.0.0.1", "--master_port", str(port),
+                "--master_addr", "127.0.0.1", "--master_port", str(port), *torchrun_args,
                 *args,
             ]
             for node in range(nnodes)

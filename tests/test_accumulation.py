@@ -105,3 +105,13 @@ def test_optimizer_steps_and_backward_counts():
     # 10 micro batches -> windows 4, 4, 2
     assert calls == {"backward": 10, "step": 3, "zero": 3}
     assert trainer.global_step == 3
+
+
+def test_unknown_length_with_a_larger_int_limit_still_corrects_the_last_window():
+    data = regression_data(40)
+    module, reference = _PlainSGD(), _PlainSGD()
+    trainer = Trainer(max_epochs=1, accumulate_grad_batches=3, limit_train_batches=100, **QUIET)
+    trainer.fit(module, torch.utils.data.DataLoader(_Stream(data), batch_size=None))
+    x, y = data.tensors
+    _manual_sgd(reference, [(x[:24], y[:24]), (x[24:], y[24:])], lr=0.1)
+    assert_params_close(params_of(module), params_of(reference), atol=1e-6)

@@ -244,3 +244,40 @@ def test_checkpoint_written_at_epoch_end_resumes_at_the_next_epoch(tmp_path):
     assert t.global_step == 8
     for a, b in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
+
+
+def test_plateau_monitor_at_the_top_level_of_the_dict():
+    class Plateau(Regression):
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=1e-6)
+            sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=0, factor=0.5)
+            return {"optimizer": opt, "lr_scheduler": sched, "monitor": "val_loss"}
+
+    data = regression_data(16)
+    t = Trainer(max_epochs=2, num_sanity_val_steps=0, **QUIET)
+    t.fit(Plateau(), loader(data, 4), loader(data, 4))
+    assert t.lr_scheduler_configs[0].monitor == "val_loss"
+
+
+def _worker_draws(_):
+    import random
+
+    return torch.tensor([torch.rand(()).item(), random.random()])
+
+
+def test_seed_everything_workers_gives_each_rank_its_own_worker_seeds():
+    from trainer import seed_everything
+    from trainer.seed import install_worker_seeding
+
+    seed_everything(7, workers=True)
+    try:
+        draws = []
+        for rank in (0, 1):
+            torch.manual_seed(7)  # ranks seeded alike draw the same base seed
+            dl = torch.utils.data.DataLoader(range(2), batch_size=None, num_workers=1, collate_fn=_worker_draws)
+            install_worker_seeding(dl, rank)
+            assert dl.worker_init_fn is not None
+            draws.append(torch.stack(list(dl)))
+        assert not torch.equal(draws[0], draws[1])
+    finally:
+        seed_everything(0)

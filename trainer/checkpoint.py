@@ -1,14 +1,28 @@
-"""Checkpoint files: what they hold, atomic writes, and reading them back."""
+"""Checkpoint files: what they hold, atomic writes, safe loading, and restoring a run exactly.
+
+A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the epoch, the
+global step, the position inside the epoch, every callback's state, the hyperparameters, the
+world size and accumulation it was made with, and each rank's RNG states together with the
+RNG states that decided the interrupted epoch's order (see `trainer.resume`).
+"""
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-FORMAT_VERSION = 1
+from trainer.rank_zero import rank_zero_warn
+from trainer.resume import capture_rng_state, restore_rng_state, restore_sampler_seeds
+
+if TYPE_CHECKING:
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+FORMAT_VERSION = 2
 
 
 class CheckpointError(RuntimeError):
@@ -31,8 +45,10 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with _suppress_oserror():
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -41,26 +57,196 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
         os.close(dir_fd)
 
 
-class _suppress_oserror:
-    def __enter__(self) -> None:
-        return None
+def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", weights_only: bool = True) -> dict[str, Any]:
+    """Read a checkpoint; raise `CheckpointError` naming the file when it cannot be used.
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        return exc_type is not None and issubclass(exc_type, OSError)
-
-
-def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True``; raise `CheckpointError` naming the file."""
+    ``weights_only=True`` (the default) unpickles only tensors and plain containers, so a
+    crafted file cannot run code. Pass ``weights_only=False`` only for files you trust.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist.")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:  # truncated zip, bad pickle, refused global: all unreadable here
+        ckpt = torch.load(path, map_location=map_location, weights_only=weights_only)
+    except Exception as err:
+        if weights_only and _is_refused_pickle(err):
+            raise CheckpointError(
+                f"Refused to load {str(path)!r}: it needs objects that are not safe to unpickle "
+                f"({_first_line(err)}). Loading it could run arbitrary code. If you trust the file, "
+                "pass weights_only=False (e.g. trainer.fit(..., ckpt_path=..., weights_only=False))."
+            ) from err
         raise CheckpointError(
-            f"Could not load checkpoint {str(path)!r}: {type(err).__name__}: {err}. The file may be "
-            "truncated or corrupt, or contain objects that are not safe to unpickle."
+            f"Could not load checkpoint {str(path)!r}: {type(err).__name__}: {_first_line(err)}. "
+            "The file is truncated or corrupt; use an earlier checkpoint."
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{str(path)!r} is not a Lockstep checkpoint (no 'state_dict' entry).")
     return ckpt
+
+
+def _is_refused_pickle(err: Exception) -> bool:
+    import pickle
+
+    return isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err).lower().replace(" ", "_")
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def dump_checkpoint(trainer: Trainer) -> dict[str, Any]:
+    """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it)."""
+    module = trainer.module
+    loop = trainer.fit_loop
+    rank_state = {"epoch_state": loop.epoch_state, "rng": capture_rng_state()}
+    checkpoint: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "state_dict": module.state_dict(),
+        "optimizer_states": [opt.state_dict() for opt in trainer.optimizers],
+        "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
+        "precision": trainer._precision.state_dict(),
+        "epoch": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
+        "rank_states": trainer.strategy.all_gather_object(rank_state),
+        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "hyper_parameters": dict(module.hparams),
+        "world_size": trainer.world_size,
+        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "lr_scaled": trainer._lr_scaled,
+    }
+    module.on_save_checkpoint(checkpoint)
+    trainer._hooks.call_callbacks("on_save_checkpoint", checkpoint)
+    return checkpoint
+
+
+def check_compatible(
+    checkpoint: dict[str, Any], path: str, module: TrainModule, optimizers: list[Any], schedulers: list[Any]
+) -> None:
+    """Refuse a checkpoint that does not fit, before anything is loaded (no half-loaded model)."""
+    expected = module.state_dict()
+    saved = checkpoint["state_dict"]
+    problems = [f"missing {k!r}" for k in expected if k not in saved]
+    problems += [f"unexpected {k!r}" for k in saved if k not in expected]
+    problems += [
+        f"{k!r} has shape {tuple(saved[k].shape)}, the module {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in saved and hasattr(saved[k], "shape") and tuple(saved[k].shape) != tuple(v.shape)
+    ]
+    if optimizers:
+        states = checkpoint.get("optimizer_states", [])
+        if len(states) != len(optimizers):
+            problems.append(f"{len(states)} optimizer state(s) for {len(optimizers)} optimizer(s)")
+        for i, (opt, state) in enumerate(zip(optimizers, states)):
+            sizes = [len(g["params"]) for g in opt.param_groups]
+            saved_sizes = [len(g["params"]) for g in state.get("param_groups", [])]
+            if sizes != saved_sizes:
+                problems.append(f"optimizer {i} has parameter groups of sizes {sizes}, the checkpoint {saved_sizes}")
+    if schedulers and len(checkpoint.get("lr_schedulers", [])) != len(schedulers):
+        problems.append(f"{len(checkpoint.get('lr_schedulers', []))} scheduler state(s) for {len(schedulers)} scheduler(s)")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise CheckpointError(f"Checkpoint {path!r} does not fit this run: {shown}. Nothing was loaded.")
+
+
+def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Restore a fit from ``checkpoint``: weights, optimizers, schedulers, callbacks, position, RNG."""
+    module = trainer.module
+    configs = trainer.lr_scheduler_configs
+    check_compatible(checkpoint, path, module, trainer.optimizers, configs)
+    module.load_state_dict(checkpoint["state_dict"])
+    module.on_load_checkpoint(checkpoint)
+    trainer._hooks.call_callbacks("on_load_checkpoint", checkpoint)
+    for opt, state in zip(trainer.optimizers, checkpoint["optimizer_states"]):
+        opt.load_state_dict(state)
+    for cfg, state in zip(configs, checkpoint.get("lr_schedulers", [])):
+        cfg.scheduler.load_state_dict(state)
+    trainer._precision.load_state_dict(checkpoint.get("precision", {}))
+    states = checkpoint.get("callbacks", {})
+    for cb in trainer.callbacks:
+        if cb.state_key in states:
+            cb.load_state_dict(states[cb.state_key])
+    trainer._global_step = int(checkpoint["global_step"])
+    trainer._lr_scaled = bool(checkpoint.get("lr_scaled", False))  # the saved LRs are final: never rescale
+    _restore_position(trainer, checkpoint)
+
+
+def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    position = checkpoint.get("loops", {}).get("fit_loop", {})
+    finished = bool(position.get("epoch_finished", False))
+    batches_done = int(position.get("batches_done", 0))
+    epoch = int(checkpoint["epoch"])
+    saved_world = int(checkpoint.get("world_size", trainer.world_size))
+    rank_states = checkpoint.get("rank_states")
+    same_world = saved_world == trainer.world_size and rank_states is not None
+    if saved_world != trainer.world_size:
+        rank_zero_warn(
+            f"Resuming a checkpoint made with world size {saved_world} on world size "
+            f"{trainer.world_size}: the module, optimizer and scheduler states are restored (the "
+            "learning rates as saved, not scaled again), but the data order changes"
+            + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
+        )
+    mine = rank_states[trainer.global_rank] if same_world else None
+    if finished or not batches_done:
+        trainer._current_epoch = epoch + 1 if finished else epoch
+        if mine is not None:
+            restore_rng_state(mine["rng"])
+            if mine.get("epoch_state") is not None:
+                restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
+        return
+    trainer._current_epoch = epoch
+    if mine is None or mine.get("epoch_state") is None:
+        return  # the epoch restarts from its first batch (warned above)
+    accumulate = int(checkpoint.get("accumulate_grad_batches", 1))
+    start = batches_done - batches_done % accumulate
+    if start != batches_done:
+        rank_zero_warn(
+            f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
+            f"{accumulate} micro batches); that window is trained again from its first micro batch."
+        )
+    trainer.fit_loop.resume_from = {"batches_done": start, "epoch_state": mine["epoch_state"], "rng": mine["rng"]}
+
+
+def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
+    """A path, or ``"last"`` / ``"best"`` resolved through the checkpoint callbacks and the disk."""
+    if ckpt_path == "best":
+        cb = trainer.checkpoint_callback
+        path = getattr(cb, "best_model_path", None)
+        if not path:
+            raise ValueError("ckpt_path='best' but no ModelCheckpoint has a best checkpoint yet.")
+        return str(path)
+    if ckpt_path == "last":
+        path = find_last_checkpoint(trainer)
+        if path is None:
+            raise ValueError(
+                f"ckpt_path='last' but there is no last checkpoint under {trainer.default_root_dir!r} or "
+                "in a ModelCheckpoint's dirpath (save_last=True writes one; so does a pre-emption)."
+            )
+        return path
+    return os.fspath(ckpt_path)
+
+
+def find_last_checkpoint(trainer: Trainer) -> str | None:
+    """The newest ``last*.ckpt`` in a ModelCheckpoint's dirpath or under ``default_root_dir``."""
+    candidates = []
+    for cb in trainer.checkpoint_callbacks:
+        for attr in ("last_model_path",):
+            value = getattr(cb, attr, None)
+            if value and os.path.isfile(value):
+                candidates.append(str(value))
+        dirpath = getattr(cb, "dirpath", None)
+        if dirpath:
+            candidates += glob.glob(os.path.join(str(dirpath), "last*.ckpt"))
+    candidates += glob.glob(os.path.join(trainer.default_root_dir, "**", "last*.ckpt"), recursive=True)
+    candidates = [c for c in candidates if os.path.isfile(c)]
+    return max(candidates, key=os.path.getmtime) if candidates else None
+
+
+def preemption_checkpoint_path(trainer: Trainer) -> str:
+    """Where a pre-empted run saves: ``last.ckpt`` beside the run's other checkpoints."""
+    for cb in trainer.checkpoint_callbacks:
+        dirpath = getattr(cb, "dirpath", None)
+        if dirpath:
+            return os.path.join(str(dirpath), "last.ckpt")
+    return os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")

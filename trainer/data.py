@@ -48,20 +48,25 @@ def num_batches(loader: Any, limit: int | float | None, what: str) -> int | None
     return limit if length is None else min(limit, length)
 
 
-def iterate_with_lookahead(loader: Iterable[Any], limit: int | None) -> Iterator[tuple[int, Any, bool]]:
+def iterate_with_lookahead(
+    loader: Iterable[Any], limit: int | None, start: int = 0
+) -> Iterator[tuple[int, Any, bool]]:
     """Yield ``(batch_idx, batch, is_last)``; the epoch's end is learned one batch ahead.
+
+    ``start`` is the index of the loader's first batch (after a mid-epoch resume) and
+    ``limit`` the epoch's total number of batches.
 
     Knowing the last batch before running it lets its accumulation window sync and step even
     when the loader has no length.
     """
-    if limit == 0:
+    if limit is not None and start >= limit:
         return
     it = iter(loader)
     try:
         current = next(it)
     except StopIteration:
         return
-    idx = 0
+    idx = start
     while True:
         if limit is not None and idx + 1 >= limit:
             yield idx, current, True

@@ -141,7 +141,7 @@ def distribute_dataloader(
         sampler = DistributedSampler(
             dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed
         )
-    kwargs = _kept_kwargs(dataloader)
+    kwargs = rebuild_kwargs(dataloader)
     if user_batch_sampler:
         batch_size, drop_last = batch_sampler.batch_size, batch_sampler.drop_last  # type: ignore[union-attr]
         kwargs["batch_sampler"] = BatchSampler(sampler, batch_size=batch_size, drop_last=drop_last)
@@ -202,7 +202,8 @@ def _custom_part(dataloader: DataLoader, sampler: Any, batch_sampler: Any) -> st
     return f"a custom sampler ({type(sampler).__qualname__})"
 
 
-def _kept_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+def rebuild_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+    """The arguments to build an equivalent DataLoader, except dataset, sampler and batching."""
     # Only arguments this torch version's DataLoader accepts (in_order is recent).
     accepted = inspect.signature(DataLoader.__init__).parameters
     return {name: getattr(dataloader, name) for name in _KEPT_LOADER_ARGS if name in accepted}

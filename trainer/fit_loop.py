@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.accumulation import AccumulationWindows
+from trainer.anomaly import check_finite_gradients
 from trainer.data import iterate_with_lookahead
+from trainer.loss_normalization import ItemMeanNormalizer
+from trainer.resume import capture_epoch_state, resumed_epoch
 from trainer.optimization import clip_gradients, step_schedulers
 
 if TYPE_CHECKING:
@@ -27,6 +30,9 @@ class FitLoop:
         self.batch_idx = 0  # index of the batch being trained
         self.batches_done = 0  # batches of the current epoch fully trained (checkpoint position)
         self.epoch_finished = False  # the current epoch has no batch left (its end hooks may run)
+        self._normalizer = ItemMeanNormalizer()
+        self.epoch_state: dict[str, Any] | None = None  # RNG states that decide this epoch's order
+        self.resume_from: dict[str, Any] | None = None  # set by a mid-epoch checkpoint restore
 
     @property
     def done(self) -> bool:
@@ -52,23 +58,34 @@ class FitLoop:
         t._active_metrics = t._train_metrics
         hooks.call("on_train_epoch_start")
         # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
-        windows = AccumulationWindows(t.accumulate_grad_batches, t.num_training_batches)
+        windows = AccumulationWindows(
+            t.accumulate_grad_batches, t.num_training_batches if t._train_length_known else None
+        )
         val_every, val_at_end = t._val_check_schedule()
-        self.batch_idx = 0
+        resume, self.resume_from = self.resume_from, None
+        if resume is None:
+            self.epoch_state = capture_epoch_state(loader)
+            source, start = loader, 0
+        else:
+            self.epoch_state = resume["epoch_state"]
+            start = resume["batches_done"]
+            source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
+        self.batch_idx = self.batches_done = start
         seen = 0
-        for batch_idx, batch, is_last in iterate_with_lookahead(loader, t.num_training_batches):
+        for batch_idx, batch, is_last in iterate_with_lookahead(source, t.num_training_batches, start):
             if t._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
                 is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
             self.batch_idx = batch_idx
             window_end = windows.is_window_end(batch_idx, is_last)
-            self._train_batch(batch, batch_idx, window_end, windows)
+            self._train_batch(batch, batch_idx, is_last, window_end, windows)
             seen += 1
-            self.batches_done = batch_idx + 1
-            self.epoch_finished = is_last
             if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
                 t._run_validation_in_fit()
                 t._active_metrics = t._train_metrics
-            if is_last or (window_end and (t.should_stop or (t.max_steps != -1 and t.global_step >= t.max_steps))):
+            # Mid-epoch, only a stop every rank agreed on (after validation) may end the epoch:
+            # a rank that stops alone leaves the others waiting in the next all-reduce.
+            stop = t.should_stop if t.world_size == 1 else t._agreed_stop
+            if is_last or (window_end and (stop or (t.max_steps != -1 and t.global_step >= t.max_steps))):
                 break
         if seen == 0:
             raise ValueError(
@@ -78,7 +95,9 @@ class FitLoop:
         self.epoch_finished = True  # also when max_steps or should_stop ended it early
         self._epoch_end()
 
-    def _train_batch(self, batch: Any, batch_idx: int, window_end: bool, windows: AccumulationWindows) -> None:
+    def _train_batch(
+        self, batch: Any, batch_idx: int, is_last: bool, window_end: bool, windows: AccumulationWindows
+    ) -> None:
         t = self.trainer
         hooks, strategy, precision, module = t._hooks, t.strategy, t._precision, t.module
         batch = t._move_batch(batch)
@@ -92,13 +111,19 @@ class FitLoop:
             loss = _loss_of(output, batch_idx)
             t._last_loss = loss.detach()
             t._loss_check.record(t._last_loss, t.current_epoch, t.global_step, batch_idx)
-            divisor = windows.loss_divisor(batch_idx)
-            scaled = loss / divisor if divisor != 1 else loss
+            if self._normalizer.observe(output, loss, batch_idx):
+                scaled = loss  # a sum: normalised by the global item count at the step
+            else:
+                divisor = windows.loss_divisor(batch_idx)
+                scaled = loss / divisor if divisor != 1 else loss
             hooks.call("on_before_backward", scaled)
             precision.backward(scaled)
         hooks.call("on_after_backward")
         if window_end:
             self._optimizer_step(windows.grad_correction(batch_idx))
+        # the position a checkpoint written from here on records
+        self.batches_done = batch_idx + 1
+        self.epoch_finished = is_last
         hooks.call("on_train_batch_end", output, batch, batch_idx)
         metrics.in_step = False
 
@@ -106,11 +131,18 @@ class FitLoop:
         t = self.trainer
         hooks, precision = t._hooks, t._precision
         t.strategy.after_backward_window()
+        if self._normalizer.active:
+            grad_correction = 1.0  # summed losses were never divided by the window size
+        self._normalizer.finish_window(t.strategy, t._optimizer_params)
         for optimizer, params in zip(t.optimizers, t._optimizer_params):
             if grad_correction != 1.0:
                 grads = [p.grad for p in params if p.grad is not None]
                 torch._foreach_mul_(grads, grad_correction)
             precision.unscale(optimizer)
+            if t._grad_check_params is not None:
+                check_finite_gradients(
+                    t._grad_check_params, t.current_epoch, t.global_step, self.batch_idx, t.global_rank
+                )
             hooks.call("on_before_optimizer_step", optimizer)
             if t.gradient_clip_val:  # None or 0: no clipping (as in Lightning)
                 clip_gradients(params, t.gradient_clip_val, t.gradient_clip_algorithm)
@@ -125,6 +157,9 @@ class FitLoop:
         if t.global_step % t.log_every_n_steps == 0:
             t._loss_check.check()
             t._log_step_metrics()
+        signum = t._preemption.agreed(t.world_size, t.strategy.control_group)
+        if signum:
+            t._save_and_exit_for_preemption(signum)
 
     def _epoch_end(self) -> None:
         t = self.trainer
@@ -139,6 +174,7 @@ class FitLoop:
         self.batches_done = 0
         self.epoch_finished = False
         t.should_stop = t.strategy.reduce_boolean_decision(t.should_stop, all=False)
+        t._agreed_stop = t.should_stop
 
 
 def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ and copies rank 0's trained weights back into the launching process.
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import sys
 import tempfile
@@ -73,7 +74,7 @@ class ElasticLauncher:
             start_method="spawn",
         )
         try:
-            elastic_launch(config, entrypoint=sys.executable)("-u", *sys.argv)
+            elastic_launch(config, entrypoint=sys.executable)(*_worker_args())
         except ChildFailedError as err:
             rank, failure = err.get_first_failure()
             print(
@@ -83,6 +84,19 @@ class ElasticLauncher:
             )
             sys.exit(failure.exitcode if failure.exitcode > 0 else 1)
         sys.exit(0)
+
+
+def _worker_args() -> list[str]:
+    """The interpreter arguments that re-run this program in a worker.
+
+    ``python -m pkg.train`` must stay ``-m pkg.train``: re-running the module's file as a script
+    would break its relative imports (``from .model import Net``).
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        name = spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
+        return ["-u", "-m", name, *sys.argv[1:]]
+    return ["-u", *sys.argv]
 
 
 class SpawnLauncher:
@@ -96,10 +110,15 @@ class SpawnLauncher:
         import torch.multiprocessing as mp
 
         port = _free_port()
+        # Pickled here with plain pickle, not by torch.multiprocessing: its pickler hands CPU
+        # tensors over as *shared memory*, so every worker would update the same parameter
+        # storage (W optimizer steps applied to one model) and the launching process's tensors
+        # would be moved to shared memory. Plain pickle gives each worker its own copy.
+        payload = pickle.dumps((trainer, fn, args), protocol=pickle.HIGHEST_PROTOCOL)
         with tempfile.TemporaryDirectory(prefix="lockstep-spawn-") as out:
             mp.start_processes(
                 _spawned_worker,
-                args=(trainer, fn, args, port, self.nprocs, out),
+                args=(payload, port, self.nprocs, out),
                 nprocs=self.nprocs,
                 start_method="spawn",
                 join=True,
@@ -116,7 +135,8 @@ class SpawnLauncher:
         return outcome["result"]
 
 
-def _spawned_worker(rank: int, trainer: Trainer, fn: str, args: tuple[Any, ...], port: int, nprocs: int, out: str) -> None:
+def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str) -> None:
+    trainer, fn, args = pickle.loads(payload)
     os.environ.update(
         {
             "MASTER_ADDR": "127.0.0.1",

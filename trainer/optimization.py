@@ -63,10 +63,7 @@ def _parse_dict(d: Mapping[str, Any]) -> tuple[list[Optimizer], list[LRScheduler
     _check_optimizers([d["optimizer"]])
     configs = []
     if d.get("lr_scheduler") is not None:
-        cfg = _scheduler_config(d["lr_scheduler"])
-        if cfg.monitor is None and d.get("monitor") is not None:
-            cfg.monitor = d["monitor"]
-        configs.append(cfg)
+        configs.append(_scheduler_config(d["lr_scheduler"], default_monitor=d.get("monitor")))
     return [d["optimizer"]], configs
 
 
@@ -78,7 +75,7 @@ def _check_optimizers(optimizers: Sequence[Any]) -> None:
             raise TypeError(f"{_FORMATS}; got an element of type {type(opt).__name__}.")
 
 
-def _scheduler_config(entry: Any) -> LRSchedulerConfig:
+def _scheduler_config(entry: Any, default_monitor: str | None = None) -> LRSchedulerConfig:
     if isinstance(entry, Mapping):
         if "scheduler" not in entry:
             raise ValueError(f"An lr_scheduler dict needs a 'scheduler' key; got keys {sorted(entry)}.")
@@ -88,6 +85,8 @@ def _scheduler_config(entry: Any) -> LRSchedulerConfig:
         cfg = LRSchedulerConfig(**{k: v for k, v in entry.items() if k != "strict"})
     else:
         cfg = LRSchedulerConfig(scheduler=entry)
+    if cfg.monitor is None:
+        cfg.monitor = default_monitor
     if cfg.interval not in _INTERVALS:
         raise ValueError(f"lr_scheduler 'interval' must be 'step' or 'epoch', got {cfg.interval!r}.")
     if not isinstance(cfg.frequency, int) or cfg.frequency < 1:

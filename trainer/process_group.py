@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import os
+import time
 from typing import Any, TypeVar
 
 import torch
@@ -39,6 +40,29 @@ def _fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
     return dist.PrefixStore(f"lockstep/group{next(_GROUPS_CREATED)}", store)
+
+
+_FAILURE_KEY = "lockstep/failure"
+_PEER_NOTE_WAIT_S = 3.0
+
+
+class RankFailedError(RuntimeError):
+    """Another rank failed, so this rank's collective could not complete."""
+
+
+def _looks_like_peer_loss(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(w in text for w in ("connection", "timed out", "timeout", "closed", "reset by peer", "distbackend", "gloo", "nccl"))
+
+
+def _read_note(store: Any) -> tuple[int, str] | None:
+    try:
+        if not store.check([_FAILURE_KEY]):
+            return None
+        rank, _, text = store.get(_FAILURE_KEY).decode().partition("|")
+        return int(rank), text
+    except Exception:
+        return None
 
 
 class ProcessGroupStrategy(Strategy):
@@ -97,7 +121,7 @@ class ProcessGroupStrategy(Strategy):
         os.environ.setdefault("MASTER_PORT", str(self.cluster.master_port))
         kwargs: dict[str, Any] = {
             "backend": self.process_group_backend or self.accelerator.distributed_backend,
-            "store": _fresh_store(self.global_rank, self.world_size, self.timeout),
+            "store": self._new_store(),
             "rank": self.global_rank,
             "world_size": self.world_size,
             "timeout": self.timeout,
@@ -106,12 +130,49 @@ class ProcessGroupStrategy(Strategy):
             kwargs["device_id"] = device  # binds NCCL to this device eagerly
         dist.init_process_group(**kwargs)
         self._owns_group = True
+        if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
+            self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
+
+    def _new_store(self) -> Any:
+        self._store = _fresh_store(self.global_rank, self.world_size, self.timeout)
+        return self._store
+
+    def on_failure(self, exc: BaseException) -> BaseException | None:
+        """Name the rank that failed first.
+
+        The first rank to fail writes its error to the rendezvous store before it leaves the
+        group; a rank whose collective then breaks finds that note and reports *that* rank's
+        error instead of an anonymous "connection closed" (or a timeout).
+        """
+        store = getattr(self, "_store", None)
+        if store is None or self.world_size == 1 or isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
+        deadline = time.monotonic() + (_PEER_NOTE_WAIT_S if _looks_like_peer_loss(exc) else 0.0)
+        while True:
+            note = _read_note(store)
+            if note is not None:
+                rank, text = note
+                if rank == self.global_rank:
+                    return None
+                return RankFailedError(
+                    f"Rank {rank} failed: {text}. Rank {self.global_rank} stopped because the collective "
+                    "it was waiting in could not complete without that rank."
+                )
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        try:
+            store.set(_FAILURE_KEY, f"{self.global_rank}|{type(exc).__name__}: {exc}".splitlines()[0][:2000])
+        except Exception:  # the store may be gone with the rank that hosted it
+            pass
+        return None
 
     def teardown(self) -> None:
         """Destroy the group this strategy created (also after an exception)."""
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_group = False
+        self.control_group = None
 
     # -- model and data -----------------------------------------------------------------------
     def _prepare_module(self, module: nn.Module) -> nn.Module:

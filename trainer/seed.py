@@ -1,8 +1,10 @@
 """Seeding every random number generator a training run touches."""
 from __future__ import annotations
 
+import functools
 import os
 import random
+from typing import Any
 
 import torch
 
@@ -14,8 +16,9 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
 
     With ``seed=None`` the value of ``$LOCKSTEP_GLOBAL_SEED`` is used, else 0. The seed is
     exported to that variable so processes started by the launcher seed identically.
-    ``workers=True`` also exports ``LOCKSTEP_SEED_WORKERS=1`` (each DataLoader worker is then
-    seeded from the base seed, its worker id and the global rank). Returns the seed used.
+    ``workers=True`` also exports ``LOCKSTEP_SEED_WORKERS=1``: the Trainer then gives every
+    DataLoader with workers and no ``worker_init_fn`` one that seeds ``random``, NumPy and torch
+    in each worker from the worker's seed and the global rank. Returns the seed used.
     """
     if seed is None:
         seed = int(os.environ.get(_SEED_ENV, 0))
@@ -38,9 +41,13 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
 
 
 def worker_init_fn(worker_id: int, rank: int = 0) -> None:
-    """Seed a DataLoader worker from the global seed, its id and the global rank."""
-    base = int(os.environ.get(_SEED_ENV, 0))
-    seed = (base + 1_000_003 * rank + worker_id) % 2**32
+    """Seed a DataLoader worker's ``random``, NumPy and torch from its own seed and the rank.
+
+    The DataLoader already gives each worker ``base_seed + worker_id`` (``base_seed`` drawn anew
+    every epoch), but ranks seeded alike draw the same ``base_seed``: without the rank term every
+    rank would apply the same random augmentations to its shard.
+    """
+    seed = (torch.initial_seed() + 1_000_003 * rank) % 2**32
     random.seed(seed)
     torch.manual_seed(seed)
     try:
@@ -48,3 +55,11 @@ def worker_init_fn(worker_id: int, rank: int = 0) -> None:
     except ImportError:
         return
     np.random.seed(seed)
+
+
+def install_worker_seeding(loader: Any, rank: int) -> None:
+    """With ``seed_everything(workers=True)``, give a loader without a ``worker_init_fn`` ours."""
+    if os.environ.get("LOCKSTEP_SEED_WORKERS") != "1":
+        return
+    if getattr(loader, "num_workers", 0) > 0 and getattr(loader, "worker_init_fn", "absent") is None:
+        loader.worker_init_fn = functools.partial(worker_init_fn, rank=rank)

@@ -32,6 +32,7 @@ class Strategy:
         self.model: nn.Module | None = None
         self.module: nn.Module | None = None
         self.launcher: Any = None  # set when this process must start the workers itself
+        self.control_group: Any = None  # a CPU group for small host-side agreements (None: default group)
 
     # -- set-up -----------------------------------------------------------------------------
     def connect(self, accelerator: Accelerator) -> None:
@@ -60,6 +61,10 @@ class Strategy:
 
     def setup_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
         """See the optimizers once they exist (no-op here)."""
+
+    def on_failure(self, exc: BaseException) -> BaseException | None:
+        """Called when the run raised on this rank; may return a clearer error to raise instead."""
+        return None
 
     def teardown(self) -> None:
         """Leave the process group (also called when the run raised)."""

@@ -11,7 +11,16 @@ from callbacks.callback import Callback
 from callbacks.logger import Logger
 from trainer.accelerator import Accelerator
 from trainer.anomaly import NonFiniteLossCheck
-from trainer.checkpoint import FORMAT_VERSION, atomic_save, load_checkpoint
+from trainer.checkpoint import (
+    atomic_save,
+    check_compatible,
+    dump_checkpoint,
+    find_last_checkpoint,
+    preemption_checkpoint_path,
+    load_checkpoint,
+    resolve_checkpoint_path,
+    restore_checkpoint,
+)
 from trainer.data import as_loader_list, check_limit, loader_batch_size, num_batches
 from trainer.evaluation_loop import EvaluationLoop
 from trainer.fit_loop import FitLoop
@@ -26,7 +35,8 @@ from trainer.optimization import (
     scale_learning_rates,
 )
 from trainer.precision import Precision, normalize_precision
-from trainer.rank_zero import rank_zero_warn
+from trainer.preemption import Preempted, PreemptionWatch
+from trainer.seed import install_worker_seeding
 from trainer.strategy import Strategy
 from trainer.strategy_selection import select_strategy
 
@@ -75,6 +85,7 @@ class Trainer:
         deterministic: bool | str = False,
         use_distributed_sampler: bool = True,
         detect_non_finite_loss: bool = True,
+        detect_non_finite_grads: bool = False,
     ) -> None:
         _check_int("max_steps", max_steps, minimum=-1)
         if max_epochs is not None:
@@ -154,6 +165,8 @@ class Trainer:
         self.val_dataloaders: list[Any] = []
         self.num_training_batches: int | None = None
         self._agree_each_batch = False
+        self._train_length_known = True
+        self._agreed_stop = False
         self.fit_loop = FitLoop(self)
         self._module: TrainModule | None = None
         self._current_epoch = 0
@@ -169,6 +182,9 @@ class Trainer:
         self.num_predict_batches: list[int | None] = []
         self._last_loss: torch.Tensor | None = None
         self._loss_check = NonFiniteLossCheck(detect_non_finite_loss)
+        self.detect_non_finite_grads = detect_non_finite_grads
+        self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
+        self._preemption = PreemptionWatch()
         self._hooks: HookDispatcher = HookDispatcher(self, TrainModule(), [])
         self._lr_scaled = False
 
@@ -304,14 +320,20 @@ class Trainer:
         train_dataloaders: Any = None,
         val_dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool = True,
     ) -> None:
-        """Train ``model``; ``ckpt_path`` ("last", "best" or a path) resumes a checkpoint."""
+        """Train ``model``; ``ckpt_path`` ("last", "best" or a path) resumes a checkpoint.
+
+        Under torch's elastic agent, a restarted worker group (``TORCHELASTIC_RESTART_COUNT`` > 0)
+        resumes from the last checkpoint when ``ckpt_path`` is None. ``weights_only=False``
+        allows checkpoints with arbitrary pickled objects: only for files you trust.
+        """
         _check_module(model, training=True)
         self._run(
             "fit",
             model,
-            lambda: self._fit(model, train_dataloaders, val_dataloaders, ckpt_path),
-            (model, train_dataloaders, val_dataloaders, ckpt_path),
+            lambda: self._fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
+            (model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
         )
 
     def validate(
@@ -356,6 +378,7 @@ class Trainer:
         model._trainer = self
         self.state = TrainerState(fn=fn, stage=fn)
         self.should_stop = False
+        self._agreed_stop = False
         self._hooks = HookDispatcher(self, model, self.callbacks)
         try:
             self._strategy.setup_environment()
@@ -366,9 +389,12 @@ class Trainer:
             self._hooks.call("setup", fn)
             result = body()
         except BaseException as exc:
-            _record_for_elastic_agent(exc)
+            clearer = self._strategy.on_failure(exc)
+            _record_for_elastic_agent(clearer or exc)
             self._hooks.call_callbacks("on_exception", exc)
             self._finish(fn, "failed")
+            if clearer is not None:
+                raise clearer from exc
             raise
         self._finish(fn, "success")
         return result
@@ -385,7 +411,7 @@ class Trainer:
             self.state.stage = None
             self._strategy.teardown()
 
-    def _fit(self, model: TrainModule, train: Any, val: Any, ckpt_path: Any) -> None:
+    def _fit(self, model: TrainModule, train: Any, val: Any, ckpt_path: Any, weights_only: bool) -> None:
         loader = train if train is not None else model.train_dataloader()
         if loader is None:
             raise ValueError(
@@ -395,6 +421,8 @@ class Trainer:
         if isinstance(loader, (list, tuple)):
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
+        install_worker_seeding(self.train_dataloader, self.global_rank)
+        self._train_length_known = _has_length(self.train_dataloader)
         self.num_training_batches, self._agree_each_batch = self._strategy.agree_on_batch_count(
             num_batches(self.train_dataloader, self.limit_train_batches, "train")
         )
@@ -407,10 +435,15 @@ class Trainer:
         self.optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers())
         self._strategy.setup_optimizers(self.optimizers)
         self._optimizer_params = [optimizer_parameters(opt) for opt in self.optimizers]
+        # Under fp16 the scaler skips steps with overflowed gradients itself: nothing to report.
+        check = self.detect_non_finite_grads and self.precision != "16-mixed"
+        self._grad_check_params = list(model.named_parameters()) if check else None
         self._current_epoch = 0
         self._global_step = 0
+        if ckpt_path is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+            ckpt_path = "last" if self._strategy.broadcast(find_last_checkpoint(self)) else None
         if ckpt_path is not None:
-            self._restore(ckpt_path)
+            self._restore(ckpt_path, weights_only)
         else:
             self._scale_lr_once()
         self._log_run_start(model)
@@ -424,9 +457,18 @@ class Trainer:
             self.state.stage = "fit"
         self._hooks.call("on_train_start")
         self.model.train()
-        self.fit_loop.run()
+        self._preemption.install()
+        try:
+            self.fit_loop.run()
+        finally:
+            self._preemption.uninstall()
         self._hooks.call("on_train_end")
         self._hooks.call("on_fit_end")
+
+    def _save_and_exit_for_preemption(self, signum: int) -> None:
+        path = preemption_checkpoint_path(self)
+        self.save_checkpoint(path)
+        raise Preempted(signum, path)
 
     def _evaluate(self, stage: str, model: TrainModule | None, loaders: Any, ckpt_path: Any) -> Any:
         if model is None:
@@ -462,6 +504,7 @@ class Trainer:
         EvaluationLoop(self, "validate").run(self.val_dataloaders, self.limit_val_batches)
         self.state.stage = "fit"
         self.should_stop = self._strategy.reduce_boolean_decision(self.should_stop, all=False)
+        self._agreed_stop = self.should_stop
 
     def _val_enabled(self) -> bool:
         if not self.val_dataloaders or self.limit_val_batches in (0, 0.0):
@@ -541,66 +584,27 @@ class Trainer:
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _dump_checkpoint(self) -> dict[str, Any]:
-        module = self.module
-        loop = self.fit_loop
-        checkpoint: dict[str, Any] = {
-            "format_version": FORMAT_VERSION,
-            "state_dict": module.state_dict(),
-            "optimizer_states": [opt.state_dict() for opt in self.optimizers],
-            "lr_schedulers": [cfg.scheduler.state_dict() for cfg in self.lr_scheduler_configs],
-            "precision": self._precision.state_dict(),
-            "epoch": self.current_epoch,
-            "global_step": self.global_step,
-            "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
-            "callbacks": {cb.state_key: cb.state_dict() for cb in self.callbacks},
-            "hyper_parameters": dict(module.hparams),
-            "world_size": self.world_size,
-            "accumulate_grad_batches": self.accumulate_grad_batches,
-            "lr_scaled": self._lr_scaled,
-        }
-        module.on_save_checkpoint(checkpoint)
-        self._hooks.call_callbacks("on_save_checkpoint", checkpoint)
-        return checkpoint
+        return dump_checkpoint(self)
 
-    def _resolve_ckpt_path(self, ckpt_path: Any) -> str:
-        if ckpt_path in ("last", "best"):
-            cb = self.checkpoint_callback
-            path = getattr(cb, "last_model_path" if ckpt_path == "last" else "best_model_path", None)
-            if not path:
-                raise ValueError(
-                    f"ckpt_path={ckpt_path!r} but no ModelCheckpoint has a {ckpt_path} checkpoint yet."
-                )
-            return str(path)
-        return os.fspath(ckpt_path)
-
-    def _load_weights(self, ckpt_path: Any) -> dict[str, Any]:
-        checkpoint = load_checkpoint(self._resolve_ckpt_path(ckpt_path), map_location=self._strategy.root_device)
+    def _load_weights(self, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:
+        path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
+        checkpoint = load_checkpoint(path, map_location=self._strategy.root_device, weights_only=weights_only)
+        check_compatible(checkpoint, path, self.module, [], [])
         self.module.load_state_dict(checkpoint["state_dict"])
         return checkpoint
 
-    def _restore(self, ckpt_path: Any) -> None:
-        checkpoint = self._load_weights(ckpt_path)
-        self.module.on_load_checkpoint(checkpoint)
-        self._hooks.call_callbacks("on_load_checkpoint", checkpoint)
-        for opt, state in zip(self.optimizers, checkpoint.get("optimizer_states", [])):
-            opt.load_state_dict(state)
-        for cfg, state in zip(self.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
-            cfg.scheduler.load_state_dict(state)
-        self._precision.load_state_dict(checkpoint.get("precision", {}))
-        states = checkpoint.get("callbacks", {})
-        for cb in self.callbacks:
-            if cb.state_key in states:
-                cb.load_state_dict(states[cb.state_key])
-        self._global_step = int(checkpoint["global_step"])
-        position = checkpoint.get("loops", {}).get("fit_loop", {})
-        finished = bool(position.get("epoch_finished", False))
-        self._current_epoch = int(checkpoint["epoch"]) + (1 if finished else 0)
-        self._lr_scaled = bool(checkpoint.get("lr_scaled", False))
-        if not finished and position.get("batches_done", 0):
-            rank_zero_warn(
-                "The checkpoint was saved in the middle of an epoch; training restarts that epoch "
-                "from its first batch."
-            )
+    def _restore(self, ckpt_path: Any, weights_only: bool = True) -> None:
+        path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
+        checkpoint = load_checkpoint(path, map_location=self._strategy.root_device, weights_only=weights_only)
+        restore_checkpoint(self, checkpoint, path)
+
+
+def _has_length(loader: Any) -> bool:
+    try:
+        len(loader)
+    except TypeError:
+        return False
+    return True
 
 
 def _record_for_elastic_agent(exc: BaseException) -> None:

@@ -10,7 +10,9 @@ Markers on stdout let the test count which processes ran which part of the scrip
 
 Options: ``--devices N``, ``--strategy NAME`` (Trainer arguments; default: adopt the launcher),
 ``--fail-rank R --fail-step S`` (``training_step`` raises ``RuntimeError("boom on rank R")`` on
-global rank R at global step S). ``prepare_data`` appends a line to
+global rank R at global step S, while every other rank stalls there for 10 minutes: a stand-in for
+a collective that never learns of the dead peer, as NCCL waits for its timeout; only the launcher
+stopping the group ends the run). ``prepare_data`` appends a line to
 ``$LOCKSTEP_TEST_OUT/prepare_data.txt``; a ``rank_zero_only`` function appends one to
 ``rank_zero_only.txt``.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from typing import Any
 
 from distributed_helpers import save_rank_result
@@ -40,8 +43,10 @@ class Model(Regression):
             f.write(f"node={self.node_rank} local={self.local_rank} global={self.global_rank}\n")
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
-        if self.global_rank == self.fail_rank and self.global_step == self.fail_step:
-            raise RuntimeError(f"boom on rank {self.global_rank}")
+        if self.fail_rank is not None and self.global_step == self.fail_step:
+            if self.global_rank == self.fail_rank:
+                raise RuntimeError(f"boom on rank {self.global_rank}")
+            time.sleep(600)
         return super().training_step(batch, batch_idx)
 
 

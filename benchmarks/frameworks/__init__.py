@@ -1,0 +1,1 @@
+"""The benchmark workload written the idiomatic way in each framework (one script each)."""

@@ -1,0 +1,82 @@
+"""The post's ``ddp_ga.py`` (DDP + gradient accumulation with ``no_sync``), adapted to CPU:
+gloo instead of NCCL, no ``device_ids``, and the shared workload so every framework trains the
+identical model on identical batches.
+
+Launch with:
+  torchrun --nproc_per_node=2 benchmarks/handwritten/ddp_ga.py --out DIR [workload options]
+"""
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from benchmarks.workload import (
+    StepClock, final_loss, make_dataset, make_loader, make_model, make_optimizer, parse_args,
+    setup_process, write_result,
+)
+
+
+def train():
+    work, args = parse_args()
+    setup_process()
+    dataset = make_dataset(work)
+    model = make_model(work)
+
+    clock = StepClock()
+    clock.begin()
+    dist.init_process_group(backend="gloo")
+    rank = dist.get_rank()
+    device = torch.device("cpu")
+
+    # DistributedSampler ensures each rank gets different data
+    dataloader = make_loader(work, dataset, rank=rank, world=dist.get_world_size())
+    sampler = dataloader.sampler
+
+    model = model.to(device)
+
+    ddp_model = DDP(
+        model,
+        bucket_cap_mb=25,
+        gradient_as_bucket_view=True,
+    )
+
+    optimizer = clock.attach(make_optimizer(ddp_model.parameters(), work))
+    loss_fn = nn.MSELoss()
+
+    ACCUM_STEPS = work.accumulate
+
+    for epoch in range(work.epochs):
+        sampler.set_epoch(epoch)  # Ensures different shuffling each epoch
+
+        optimizer.zero_grad()
+        for batch_idx, (x, y) in enumerate(dataloader):
+            x, y = x.to(device), y.to(device)
+
+            is_last_micro_step = (batch_idx + 1) % ACCUM_STEPS == 0
+
+            # no_sync() suppresses allreduce on accumulation steps.
+            # On the last microstep we exit no_sync() so DDP fires
+            # the allreduce overlapped with that backward pass.
+            ctx = ddp_model.no_sync() if not is_last_micro_step else nullcontext()
+
+            with ctx:
+                output = ddp_model(x)
+                loss = loss_fn(output, y) / ACCUM_STEPS
+                loss.backward()
+
+            if is_last_micro_step:
+                optimizer.step()
+                optimizer.zero_grad()
+
+                if rank == 0:
+                    print(f"epoch {epoch}  batch {batch_idx}  loss={loss.item() * ACCUM_STEPS:.4f}")
+
+    loss = final_loss(model, dataset) if rank == 0 else None
+    write_result(args.out, rank, clock, loss, framework="handwritten")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    train()

@@ -1,0 +1,170 @@
+"""The one workload every benchmarked loop trains, and what each run reports.
+
+The model, data, optimizer and loss are the blog post's (``ToyModel``: Linear(1024, h) - ReLU -
+Linear(h, h) - ReLU - Linear(h, 256), random regression data, AdamW 1e-3, MSELoss,
+``DistributedSampler``). Every script builds them through this module, so all frameworks start
+from identical weights, see identical batches in identical order, and must end with the same
+loss. Each script writes one JSON result per rank; the runner compares them.
+
+Timing uses ``Optimizer.register_step_post_hook``: the same host-clock stamp after every
+optimizer step, in every framework, with no change to any framework's loop.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+IN_FEATURES = 1024
+OUT_FEATURES = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What to train: model width, micro batch, accumulation, data size, epochs."""
+
+    hidden: int = 1024
+    batch_size: int = 64
+    accumulate: int = 1
+    samples: int = 1000
+    epochs: int = 2
+    lr: float = 1e-3
+    seed: int = 0
+
+    def to_argv(self) -> list[str]:
+        """Command-line arguments that rebuild this workload in a script (see `parse_args`)."""
+        out = []
+        for f in dataclasses.fields(self):
+            out += [f"--{f.name.replace('_', '-')}", str(getattr(self, f.name))]
+        return out
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Workload, argparse.Namespace]:
+    """The workload and the script options (``--out DIR``, ``--defaults``) from the command line."""
+    parser = argparse.ArgumentParser()
+    for f in dataclasses.fields(Workload):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    parser.add_argument("--out", required=True, help="directory for rank<R>.json")
+    parser.add_argument("--defaults", action="store_true", help="Lockstep: logger, progress bar, checkpoint on")
+    ns = parser.parse_args(argv)
+    work = Workload(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Workload)})
+    return work, ns
+
+
+def setup_process() -> None:
+    """One compute thread per process: the machine is small and shared, and DDP runs 2 ranks."""
+    torch.set_num_threads(1)
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the world size, from torchrun's variables (0, 1 without them)."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+class ToyModel(nn.Module):
+    """The blog post's model, with a configurable hidden width."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(IN_FEATURES, hidden), nn.ReLU(),
+            nn.Linear(hidden, hidden), nn.ReLU(),
+            nn.Linear(hidden, OUT_FEATURES),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def make_model(work: Workload) -> ToyModel:
+    """The model with weights drawn from ``work.seed`` (identical in every framework)."""
+    torch.manual_seed(work.seed)
+    return ToyModel(work.hidden)
+
+
+def make_dataset(work: Workload) -> TensorDataset:
+    """Random regression data from its own generator (the global RNG is left alone)."""
+    g = torch.Generator().manual_seed(work.seed + 1)
+    x = torch.randn(work.samples, IN_FEATURES, generator=g)
+    y = torch.randn(work.samples, OUT_FEATURES, generator=g)
+    return TensorDataset(x, y)
+
+
+def make_loader(work: Workload, dataset: TensorDataset, rank: int, world: int) -> DataLoader:
+    """The post's loader: a shuffling ``DistributedSampler`` (also for one process, so every
+    framework sees the same order), ``batch_size`` samples per micro batch."""
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=work.seed)
+    return DataLoader(dataset, batch_size=work.batch_size, sampler=sampler)
+
+
+def make_optimizer(params: Any, work: Workload) -> torch.optim.Optimizer:
+    """AdamW at the workload's learning rate."""
+    return torch.optim.AdamW(params, lr=work.lr)
+
+
+class StepClock:
+    """Host-clock stamps after every optimizer step (the same measurement in every framework)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.stamps: list[float] = []
+
+    def begin(self) -> None:
+        """Mark the moment the framework takes over (``fit`` / ``prepare`` / the loop's set-up)."""
+        self.start = time.perf_counter()
+
+    def attach(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Stamp after each ``optimizer.step()``; returns the optimizer."""
+        optimizer.register_step_post_hook(lambda *_: self.stamps.append(time.perf_counter()))
+        return optimizer
+
+    def summary(self) -> dict[str, Any]:
+        """Steps, time to the first step, and steady-state seconds per step.
+
+        The first tenth of the steps (at least 3) is left out of the steady state: allocator
+        warm-up and first-call costs are start-up, reported separately.
+        """
+        n = len(self.stamps)
+        out: dict[str, Any] = {"steps": n, "first_step_s": None, "step_s": None, "train_s": None}
+        if n:
+            out["first_step_s"] = self.stamps[0] - self.start
+            out["train_s"] = self.stamps[-1] - self.start
+        skip = max(3, n // 10)
+        if n - 1 > skip:
+            out["step_s"] = (self.stamps[-1] - self.stamps[skip]) / (n - 1 - skip)
+        return out
+
+
+@torch.no_grad()
+def final_loss(model: nn.Module, dataset: TensorDataset) -> float:
+    """MSE of the trained model on the whole dataset: equal across frameworks when they trained alike."""
+    x, y = dataset.tensors
+    was_training = model.training
+    model.eval()
+    loss = float(nn.functional.mse_loss(model(x), y))
+    model.train(was_training)
+    return loss
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def write_result(out_dir: str, rank: int, clock: StepClock, loss: float | None, **extra: Any) -> None:
+    """Write this rank's ``rank<R>.json``: step timings, final loss, peak RSS."""
+    result = {**clock.summary(), "final_loss": loss, "peak_rss_mb": peak_rss_mb(), "rank": rank, **extra}
+    path = Path(out_dir) / f"rank{rank}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, path)

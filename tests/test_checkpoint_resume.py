@@ -1,0 +1,131 @@
+"""Checkpoints hold everything; resuming mid-epoch is bitwise equal to never stopping."""
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+
+from tests.distributed_helpers import run_ranks
+from tests.models import QUIET, Regression, loader, regression_data
+from tests.resume_models import straight_and_resumed
+from trainer import Trainer
+from trainer.checkpoint import CheckpointError
+
+
+@pytest.mark.parametrize("own_generator", [False, True])
+def test_mid_epoch_resume_is_bitwise_single_process(tmp_path, own_generator):
+    # 96 samples / batch 4 = 24 batches, A=2 -> 12 steps per epoch; step 18 is 1.5 epochs in
+    straight, resumed, steps = straight_and_resumed(str(tmp_path), stop_step=18, own_generator=own_generator)
+    assert steps == 24
+    for a, b in zip(straight, resumed):
+        assert torch.equal(a, b)
+
+
+def _two_rank_resume(rank, world_size, tmp):
+    torch.set_num_threads(1)
+    straight, resumed, steps = straight_and_resumed(tmp, stop_step=9)  # 12 batches/rank, 6 steps/epoch
+    return steps, all(torch.equal(a, b) for a, b in zip(straight, resumed))
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_mid_epoch_resume_is_bitwise_two_ranks(tmp_path):
+    results = run_ranks(_two_rank_resume, world_size=2, args=(str(tmp_path),), init_group=False, timeout=150)
+    assert results == [(12, True), (12, True)]
+
+
+def test_checkpoint_contents(tmp_path):
+    from tests.resume_models import Noisy, make_loader
+
+    t = Trainer(max_epochs=1, accumulate_grad_batches=2, **QUIET)
+    t.fit(Noisy(), make_loader())
+    t.save_checkpoint(tmp_path / "c.ckpt")
+    ckpt = torch.load(tmp_path / "c.ckpt", weights_only=True)
+    assert ckpt["format_version"] == 2
+    assert {"state_dict", "optimizer_states", "lr_schedulers", "precision", "epoch", "global_step", "loops",
+            "rank_states", "callbacks", "hyper_parameters", "world_size", "accumulate_grad_batches"} <= set(ckpt)
+    assert ckpt["global_step"] == 12 and ckpt["world_size"] == 1 and ckpt["accumulate_grad_batches"] == 2
+    (rank0,) = ckpt["rank_states"]
+    assert {"python", "torch", "numpy"} <= set(rank0["rng"])
+    assert rank0["epoch_state"]["rng"]["torch"].dtype == torch.uint8
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_is_refused_and_not_executed(tmp_path):
+    marker = tmp_path / "pwned"
+    exploit = _Exploit()
+    exploit.marker = marker
+    path = tmp_path / "evil.ckpt"
+    torch.save({"state_dict": {}, "payload": exploit}, path)
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match=r"Refused to load .*evil.ckpt.*not safe to unpickle.*weights_only=False"):
+        Trainer(max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=path)
+    assert not marker.exists()
+
+
+def test_trusted_checkpoint_with_custom_objects_loads_with_opt_in(tmp_path):
+    t = Trainer(max_epochs=1, **QUIET)
+    module = Regression()
+    t.fit(module, loader(regression_data(8), 4))
+    t.save_checkpoint(tmp_path / "c.ckpt")
+    ckpt = torch.load(tmp_path / "c.ckpt", weights_only=True)
+    ckpt["extra"] = pickle.loads(pickle.dumps(range(3)))  # a `range` is not a weights-only type
+    torch.save(ckpt, tmp_path / "custom.ckpt")
+    with pytest.raises(CheckpointError, match="Refused to load"):
+        Trainer(max_epochs=2, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "custom.ckpt")
+    t2 = Trainer(max_epochs=2, **QUIET)
+    t2.fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "custom.ckpt", weights_only=False)
+    assert t2.global_step == 4
+
+
+def test_truncated_checkpoint_names_the_file_and_loads_nothing(tmp_path):
+    t = Trainer(max_epochs=1, **QUIET)
+    t.fit(Regression(), loader(regression_data(8), 4))
+    t.save_checkpoint(tmp_path / "good.ckpt")
+    data = (tmp_path / "good.ckpt").read_bytes()
+    (tmp_path / "cut.ckpt").write_bytes(data[: len(data) // 2])
+    module = Regression(seed=3)
+    before = [p.detach().clone() for p in module.parameters()]
+    with pytest.raises(CheckpointError, match=r"Could not load checkpoint .*cut.ckpt.*truncated or corrupt"):
+        Trainer(max_epochs=2, **QUIET).fit(module, loader(regression_data(8), 4), ckpt_path=tmp_path / "cut.ckpt")
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
+
+
+def test_checkpoint_of_another_model_loads_nothing(tmp_path):
+    t = Trainer(max_epochs=1, **QUIET)
+    t.fit(Regression(features=4), loader(regression_data(8), 4))
+    t.save_checkpoint(tmp_path / "c.ckpt")
+    other = Regression(features=3)
+    before = [p.detach().clone() for p in other.parameters()]
+    with pytest.raises(CheckpointError, match=r"does not fit this run: 'net.0.weight' has shape \(8, 4\), the module \(8, 3\).*Nothing was loaded"):
+        Trainer(max_epochs=2, **QUIET).fit(other, loader(regression_data(8, features=3), 4), ckpt_path=tmp_path / "c.ckpt")
+    assert all(torch.equal(a, b) for a, b in zip(before, other.parameters()))
+
+
+def test_missing_checkpoint_and_last_without_any(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        Trainer(max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "nope.ckpt")
+    with pytest.raises(ValueError, match="ckpt_path='last' but there is no last checkpoint"):
+        Trainer(max_epochs=1, default_root_dir=tmp_path, **QUIET).fit(
+            Regression(), loader(regression_data(8), 4), ckpt_path="last"
+        )
+
+
+def test_non_finite_gradient_check_names_the_parameter():
+    from trainer.anomaly import NonFiniteGradientError
+
+    class BadGrad(Regression):
+        def on_after_backward(self):
+            if self.global_step == 2:
+                self.net[2].bias.grad.fill_(float("inf"))
+
+    t = Trainer(max_epochs=1, detect_non_finite_grads=True, **QUIET)
+    with pytest.raises(NonFiniteGradientError, match=r"parameter 'net.2.bias' on rank 0 at epoch 0, global step 2, "
+                       r"after the accumulation window ending at batch index 2"):
+        t.fit(BadGrad(), loader(regression_data(32), 4))

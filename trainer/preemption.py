@@ -1,0 +1,78 @@
+"""Pre-emption: SIGTERM / SIGUSR1 on any rank -> every rank saves at the same step boundary, exits 75.
+
+A signal handler only sets a flag. Ranks agree on it without a blocking collective: each
+optimizer step starts an asynchronous all-reduce of the flag and reads the one started at the
+previous step, which has long finished, so all ranks act at the same step one step later.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+PREEMPTION_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later" -- relaunch with ckpt_path="last"
+PREEMPTION_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None)) if s)
+
+
+class Preempted(SystemExit):
+    """Raised on every rank after the pre-emption checkpoint is written."""
+
+    def __init__(self, signum: int, path: str) -> None:
+        super().__init__(PREEMPTION_EXIT_CODE)
+        self.signum = signum
+        self.path = path
+
+    def __str__(self) -> str:
+        return (
+            f"Pre-empted by {signal.Signals(self.signum).name}: saved {self.path}; exiting with code "
+            f"{PREEMPTION_EXIT_CODE}. Relaunch with trainer.fit(..., ckpt_path='last') to resume."
+        )
+
+
+class PreemptionWatch:
+    """Installs the signal handlers for the length of a fit and answers "stop now?" per step."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        self._previous: dict[int, Any] = {}
+        self._flag: torch.Tensor | None = None
+        self._work: Any = None
+
+    def install(self) -> None:
+        """Catch the pre-emption signals (only possible on the main thread)."""
+        self.signum = 0
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in PREEMPTION_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def uninstall(self) -> None:
+        """Give the signals back to their previous handlers; wait for a pending agreement."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signum = signum
+
+    def agreed(self, world_size: int, group: Any = None) -> int:
+        """The signal every rank agrees to act on now (0: none). Call once per optimizer step.
+
+        ``group`` is a CPU (gloo) group, so reading the flag never waits for an accelerator.
+        """
+        if world_size == 1:
+            return self.signum
+        decided = 0
+        if self._work is not None:
+            self._work.wait()
+            decided = int(self._flag[0])  # type: ignore[index]
+        self._flag = torch.tensor([self.signum], dtype=torch.int64)
+        self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=group, async_op=True)
+        return decided

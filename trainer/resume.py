@@ -1,0 +1,154 @@
+"""Exact mid-epoch resume: the random state that decides an epoch's order, and fast-forwarding.
+
+At each epoch start the fit loop captures the RNG states that shuffling will draw from (torch's
+global generator and any generator the loader or its sampler owns). A checkpoint saves them
+with the number of batches already trained. Resuming restores them, builds the epoch's loader
+again so it produces the *same* order, skips the trained batches at the index level (no data
+is loaded for them), and then restores the RNG states of the moment of the checkpoint so the
+rest of training draws what the uninterrupted run drew.
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy (as plain lists), torch CPU and every CUDA device's RNG states."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Undo :func:`capture_rng_state`."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, gauss_np = state["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, gauss_np))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def loader_generators(loader: Any) -> list[torch.Generator]:
+    """The torch generators a loader draws its order from (the loader's and its samplers')."""
+    found: list[torch.Generator] = []
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for owner in (loader, getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        gen = getattr(owner, "generator", None)
+        if isinstance(gen, torch.Generator) and all(gen is not g for g in found):
+            found.append(gen)
+    return found
+
+
+def _seeded_samplers(loader: Any) -> list[Any]:
+    # A DistributedSampler's order is (seed, epoch); its seed may come from the environment of
+    # the run that built it, so it is saved rather than trusted to be the same after a restart.
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    found: list[Any] = []
+    for owner in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        if isinstance(getattr(owner, "seed", None), int) and all(owner is not f for f in found):
+            found.append(owner)
+    return found
+
+
+def capture_epoch_state(loader: Any) -> dict[str, Any]:
+    """What decides this epoch's order: RNG states, the loader's generators, sampler seeds."""
+    return {
+        "rng": capture_rng_state(),
+        "generators": [g.get_state() for g in loader_generators(loader)],
+        "sampler_seeds": [s.seed for s in _seeded_samplers(loader)],
+    }
+
+
+def restore_epoch_state(loader: Any, state: dict[str, Any]) -> None:
+    """Put the RNGs and sampler seeds back to where they were when the epoch started."""
+    restore_rng_state(state["rng"])
+    for gen, saved in zip(loader_generators(loader), state["generators"]):
+        gen.set_state(saved)
+    restore_sampler_seeds(loader, state)
+
+
+def restore_sampler_seeds(loader: Any, state: dict[str, Any]) -> None:
+    """Give the loader's seeded samplers the seeds they had in the saved run."""
+    for sampler, seed in zip(_seeded_samplers(loader), state.get("sampler_seeds", [])):
+        sampler.seed = seed
+
+
+class _SkipBatches:
+    """A batch sampler that drops the first ``skip`` batches of another, index lists only."""
+
+    def __init__(self, batch_sampler: Iterable[list[int]], skip: int) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        it = iter(self.batch_sampler)
+        for _ in range(self.skip):
+            if next(it, None) is None:
+                return
+        yield from it
+
+    def __len__(self) -> int:
+        return max(0, len(self.batch_sampler) - self.skip)  # type: ignore[arg-type]
+
+
+def fast_forward(loader: Any, skip: int) -> Iterable[Any]:
+    """An iterable over ``loader``'s epoch without its first ``skip`` batches.
+
+    A map-style DataLoader is rebuilt around a batch sampler that skips at the index level, so
+    no skipped sample is loaded. Other iterables (an ``IterableDataset``, a generator) can only
+    be advanced by drawing and discarding their first batches.
+    """
+    if skip == 0:
+        return loader
+    if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset) and loader.batch_sampler is not None:
+        from trainer.distributed_sampler import rebuild_kwargs
+
+        return DataLoader(loader.dataset, batch_sampler=_SkipBatches(loader.batch_sampler, skip), **rebuild_kwargs(loader))
+    return _DiscardFirst(loader, skip)
+
+
+class _DiscardFirst:
+    def __init__(self, loader: Any, skip: int) -> None:
+        self.loader = loader
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.loader)
+        for _ in range(self.skip):
+            if next(it, None) is None:
+                return
+        yield from it
+
+
+def resumed_epoch(loader: Any, skip: int, epoch_state: dict[str, Any], rng_at_save: dict[str, Any] | None) -> Iterator[Any]:
+    """Yield the rest of an interrupted epoch, in the interrupted run's order and RNG stream."""
+    restore_epoch_state(loader, epoch_state)
+    it = iter(fast_forward(loader, skip))
+    first = next(it, _END)  # creating the iterator and the first draw consume the epoch's seeds
+    if rng_at_save is not None:
+        restore_rng_state(rng_at_save)
+    if first is _END:
+        return
+    yield first
+    yield from it
+
+
+_END = object()

@@ -180,3 +180,21 @@ def test_devices_2_from_python_c_suggests_ddp_spawn():
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("RuntimeError: Trainer(devices=2) starts its workers by re-running your script")
     assert "sys.argv[0]='-c'" in last and "use strategy='ddp_spawn'" in last and "torchrun" in last
+
+
+def test_workers_rerun_python_dash_m_as_a_module(monkeypatch):
+    """`python -m pkg.train` is re-run as `-m pkg.train`, which keeps relative imports working."""
+    import importlib.machinery
+    import types
+
+    from trainer.launcher import _worker_args
+
+    main = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["/src/pkg/train.py", "--devices", "2"])
+    main.__spec__ = importlib.machinery.ModuleSpec("pkg.train", None)
+    assert _worker_args() == ["-u", "-m", "pkg.train", "--devices", "2"]
+    main.__spec__ = importlib.machinery.ModuleSpec("pkg.__main__", None)  # python -m pkg
+    assert _worker_args() == ["-u", "-m", "pkg", "--devices", "2"]
+    main.__spec__ = None  # python /src/pkg/train.py
+    assert _worker_args() == ["-u", "/src/pkg/train.py", "--devices", "2"]

@@ -124,6 +124,10 @@ class FitLoop:
         # the position a checkpoint written from here on records
         self.batches_done = batch_idx + 1
         self.epoch_finished = is_last
+        if window_end:
+            signum = t._preemption.agreed(t.world_size, t.strategy.control_group)
+            if signum:
+                t._save_and_exit_for_preemption(signum)
         hooks.call("on_train_batch_end", output, batch, batch_idx)
         metrics.in_step = False
 
@@ -157,9 +161,7 @@ class FitLoop:
         if t.global_step % t.log_every_n_steps == 0:
             t._loss_check.check()
             t._log_step_metrics()
-        signum = t._preemption.agreed(t.world_size, t.strategy.control_group)
-        if signum:
-            t._save_and_exit_for_preemption(signum)
+
 
     def _epoch_end(self) -> None:
         t = self.trainer

@@ -1,0 +1,91 @@
+"""The benchmark scenarios: which workload, how many processes, which loops side by side."""
+from __future__ import annotations
+
+import dataclasses
+
+from benchmarks.workload import Workload
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One training loop to run: a script under ``benchmarks/`` and its extra arguments.
+
+    ``needs`` names a module that must be importable (the ``bench`` extra); without it the
+    variant is skipped with a message instead of failing the suite.
+    """
+
+    name: str
+    script: str
+    extra: tuple[str, ...] = ()
+    needs: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A workload run by every variant, interleaved ``repeats`` times."""
+
+    key: str
+    title: str
+    measures: str
+    workload: Workload
+    nproc: int
+    variants: tuple[Variant, ...]
+    repeats: int
+
+    @property
+    def baseline(self) -> Variant:
+        """The hand-written loop every ratio is taken against (always the first variant)."""
+        return self.variants[0]
+
+
+HANDWRITTEN_SINGLE = Variant("handwritten", "handwritten/single.py")
+HANDWRITTEN_DDP = Variant("handwritten", "handwritten/ddp_ga.py")
+LOCKSTEP = Variant("lockstep", "frameworks/lockstep_bench.py")
+LOCKSTEP_DEFAULTS = Variant("lockstep (defaults)", "frameworks/lockstep_bench.py", ("--defaults",))
+LIGHTNING = Variant("lightning", "frameworks/lightning_bench.py", needs="lightning")
+ACCELERATE = Variant("accelerate", "frameworks/accelerate_bench.py", needs="accelerate")
+
+
+def scenarios(quick: bool = False) -> list[Scenario]:
+    """Scenarios 1-3 (the training runs; start-up and memory are read from their results).
+
+    ``quick`` halves the epochs and runs two repeats: a smoke run, not a measurement.
+    """
+    reps = 2 if quick else 5
+
+    def epochs(n: int) -> int:
+        return max(2, n // 3) if quick else n
+
+    return [
+        Scenario(
+            key="s1_small",
+            title="1. single process, small model (hidden 256, batch 32)",
+            measures="per-step framework overhead: the model is small, so the loop's own work shows",
+            workload=Workload(hidden=256, batch_size=32, samples=1000, epochs=epochs(15)),
+            nproc=1,
+            variants=(HANDWRITTEN_SINGLE, LOCKSTEP, LOCKSTEP_DEFAULTS, LIGHTNING, ACCELERATE),
+            repeats=reps,
+        ),
+        Scenario(
+            key="s2_large",
+            title="2. single process, the post's model (hidden 1024, batch 64)",
+            measures="per-step cost on a realistic step",
+            workload=Workload(hidden=1024, batch_size=64, samples=1000, epochs=epochs(9)),
+            nproc=1,
+            variants=(HANDWRITTEN_SINGLE, LOCKSTEP, LOCKSTEP_DEFAULTS, LIGHTNING, ACCELERATE),
+            repeats=reps,
+        ),
+        Scenario(
+            key="s3_ddp",
+            title="3. DDP, 2 processes under torchrun (gloo, 1 thread each), micro batch 16, accumulation 4",
+            measures="DDP + no_sync accumulation against the post's ddp_ga.py",
+            workload=Workload(hidden=1024, batch_size=16, accumulate=4, samples=1000, epochs=epochs(6)),
+            nproc=2,
+            variants=(HANDWRITTEN_DDP, LOCKSTEP, LIGHTNING, ACCELERATE),
+            repeats=2 if quick else 4,
+        ),
+    ]
+
+
+# The frameworks whose import time scenario 4 measures on top of `import torch`.
+IMPORTS = (("lockstep", "trainer"), ("lightning", "lightning"), ("accelerate", "accelerate"))

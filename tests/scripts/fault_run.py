@@ -1,0 +1,63 @@
+"""A 2-rank training run that tests interrupt: pre-emption signals, a killed worker, a raising rank.
+
+    --mode straight | preempt | kill | raise     --root DIR     [--resume last]
+Each rank saves its final parameters and global step with `save_rank_result`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+from callbacks import Callback, ModelCheckpoint  # noqa: E402
+from tests.distributed_helpers import save_rank_result  # noqa: E402
+from tests.resume_models import Noisy, make_loader  # noqa: E402
+from trainer import Trainer, seed_everything  # noqa: E402
+
+
+class Interrupt(Callback):
+    def __init__(self, mode: str, step: int) -> None:
+        self.mode, self.step = mode, step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_rank != 1 or trainer.global_step != self.step:
+            return
+        if trainer.fit_loop.batches_done % trainer.accumulate_grad_batches:
+            return
+        if self.mode == "preempt":
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif self.mode == "kill" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.mode == "raise":
+            raise RuntimeError("boom on rank 1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", default="straight")
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--step", type=int, default=7)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seed_everything(0)
+    module = Noisy()
+    callbacks = [ModelCheckpoint(dirpath=os.path.join(args.root, "ckpts"), every_n_train_steps=2, every_n_epochs=0, save_last=True, save_top_k=0)]
+    if args.resume is None:
+        callbacks.append(Interrupt(args.mode, args.step))
+    trainer = Trainer(
+        max_epochs=2, accumulate_grad_batches=2, callbacks=callbacks, default_root_dir=args.root,
+        logger=False, enable_progress_bar=False,
+    )
+    trainer.fit(module, make_loader(), ckpt_path=args.resume)
+    save_rank_result({"params": [p.detach().clone() for p in module.parameters()], "step": trainer.global_step})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Pre-emption, a killed worker under elastic restarts, and a failing rank: nothing lost, nothing hangs."""
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+import torch
+
+from callbacks import Callback
+from tests.distributed_helpers import REPO_ROOT, read_rank_results, run_ranks, run_script
+from tests.models import QUIET, Regression, loader, regression_data
+from trainer import DDPStrategy, Trainer, seed_everything
+from trainer.preemption import PREEMPTION_EXIT_CODE
+
+SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
+pytestmark = pytest.mark.timeout(240)
+
+
+def _launch(tmp_path, name, *args, torchrun_args=()):
+    out = tmp_path / name
+    out.mkdir()
+    proc = run_script([SCRIPT, "--root", str(tmp_path / "run"), *args], env={"LOCKSTEP_TEST_OUT": str(out)},
+                      torchrun_args=torchrun_args, timeout=150)
+    return proc, out
+
+
+def _same(a, b):
+    return a["step"] == b["step"] and all(torch.equal(x, y) for x, y in zip(a["params"], b["params"]))
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("straight")
+    proc, out = _launch(tmp, "out", "--mode", "straight")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return read_rank_results(out)
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_sigterm_on_one_rank_saves_everywhere_and_resume_is_exact(tmp_path, straight):
+    proc, _ = _launch(tmp_path, "first", "--mode", "preempt")
+    assert proc.returncode != 0
+    assert proc.stderr.count(f"exitcode  : {PREEMPTION_EXIT_CODE}") == 2, proc.stderr[-3000:]  # both ranks agreed
+    assert (tmp_path / "run" / "ckpts" / "last.ckpt").is_file()
+    proc, out = _launch(tmp_path, "second", "--mode", "preempt", "--resume", "last")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    resumed = read_rank_results(out)
+    assert all(_same(r, s) for r, s in zip(resumed, straight))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_killed_worker_is_restarted_by_the_agent_and_resumes_from_last(tmp_path, straight):
+    proc, out = _launch(tmp_path, "out", "--mode", "kill", torchrun_args=["--max-restarts", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "failed (exitcode: -9)" in proc.stderr  # the agent saw the SIGKILL and restarted the group
+    restarted = read_rank_results(out)
+    assert all(_same(r, s) for r, s in zip(restarted, straight))
+
+
+class _SignalAt(Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == 5 and trainer.fit_loop.batches_done % 2 == 0:
+            signal.raise_signal(signal.SIGUSR1)
+
+
+def test_sigusr1_single_process_saves_exits_75_and_resumes(tmp_path):
+    from tests.resume_models import Noisy, make_loader
+
+    kw = dict(max_epochs=2, accumulate_grad_batches=2, default_root_dir=str(tmp_path), **QUIET)
+    seed_everything(0)
+    straight = Noisy()
+    Trainer(**kw).fit(straight, make_loader())
+    seed_everything(0)
+    with pytest.raises(SystemExit) as info:
+        Trainer(**kw, callbacks=[_SignalAt()]).fit(Noisy(), make_loader())
+    assert info.value.code == PREEMPTION_EXIT_CODE
+    assert "Pre-empted by SIGUSR1" in str(info.value) and (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers are given back
+    resumed = Noisy()
+    t = Trainer(**kw)
+    t.fit(resumed, make_loader(), ckpt_path="last")
+    assert t.global_step == 24
+    assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
+
+
+class _Boom(Regression):
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and self.global_step == 3:
+            raise RuntimeError("boom on rank 1")
+        return super().training_step(batch, batch_idx)
+
+
+def _failing_rank(rank, world_size):
+    torch.set_num_threads(1)
+    started = time.monotonic()
+    try:
+        Trainer(max_epochs=3, strategy=DDPStrategy(timeout=30), **QUIET).fit(_Boom(), loader(regression_data(64), 4))
+    except Exception as err:  # noqa: BLE001 - the test inspects what each rank saw
+        return type(err).__name__, str(err), time.monotonic() - started
+    return "no error", "", time.monotonic() - started
+
+
+@pytest.mark.distributed
+def test_a_raising_rank_makes_the_others_fail_naming_it(tmp_path):
+    (kind0, text0, took0), (kind1, text1, _) = run_ranks(_failing_rank, world_size=2, init_group=False, timeout=90)
+    assert (kind1, text1) == ("RuntimeError", "boom on rank 1")
+    assert kind0 == "RankFailedError"
+    assert text0.startswith("Rank 1 failed: RuntimeError: boom on rank 1. Rank 0 stopped because")
+    assert took0 < 30  # well within the process-group timeout: no hang

@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--result-json", default=None, help="write the final metrics here (rank 0)")
     args = parser.parse_args(argv)
 
+    # Set explicitly: OMP_NUM_THREADS set after `import torch` may come too late to count.
+    # A model this small only loses time to more threads, so the default is 1.
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     seed_everything(0)
     train, val = digits_datasets()
     devices = args.devices if args.devices == "auto" else int(args.devices)

@@ -34,8 +34,8 @@ from trainer import Trainer, TrainModule, seed_everything
 VOCAB, MIN_LEN, MAX_LEN, CLASSES = 16, 2, 40, 3
 # Per optimizer: learning rate for one process (W = 1) and options.
 OPTIMIZERS: dict[str, tuple[float, dict[str, Any]]] = {
-    "lamb": (1e-2, {}),
-    "lars": (0.1, {"trust_coefficient": 0.02, "clip": True}),  # LARC (NVIDIA Apex's variant)
+    "lamb": (2e-2, {}),
+    "lars": (0.2, {"trust_coefficient": 0.02, "clip": True}),  # LARC (NVIDIA Apex's variant)
 }
 
 
@@ -112,13 +112,16 @@ class TokenTagger(TrainModule):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--devices", type=int, default=1, help="processes on this machine (W)")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches (A)")
     parser.add_argument("--batch-size", type=int, default=32, help="micro batch per process (b)")
     parser.add_argument("--max-epochs", type=int, default=3)
     parser.add_argument("--optimizer", default="lamb", choices=sorted(OPTIMIZERS))
-    parser.add_argument("--lr", type=float, default=None, help="learning rate for W=1 (default: per optimizer)")
+    parser.add_argument("--lr", type=float, default=None,
+                        help="learning rate for W=1 (default: per optimizer)")
     parser.add_argument("--scale-lr", default="linear", choices=["linear", "sqrt", "none"],
                         help="Trainer(scale_lr=...): multiply lr by W, sqrt(W) or 1")
     parser.add_argument("--loss", default="token-mean", choices=["token-mean", "per-batch-mean"],
@@ -128,8 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--result-json", default=None, help="write the final metrics here (rank 0)")
     args = parser.parse_args(argv)
 
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)  # a model this small only loses time to more threads
+    # Set explicitly: OMP_NUM_THREADS set after `import torch` may come too late to count.
+    # A model this small only loses time to more threads, so the default is 1.
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     seed_everything(0)
     train, val = make_sequences(args.train_size, seed=1), make_sequences(512, seed=2)
     trainer = Trainer(
@@ -151,13 +155,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:
-        lr = trainer.optimizers[0].defaults["lr"]
-        print(f"val_acc={metrics['val_acc']:.4f} val_loss={metrics['val_loss']:.4f} world_size={trainer.world_size} "
-              f"global_batch={trainer.global_batch_size} sequences, peak lr={trainer.lr_scheduler_configs[0].scheduler.base_lrs[0]:.4g} "
-              f"(base {lr:.4g}) steps={trainer.global_step}")
+        base_lr = trainer.optimizers[0].defaults["lr"]  # as configure_optimizers set it
+        peak_lr = trainer.lr_scheduler_configs[0].scheduler.base_lrs[0]  # after scale_lr
+        print(f"val_acc={metrics['val_acc']:.4f} val_loss={metrics['val_loss']:.4f} "
+              f"world_size={trainer.world_size} global_batch={trainer.global_batch_size} sequences, "
+              f"peak lr={peak_lr:.4g} (base {base_lr:.4g}) steps={trainer.global_step}")
         if args.result_json:
+            result = {**metrics, "world_size": trainer.world_size, "global_step": trainer.global_step}
             with open(args.result_json, "w") as f:
-                json.dump({**metrics, "world_size": trainer.world_size, "global_step": trainer.global_step}, f)
+                json.dump(result, f)
 
 
 if __name__ == "__main__":

@@ -91,7 +91,9 @@ def test_python_script_with_devices_2_starts_workers_and_exits_inside_fit(tmp_pa
 
 @pytest.mark.timeout(120)
 def test_ddp_spawn_copies_the_trained_model_back(tmp_path, reference):
-    proc, _ = _launch(tmp_path, "--devices", "2", "--strategy", "ddp_spawn", launcher="python", timeout=100)
+    proc, _ = _launch(
+        tmp_path, "--devices", "2", "--strategy", "ddp_spawn", "--checkpointing", launcher="python", timeout=100
+    )
     assert proc.returncode == 0, proc.stderr
     # The workers run only trainer.fit; the launching process runs the rest of the script.
     assert [rank for _, rank in _markers(proc.stdout, "START")] == ["None"]
@@ -100,6 +102,9 @@ def test_ddp_spawn_copies_the_trained_model_back(tmp_path, reference):
     assert result["global_step"] == reference["global_step"] == 8
     assert result["world_size"] == 2
     assert_params_close(result["params"], reference["params"], atol=1e-5)
+    # rank 0's ModelCheckpoint state came back too (`trainer.test(ckpt_path="best")` needs it)
+    assert result["best_model_path"] == str(tmp_path / "checkpoints" / "epoch=1-step=8.ckpt")
+    assert Path(result["best_model_path"]).is_file()
 
 
 @pytest.mark.slow
@@ -198,3 +203,21 @@ def test_workers_rerun_python_dash_m_as_a_module(monkeypatch):
     assert _worker_args() == ["-u", "-m", "pkg", "--devices", "2"]
     main.__spec__ = None  # python /src/pkg/train.py
     assert _worker_args() == ["-u", "/src/pkg/train.py", "--devices", "2"]
+
+
+@pytest.mark.timeout(60)
+def test_ddp_spawn_of_a_module_defined_in_an_interactive_session_is_a_clear_error():
+    """A notebook's (or `python -c`'s) classes cannot be imported by spawned workers: say so up front."""
+    code = (
+        "import torch\n"
+        "from models import QUIET, Regression, loader, regression_data\n"
+        "from trainer import Trainer\n"
+        "class Local(Regression):\n"
+        "    pass\n"
+        "Trainer(devices=2, strategy='ddp_spawn', **QUIET).fit(Local(), loader(regression_data(8), 4))\n"
+    )
+    proc = run_script(["-c", code], launcher="python", cwd=REPO, timeout=50)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: strategy='ddp_spawn' runs the Trainer in new Python processes")
+    assert "but Local is defined in this interactive session" in last and "Move it into a .py file" in last

@@ -82,7 +82,8 @@ def test_warmup_reaches_the_scaled_rate_then_decays(lrs, scale_lr, factor):
             assert got[WARMUP] == pytest.approx(factor * base, rel=1e-6)  # ends at the scaled rate
             assert got[WARMUP] == max(got)
             assert got[-1] < got[WARMUP + 1] < got[WARMUP]  # then the cosine decays
-            assert got[WARMUP + T_MAX // 2] == pytest.approx(factor * (ETA_MIN + (base - ETA_MIN) / 2), rel=1e-6)
+            halfway = factor * (ETA_MIN + (base - ETA_MIN) / 2)
+            assert got[WARMUP + T_MAX // 2] == pytest.approx(halfway, rel=1e-6)
     if scale_lr == "True":  # linear rule: exactly W times the unscaled schedule at every step
         for scaled, plain in zip(lrs[0]["True"], lrs[0]["False"]):
             assert scaled == pytest.approx([W * p for p in plain], rel=1e-6)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
 _ACCELERATORS = ("auto", "cpu", "cuda", "gpu")
 
@@ -66,27 +67,54 @@ class Accelerator:
         """Whether host batches should live in pinned memory (so copies can be asynchronous)."""
         return self.kind == "cuda"
 
-    def move_batch(self, batch: Any, device: torch.device) -> Any:
-        """Move every tensor in ``batch`` to ``device``, non-blocking where that is safe."""
-        return move_to_device(batch, device, non_blocking=self.kind == "cuda")
+    def move_batch(self, batch: Any, device: torch.device, channels_last: bool = False) -> Any:
+        """Move every tensor in ``batch`` to ``device``, non-blocking where that is safe.
+
+        ``channels_last`` also puts 4-D tensors (image batches) in ``torch.channels_last``.
+        """
+        return move_to_device(batch, device, non_blocking=self.kind == "cuda", channels_last=channels_last)
+
+    def pin_loader_memory(self, loader: Any) -> bool:
+        """On CUDA, make a DataLoader that does not pin yet put its batches in pinned memory.
+
+        Pinned (page-locked) host memory is what makes ``non_blocking`` copies asynchronous: from
+        ordinary memory the copy blocks the host. The loader is changed in place (it is the one
+        the run iterates; a distributed strategy may already have rebuilt it); loaders that are
+        not DataLoaders, and DataLoaders whose persistent workers already run, are left alone.
+        Returns whether pinning was turned on.
+        """
+        if self.kind != "cuda" or not isinstance(loader, DataLoader) or loader.pin_memory:
+            return False
+        if getattr(loader, "_iterator", None) is not None:  # the iterator read the setting already
+            return False
+        loader.pin_memory = True
+        return True
 
 
-def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """Recursively move tensors inside tuples, lists, dicts, namedtuples and dataclasses."""
+def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False, channels_last: bool = False) -> Any:
+    """Recursively move tensors inside tuples, lists, dicts, namedtuples and dataclasses.
+
+    With ``channels_last``, 4-D tensors also get the ``torch.channels_last`` memory format (in
+    the same copy when the device changes).
+    """
     if isinstance(batch, torch.Tensor):
+        if channels_last and batch.dim() == 4:
+            return batch.to(device, non_blocking=non_blocking, memory_format=torch.channels_last)
         return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, (str, bytes)) or batch is None:
         return batch
     if isinstance(batch, Mapping):
-        return type(batch)({k: move_to_device(v, device, non_blocking) for k, v in batch.items()})  # type: ignore[call-arg]
+        return type(batch)(  # type: ignore[call-arg]
+            {k: move_to_device(v, device, non_blocking, channels_last) for k, v in batch.items()}
+        )
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(move_to_device(v, device, non_blocking) for v in batch))
+        return type(batch)(*(move_to_device(v, device, non_blocking, channels_last) for v in batch))
     if isinstance(batch, Sequence):
-        moved = [move_to_device(v, device, non_blocking) for v in batch]
+        moved = [move_to_device(v, device, non_blocking, channels_last) for v in batch]
         return moved if isinstance(batch, list) else type(batch)(moved)  # type: ignore[call-arg]
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
         changes = {
-            f.name: move_to_device(getattr(batch, f.name), device, non_blocking)
+            f.name: move_to_device(getattr(batch, f.name), device, non_blocking, channels_last)
             for f in dataclasses.fields(batch)
             if f.init
         }

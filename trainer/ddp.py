@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import datetime
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -18,6 +18,34 @@ _BUFFER_SYNC_ARG = (
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     else "broadcast_buffers"
 )
+
+
+# Names accepted for ``ddp_comm_hook`` (torch's built-in hooks). All three run on gloo (CPU) and
+# NCCL; ``bf16_compress`` on NCCL needs a CUDA build with bf16 all-reduce support.
+COMM_HOOKS = ("fp16_compress", "bf16_compress", "powersgd")
+
+
+def resolve_comm_hook(hook: str | Callable[..., Any], state: Any) -> tuple[Any, Callable[..., Any]]:
+    """``(state, hook)`` for ``DistributedDataParallel.register_comm_hook``.
+
+    A name from `COMM_HOOKS` maps to torch's hook in ``torch.distributed.algorithms.ddp_comm_hooks``;
+    ``"powersgd"`` without a state gets a fresh ``PowerSGDState`` with torch's defaults (rank-1
+    approximation, plain all-reduce for the first 1000 steps, error feedback). A callable is
+    used as is, with ``state``.
+    """
+    if callable(hook):
+        return state, hook
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if hook == "fp16_compress":
+        return state, default_hooks.fp16_compress_hook
+    if hook == "bf16_compress":
+        return state, default_hooks.bf16_compress_hook
+    if hook == "powersgd":
+        if state is None:  # a new state per wrapper: its error feedback belongs to one model
+            state = powerSGD_hook.PowerSGDState(process_group=None)
+        return state, powerSGD_hook.powerSGD_hook
+    raise ValueError(f"ddp_comm_hook must be one of {COMM_HOOKS} or a callable, got {hook!r}")
 
 
 class _StepForward(nn.Module):
@@ -37,6 +65,12 @@ class DDPStrategy(ProcessGroupStrategy):
     The keyword arguments go straight to ``DistributedDataParallel``. Non-final micro batches of
     an accumulation window run forward and backward inside ``no_sync()``, so gradients are
     all-reduced once per optimizer step.
+
+    ``ddp_comm_hook`` changes how gradients are communicated: ``"fp16_compress"`` /
+    ``"bf16_compress"`` (all-reduce in half precision: half the bytes), ``"powersgd"`` (low-rank
+    compression, `PowerSGDState` in ``ddp_comm_state`` or torch's defaults), or a callable
+    ``hook(state, bucket) -> Future`` registered with ``ddp_comm_state``. ``static_graph=True``
+    tells DDP the set of used parameters never changes, which lets it skip per-step bookkeeping.
     """
 
     name = "ddp"
@@ -50,9 +84,11 @@ class DDPStrategy(ProcessGroupStrategy):
         broadcast_buffers: bool = True,
         timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
         process_group_backend: str | None = None,
-        ddp_comm_hook: Any = None,
+        ddp_comm_hook: str | Callable[..., Any] | None = None,
         ddp_comm_state: Any = None,
     ) -> None:
+        if ddp_comm_hook is not None and not callable(ddp_comm_hook) and ddp_comm_hook not in COMM_HOOKS:
+            raise ValueError(f"ddp_comm_hook must be one of {COMM_HOOKS} or a callable, got {ddp_comm_hook!r}")
         super().__init__(timeout=timeout, process_group_backend=process_group_backend)
         self.ddp_kwargs = {
             "bucket_cap_mb": bucket_cap_mb,
@@ -74,7 +110,7 @@ class DDPStrategy(ProcessGroupStrategy):
             **self.ddp_kwargs,
         )
         if self.ddp_comm_hook is not None:
-            ddp.register_comm_hook(self.ddp_comm_state, self.ddp_comm_hook)
+            ddp.register_comm_hook(*resolve_comm_hook(self.ddp_comm_hook, self.ddp_comm_state))
         self.model = ddp
         return ddp
 

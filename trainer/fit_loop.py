@@ -111,8 +111,10 @@ class FitLoop:
             loss = _loss_of(output, batch_idx)
             t._last_loss = loss.detach()
             t._loss_check.record(t._last_loss, t.current_epoch, t.global_step, batch_idx)
-            if self._normalizer.observe(output, loss, batch_idx):
+            items = self._normalizer.observe(output, loss, batch_idx)
+            if items is not None:
                 scaled = loss  # a sum: normalised by the global item count at the step
+                t._last_loss = t._last_loss / items.clamp_min(1.0)  # shown as this batch's mean
             else:
                 divisor = windows.loss_divisor(batch_idx)
                 scaled = loss / divisor if divisor != 1 else loss

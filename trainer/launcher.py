@@ -8,11 +8,13 @@ and copies rank 0's trained weights back into the launching process.
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import socket
 import sys
 import tempfile
+import types
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -114,7 +116,7 @@ class SpawnLauncher:
         # tensors over as *shared memory*, so every worker would update the same parameter
         # storage (W optimizer steps applied to one model) and the launching process's tensors
         # would be moved to shared memory. Plain pickle gives each worker its own copy.
-        payload = pickle.dumps((trainer, fn, args), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = _pickle_for_workers((trainer, fn, args))
         with tempfile.TemporaryDirectory(prefix="lockstep-spawn-") as out:
             mp.start_processes(
                 _spawned_worker,
@@ -132,7 +134,61 @@ class SpawnLauncher:
         trainer._global_step = outcome["global_step"]
         trainer._current_epoch = outcome["current_epoch"]
         trainer._callback_metrics = outcome["callback_metrics"]
+        trainer._logged_metrics = outcome["logged_metrics"]
+        _restore_callback_states(trainer, outcome["callbacks"])
         return outcome["result"]
+
+
+def _restore_callback_states(trainer: Trainer, states: dict[str, Any]) -> None:
+    """Give the launching process's callbacks rank 0's final state (e.g. ``best_model_path``,
+    so ``trainer.test(ckpt_path="best")`` works after a spawned fit)."""
+    for cb in trainer.callbacks:
+        state = states.get(cb.state_key)
+        if state is None:
+            continue
+        if getattr(cb, "dirpath", "") is None and state.get("dirpath") is not None:
+            # The worker resolved the default directory; a callback that ran in this process
+            # would hold it too (and restores its paths only when the directory matches).
+            cb.dirpath = state["dirpath"]
+        cb.load_state_dict(state)
+
+
+class _RecordingPickler(pickle.Pickler):
+    """A plain pickler that notes the classes and functions it pickles by reference to ``__main__``."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.from_main: list[str] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
+            if obj.__qualname__ not in self.from_main:
+                self.from_main.append(obj.__qualname__)
+        return NotImplemented  # pickle it the usual way
+
+
+def _pickle_for_workers(obj: Any) -> bytes:
+    """``obj`` pickled for the spawned workers, or a clear error if they could not unpickle it.
+
+    Spawned workers start a fresh interpreter that finds classes by module and name. A script's
+    ``__main__`` is re-imported there, but a notebook's or ``python -c``'s has no file, so a
+    ``TrainModule`` defined in a notebook cell would fail in every worker with an obscure
+    ``AttributeError``.
+    """
+    buffer = io.BytesIO()
+    pickler = _RecordingPickler(buffer)
+    pickler.dump(obj)
+    main = sys.modules.get("__main__")
+    if pickler.from_main and not getattr(main, "__file__", None):
+        raise RuntimeError(
+            "strategy='ddp_spawn' runs the Trainer in new Python processes, which must import every "
+            f"class and function it is given, but {', '.join(pickler.from_main)} "
+            f"{'is' if len(pickler.from_main) == 1 else 'are'} defined in this interactive session "
+            "(a notebook or `python -c`), which they cannot import. Move "
+            f"{'it' if len(pickler.from_main) == 1 else 'them'} into a .py file next to the notebook "
+            "and import from there, or run a script (python script.py, torchrun)."
+        )
+    return buffer.getvalue()
 
 
 def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str) -> None:
@@ -162,6 +218,8 @@ def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str)
                 "global_step": trainer.global_step,
                 "current_epoch": trainer.current_epoch,
                 "callback_metrics": {k: v.cpu() for k, v in trainer.callback_metrics.items()},
+                "logged_metrics": trainer.logged_metrics,
+                "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
                 "result": result,
             },
             Path(out) / "rank0.pt",

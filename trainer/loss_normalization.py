@@ -25,9 +25,10 @@ class ItemMeanNormalizer:
         self._items: torch.Tensor | None = None
         self._plain = 0  # micro batches of this window that returned a plain (mean) loss
 
-    def observe(self, output: Any, loss: torch.Tensor, batch_idx: int) -> bool:
-        """Record this micro batch's item count; True when the loss is a sum to normalise later."""
+    def observe(self, output: Any, loss: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
+        """Record this micro batch's item count; returned when the loss is a sum to normalise later."""
         items = output.get("num_items") if isinstance(output, Mapping) else None
+        count = None
         if items is None:
             self._plain += 1
             mixed = self._items is not None
@@ -40,7 +41,7 @@ class ItemMeanNormalizer:
                 f"training_step returned 'num_items' for some micro batches of an accumulation window "
                 f"but not for others (batch index {batch_idx}); return it always or never."
             )
-        return items is not None
+        return count
 
     @property
     def active(self) -> bool:

@@ -86,6 +86,9 @@ class Trainer:
         use_distributed_sampler: bool = True,
         detect_non_finite_loss: bool = True,
         detect_non_finite_grads: bool = False,
+        compile: bool = False,
+        channels_last: bool = False,
+        pin_memory: bool = True,
     ) -> None:
         _check_int("max_steps", max_steps, minimum=-1)
         if max_epochs is not None:
@@ -118,6 +121,12 @@ class Trainer:
             raise TypeError(f"sync_batchnorm must be a bool, got {sync_batchnorm!r}")
         if deterministic not in (True, False, "warn"):
             raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
+        for flag_name, flag in (("compile", compile), ("channels_last", channels_last), ("pin_memory", pin_memory)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{flag_name} must be a bool, got {flag!r}")
+        self.compile = compile  # torch.compile the module (in place) before the strategy wraps it
+        self.channels_last = channels_last  # module and 4-D batches in torch.channels_last
+        self.pin_memory = pin_memory  # CUDA: pin train/val loaders that do not pin yet
 
         self.max_epochs = max_epochs
         self.max_steps = max_steps
@@ -430,6 +439,10 @@ class Trainer:
             raise ValueError("limit_train_batches leaves no training batches: nothing to train.")
         val_source = val if val is not None else model.val_dataloader()
         self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in as_loader_list(val_source)]
+        if self.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
+            for dl in (self.train_dataloader, *self.val_dataloaders):
+                self._strategy.accelerator.pin_loader_memory(dl)
+        self._prepare_module_for_speed(model)
 
         self._strategy.setup_module(model)
         self.optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers())
@@ -486,6 +499,7 @@ class Trainer:
                     f"No {stage} data: pass dataloaders to trainer.{stage}(...) or define "
                     f"{type(model).__name__}.{hook_stage}_dataloader()."
                 )
+            self._prepare_module_for_speed(model)
             self._strategy.setup_module(model)
             if ckpt_path is not None:
                 self._load_weights(ckpt_path)
@@ -534,9 +548,21 @@ class Trainer:
     # -- per-step helpers used by the loops ---------------------------------------------------------
     def _move_batch(self, batch: Any) -> Any:
         device = self._strategy.root_device
-        if device.type == "cpu":  # loader batches already live on the CPU
+        if device.type == "cpu" and not self.channels_last:  # loader batches already live on the CPU
             return batch
-        return self._strategy.accelerator.move_batch(batch, device)
+        return self._strategy.accelerator.move_batch(batch, device, channels_last=self.channels_last)
+
+    def _prepare_module_for_speed(self, model: TrainModule) -> None:
+        """``channels_last`` then ``compile``, in place, before the strategy moves and wraps it."""
+        if self.channels_last:
+            from trainer.memory_format import to_channels_last
+
+            to_channels_last(model)
+        if self.compile:
+            from trainer.compilation import compile_module, is_compiled
+
+            if not is_compiled(model):  # a second fit keeps the first compile's caches
+                compile_module(model)
 
     def _metrics_for_schedulers(self) -> dict[str, torch.Tensor]:
         return self.callback_metrics

@@ -22,8 +22,8 @@ from benchmarks.workload import (
 )
 
 
-def main() -> None:
-    work, args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    work, args = parse_args(argv)
     setup_process()
     warnings.filterwarnings("ignore")
     dataset = make_dataset(work)

@@ -45,8 +45,8 @@ class BenchModule(L.LightningModule):
         return self.clock.attach(make_optimizer(self.parameters(), self.work))
 
 
-def main() -> None:
-    work, args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    work, args = parse_args(argv)
     setup_process()
     warnings.filterwarnings("ignore")  # "few dataloader workers" and similar advice
     rank, world = rank_and_world()

@@ -44,8 +44,8 @@ class BenchModule(TrainModule):
         return self.clock.attach(make_optimizer(self.parameters(), self.work))
 
 
-def main() -> None:
-    work, args = parse_args()
+def main(argv: list[str] | None = None) -> None:
+    work, args = parse_args(argv)
     setup_process()
     rank, world = rank_and_world()
     dataset = make_dataset(work)

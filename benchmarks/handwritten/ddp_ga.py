@@ -18,8 +18,8 @@ from benchmarks.workload import (
 )
 
 
-def train():
-    work, args = parse_args()
+def train(argv=None):
+    work, args = parse_args(argv)
     setup_process()
     dataset = make_dataset(work)
     model = make_model(work)

@@ -13,8 +13,8 @@ from benchmarks.workload import (
 )
 
 
-def train():
-    work, args = parse_args()
+def train(argv=None):
+    work, args = parse_args(argv)
     if work.accumulate != 1:
         raise SystemExit("single.py is the post's loop without accumulation; use --accumulate 1")
     setup_process()

@@ -14,7 +14,8 @@ global rank R at global step S, while every other rank stalls there for 10 minut
 a collective that never learns of the dead peer, as NCCL waits for its timeout; only the launcher
 stopping the group ends the run). ``prepare_data`` appends a line to
 ``$LOCKSTEP_TEST_OUT/prepare_data.txt``; a ``rank_zero_only`` function appends one to
-``rank_zero_only.txt``.
+``rank_zero_only.txt``. ``--checkpointing`` adds the default ModelCheckpoint (files under
+``$LOCKSTEP_TEST_OUT/checkpoints``) and saves its ``best_model_path``.
 """
 from __future__ import annotations
 
@@ -62,11 +63,13 @@ def main() -> None:
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-step", type=int, default=None)
+    parser.add_argument("--checkpointing", action="store_true", help="a ModelCheckpoint under $LOCKSTEP_TEST_OUT")
     args = parser.parse_args()
 
     print(f"START pid={os.getpid()} rank={os.environ.get('RANK')}", flush=True)
     devices = args.devices if args.devices == "auto" else int(args.devices)
-    trainer = Trainer(max_epochs=2, devices=devices, strategy=args.strategy, **QUIET)
+    options = {**QUIET, "enable_checkpointing": args.checkpointing, "default_root_dir": OUT}
+    trainer = Trainer(max_epochs=2, devices=devices, strategy=args.strategy, **options)
     model = Model(args.fail_rank, args.fail_step)
     trainer.fit(model, loader(regression_data(32), 4))
     if trainer.is_global_zero:
@@ -83,6 +86,7 @@ def main() -> None:
             "module_ranks": (model.global_rank, model.local_rank, model.node_rank, model.world_size),
             "global_step": trainer.global_step,
             "params": params_of(model),
+            "best_model_path": trainer.checkpoint_callback.best_model_path if args.checkpointing else None,
         },
         rank=trainer.global_rank,
     )

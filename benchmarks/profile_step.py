@@ -1,0 +1,70 @@
+"""Lockstep's per-step overhead, measured and profiled in one process.
+
+``python -m benchmarks.profile_step`` alternates the hand-written loop
+(``handwritten/single.py``) and the same workload under Lockstep (``frameworks/lockstep_bench.py``)
+in one warm process, several times, and prints each one's seconds per step and the median
+difference: what the framework adds to every step, with no process start-up, import or
+scheduler noise between the two. The default model is tiny, so the loop's own work dominates.
+``--cprofile`` then profiles one more Lockstep run and lists the framework's own functions.
+
+This is the developer's tool for the hot path; ``python -m benchmarks.run`` is the benchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import tempfile
+from pathlib import Path
+
+from benchmarks.frameworks import lockstep_bench
+from benchmarks.handwritten import single
+from benchmarks.workload import Workload
+
+
+def _step_s(run: object, work: Workload, extra: list[str]) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        run([*work.to_argv(), "--out", out, *extra])  # type: ignore[operator]
+        return float(json.loads((Path(out) / "rank0.json").read_text())["step_s"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--defaults", action="store_true", help="Lockstep with logger, progress bar, checkpoint")
+    parser.add_argument("--cprofile", action="store_true", help="profile one more Lockstep run")
+    args = parser.parse_args(argv)
+    work = Workload(hidden=args.hidden, batch_size=args.batch_size, samples=args.samples, epochs=args.epochs)
+    extra = ["--defaults"] if args.defaults else []
+
+    _step_s(single.train, work, [])  # warm both paths: first-call costs are start-up, not steps
+    _step_s(lockstep_bench.main, work, extra)
+    hand, lock = [], []
+    for rep in range(args.repeats):
+        pair = [("h", single.train), ("l", lockstep_bench.main)]
+        for name, run in pair if rep % 2 == 0 else pair[::-1]:
+            (hand if name == "h" else lock).append(_step_s(run, work, extra if name == "l" else []))
+    diffs = [(b - a) * 1e6 for a, b in zip(hand, lock)]
+    print(f"workload {work}")
+    print(f"hand-written  {statistics.median(hand) * 1e6:9.1f} us/step  {[round(x * 1e6) for x in hand]}")
+    print(f"lockstep      {statistics.median(lock) * 1e6:9.1f} us/step  {[round(x * 1e6) for x in lock]}")
+    print(f"overhead      {statistics.median(diffs):9.1f} us/step (median of paired differences)")
+    print(f"ratio         {statistics.median(b / a for a, b in zip(hand, lock)):9.3f}")
+
+    if args.cprofile:
+        profile = cProfile.Profile()
+        profile.enable()
+        _step_s(lockstep_bench.main, work, extra)
+        profile.disable()
+        stats = pstats.Stats(profile)
+        stats.sort_stats("tottime").print_stats(r"trainer/|callbacks/", 30)
+
+
+if __name__ == "__main__":
+    main()

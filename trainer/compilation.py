@@ -1,0 +1,24 @@
+"""``Trainer(compile=True)``: ``torch.compile`` the module in place before the strategy wraps it."""
+from __future__ import annotations
+
+from torch import nn
+
+
+def compile_module(module: nn.Module) -> None:
+    """Compile ``module``'s forward in place (``nn.Module.compile``).
+
+    In place, so the module the user holds, its ``state_dict`` keys and every hook keep working;
+    ``training_step`` runs eagerly and calls the compiled forward through ``self(...)``.
+    Compiling happens lazily at the first forward, so errors (e.g. no C++ compiler for the CPU
+    backend) surface there, from torch.
+    """
+    if not callable(getattr(module, "compile", None)):
+        raise RuntimeError(
+            "Trainer(compile=True) needs nn.Module.compile (torch >= 2.2); this torch has none."
+        )
+    module.compile()
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """Whether ``module.compile()`` was applied to ``module``."""
+    return getattr(module, "_compiled_call_impl", None) is not None

@@ -31,13 +31,15 @@ def _step_s(run: object, work: Workload, extra: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=6)
-    parser.add_argument("--defaults", action="store_true", help="Lockstep with logger, progress bar, checkpoint")
+    parser.add_argument("--defaults", action="store_true", help="Lockstep with its default callbacks")
     parser.add_argument("--cprofile", action="store_true", help="profile one more Lockstep run")
     args = parser.parse_args(argv)
     work = Workload(hidden=args.hidden, batch_size=args.batch_size, samples=args.samples, epochs=args.epochs)

@@ -54,13 +54,15 @@ def machine_info() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="2 repeats, fewer epochs: a smoke run")
-    parser.add_argument("--only", default="", help="comma-separated scenario keys: s1_small,s2_large,s3_ddp,startup")
+    parser.add_argument("--only", default="", help="scenario keys: s1_small,s2_large,s3_ddp,startup")
     parser.add_argument("--no-peers", action="store_true", help="skip PyTorch Lightning and HF Accelerate")
     parser.add_argument("--repeats", type=int, default=None, help="override the repeats of every scenario")
-    parser.add_argument("--json", default=str(BENCH_DIR / "results" / "latest.json"), help="where to write results")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails (parity always does)")
+    parser.add_argument("--json", default=str(BENCH_DIR / "results" / "latest.json"), help="results file")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on a failed target (parity: always)")
     args = parser.parse_args(argv)
 
     began = time.perf_counter()
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     for module, extra in (("lightning", "PyTorch Lightning"), ("accelerate", "HF Accelerate")):
         peers[module] = not args.no_peers and importlib.util.find_spec(module) is not None
         if not peers[module] and not args.no_peers:
-            print(f"[bench] SKIP {extra}: `{module}` is not installed (pip install -e \".[bench]\").", flush=True)
+            print(f"[bench] SKIP {extra}: `{module}` is not installed (pip install -e \".[bench]\").",
+                  flush=True)
 
     results_dir = Path(args.json).parent
     summary: dict[str, Any] = {"machine": info, "quick": args.quick, "scenarios": {}}

@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Workload, argparse.Namesp
     for f in dataclasses.fields(Workload):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     parser.add_argument("--out", required=True, help="directory for rank<R>.json")
-    parser.add_argument("--defaults", action="store_true", help="Lockstep: logger, progress bar, checkpoint on")
+    parser.add_argument("--defaults", action="store_true", help="Lockstep: default callbacks on")
     ns = parser.parse_args(argv)
     work = Workload(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Workload)})
     return work, ns
@@ -117,6 +117,7 @@ class StepClock:
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.stamps: list[float] = []
+        self.cpu_stamps: list[float] = []  # this process's CPU time: robust to a busy machine
 
     def begin(self) -> None:
         """Mark the moment the framework takes over (``fit`` / ``prepare`` / the loop's set-up)."""
@@ -124,23 +125,32 @@ class StepClock:
 
     def attach(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Stamp after each ``optimizer.step()``; returns the optimizer."""
-        optimizer.register_step_post_hook(lambda *_: self.stamps.append(time.perf_counter()))
+
+        def stamp(*_: Any) -> None:
+            self.stamps.append(time.perf_counter())
+            self.cpu_stamps.append(time.process_time())
+
+        optimizer.register_step_post_hook(stamp)
         return optimizer
 
     def summary(self) -> dict[str, Any]:
-        """Steps, time to the first step, and steady-state seconds per step.
+        """Steps, time to the first step, and steady-state seconds per step (wall and CPU).
 
         The first tenth of the steps (at least 3) is left out of the steady state: allocator
-        warm-up and first-call costs are start-up, reported separately.
+        warm-up and first-call costs are start-up, reported separately. CPU seconds are this
+        process's (all its threads): time spent descheduled by other work on the machine does
+        not count, time waiting for another rank does not either.
         """
         n = len(self.stamps)
-        out: dict[str, Any] = {"steps": n, "first_step_s": None, "step_s": None, "train_s": None}
+        out: dict[str, Any] = {"steps": n, "first_step_s": None, "step_s": None, "step_cpu_s": None,
+                               "train_s": None}
         if n:
             out["first_step_s"] = self.stamps[0] - self.start
             out["train_s"] = self.stamps[-1] - self.start
         skip = max(3, n // 10)
         if n - 1 > skip:
             out["step_s"] = (self.stamps[-1] - self.stamps[skip]) / (n - 1 - skip)
+            out["step_cpu_s"] = (self.cpu_stamps[-1] - self.cpu_stamps[skip]) / (n - 1 - skip)
         return out
 
 

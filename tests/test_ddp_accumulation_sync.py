@@ -14,7 +14,7 @@ import torch
 from distributed_helpers import run_ranks
 from models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(120)]
 
 EPOCHS, ACCUMULATE, MICRO_BATCH = 2, 3, 2
 SAMPLES = 28  # 14 per rank: 7 micro batches per rank per epoch

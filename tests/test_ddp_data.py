@@ -177,7 +177,8 @@ def test_validation_over_an_odd_dataset_equals_one_process(ranks):
     for r in ranks:
         assert abs(r["val_loss"] - reference) <= 1e-6
     # Not vacuous: counting the padded duplicate (sample 0 again) would change the mean.
-    padded = _single_validate(ConcatDataset([regression_data(VAL_SAMPLES), Subset(regression_data(VAL_SAMPLES), [0])]))
+    data = regression_data(VAL_SAMPLES)
+    padded = _single_validate(ConcatDataset([data, Subset(data, [0])]))
     assert abs(padded - reference) > 1e-4
 
 
@@ -228,6 +229,7 @@ def _uneven_training(rank: int, world_size: int) -> dict[str, Any]:
     return {"global_step": trainer.global_step, "params": params_of(module), "warnings": messages}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_uneven_training_batches_from_a_custom_sampler_do_not_hang():
     """Rank 0's sampler gives 5 batches, rank 1's 3: every rank must train the smallest count

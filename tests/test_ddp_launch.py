@@ -1,6 +1,8 @@
-"""Real launches of a small training script (tests/scripts/ddp_fit.py), the four ways users launch:
-torchrun (one node and two simulated nodes), `python script.py` with `Trainer(devices=2)`, and
-`strategy="ddp_spawn"`; plus a failing worker and the launch errors.
+"""Real launches of a small training script (tests/scripts/ddp_fit.py), the ways users launch:
+torchrun (one node, and two simulated nodes on 127.0.0.1), `python script.py` with
+`Trainer(devices=2)` (and with `num_nodes=2` on two simulated nodes), and `strategy="ddp_spawn"`;
+plus a failing worker, and the launch errors (contradicting arguments, `python -c`, a module
+defined in an interactive session).
 
 Every launch trains `Regression` for 2 epochs on 32 samples with micro batch 4 per rank and no
 shuffling, so each rank's final parameters must equal one process trained with batch 8.
@@ -14,11 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_helpers import read_rank_results, run_ranks, run_script
+from distributed_helpers import free_port, read_rank_results, run_ranks, run_script
 from models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "ddp_fit.py")
 REPO = str(Path(__file__).resolve().parent.parent)
+OUT = "LOCKSTEP_TEST_OUT"
+TWO_NODES_PREPARED = ["node=0 local=0 global=0", "node=1 local=0 global=1"]  # once per node
 
 pytestmark = pytest.mark.distributed
 
@@ -36,7 +40,7 @@ def reference():
 
 def _launch(tmp_path, *script_args, **kwargs):
     start = time.monotonic()
-    proc = run_script([SCRIPT, *script_args], env={"LOCKSTEP_TEST_OUT": str(tmp_path)}, cwd=REPO, **kwargs)
+    proc = run_script([SCRIPT, *script_args], env={OUT: str(tmp_path)}, cwd=REPO, **kwargs)
     return proc, time.monotonic() - start
 
 
@@ -89,10 +93,12 @@ def test_python_script_with_devices_2_starts_workers_and_exits_inside_fit(tmp_pa
     assert _lines(tmp_path / "prepare_data.txt") == ["node=0 local=0 global=0"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ddp_spawn_copies_the_trained_model_back(tmp_path, reference):
     proc, _ = _launch(
-        tmp_path, "--devices", "2", "--strategy", "ddp_spawn", "--checkpointing", launcher="python", timeout=100
+        tmp_path, "--devices", "2", "--strategy", "ddp_spawn", "--checkpointing",
+        launcher="python", timeout=100,
     )
     assert proc.returncode == 0, proc.stderr
     # The workers run only trainer.fit; the launching process runs the rest of the script.
@@ -115,8 +121,34 @@ def test_two_nodes_prepare_data_once_per_node_rank_zero_once(tmp_path, reference
     results = read_rank_results(tmp_path)
     _check_ranks_equal_reference(results, reference)
     assert [(r["node_rank"], r["local_rank"], r["num_nodes"]) for r in results] == [(0, 0, 2), (1, 0, 2)]
-    assert sorted(_lines(tmp_path / "prepare_data.txt")) == ["node=0 local=0 global=0", "node=1 local=0 global=1"]
+    assert sorted(_lines(tmp_path / "prepare_data.txt")) == TWO_NODES_PREPARED
     assert len(_lines(tmp_path / "rank_zero_only.txt")) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_two_nodes_with_plain_python_and_num_nodes(tmp_path, reference):
+    """`python script.py` on each node with Trainer(num_nodes=2) and MASTER_ADDR/MASTER_PORT/NODE_RANK:
+    the two launching processes' agents must find each other."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), OUT: str(tmp_path)}
+    args = [SCRIPT, "--devices", "1", "--num-nodes", "2"]
+    with ThreadPoolExecutor(2) as pool:
+        nodes = [
+            pool.submit(
+                run_script, args, launcher="python", env={**rendezvous, "NODE_RANK": str(n)},
+                cwd=REPO, timeout=120,
+            )
+            for n in (0, 1)
+        ]
+        procs = [node.result() for node in nodes]
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    results = read_rank_results(tmp_path)
+    _check_ranks_equal_reference(results, reference)
+    assert [(r["node_rank"], r["local_rank"], r["num_nodes"]) for r in results] == [(0, 0, 2), (1, 0, 2)]
+    assert sorted(_lines(tmp_path / "prepare_data.txt")) == TWO_NODES_PREPARED
 
 
 def _root_cause(stderr: str) -> str:
@@ -130,9 +162,11 @@ def _root_cause(stderr: str) -> str:
 @pytest.mark.parametrize("launcher", ["torchrun", "python"])
 def test_a_failing_worker_ends_the_run_fast_with_its_error(tmp_path, launcher):
     """Rank 1 raises at step 3 while rank 0 stalls (as in a collective waiting for the 30-minute
-    process-group timeout): the elastic agent must stop rank 0 as soon as rank 1 fails."""
+    process-group timeout): the elastic agent must stop rank 0 once rank 1 fails. (Rank 0 catches
+    the agent's SIGTERM for pre-emption, so the agent's SIGKILL 30 s later is what ends it.)"""
     extra = ("--devices", "2") if launcher == "python" else ()
-    proc, seconds = _launch(tmp_path, *extra, "--fail-rank", "1", "--fail-step", "3", launcher=launcher, timeout=90)
+    fail = ("--fail-rank", "1", "--fail-step", "3")
+    proc, seconds = _launch(tmp_path, *extra, *fail, launcher=launcher, timeout=90)
     assert proc.returncode != 0
     assert seconds < 60, f"the run took {seconds:.0f}s: the surviving rank was not stopped"
     cause = _root_cause(proc.stderr)
@@ -187,6 +221,7 @@ def test_devices_2_from_python_c_suggests_ddp_spawn():
     assert "sys.argv[0]='-c'" in last and "use strategy='ddp_spawn'" in last and "torchrun" in last
 
 
+@pytest.mark.timeout(10)
 def test_workers_rerun_python_dash_m_as_a_module(monkeypatch):
     """`python -m pkg.train` is re-run as `-m pkg.train`, which keeps relative imports working."""
     import importlib.machinery

@@ -91,7 +91,9 @@ class Accelerator:
         return True
 
 
-def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False, channels_last: bool = False) -> Any:
+def move_to_device(
+    batch: Any, device: torch.device, non_blocking: bool = False, channels_last: bool = False
+) -> Any:
     """Recursively move tensors inside tuples, lists, dicts, namedtuples and dataclasses.
 
     With ``channels_last``, 4-D tensors also get the ``torch.channels_last`` memory format (in

@@ -1,7 +1,6 @@
 """`DDPStrategy`: torch's DistributedDataParallel, with accumulation windows under ``no_sync``."""
 from __future__ import annotations
 
-import contextlib
 import inspect
 import datetime
 from typing import Any, Callable, ContextManager
@@ -10,6 +9,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
+from trainer.strategy import NO_CONTEXT
 
 
 # torch 2.14 renamed `broadcast_buffers` (buffers synced from rank 0 before each forward).
@@ -88,7 +88,9 @@ class DDPStrategy(ProcessGroupStrategy):
         ddp_comm_state: Any = None,
     ) -> None:
         if ddp_comm_hook is not None and not callable(ddp_comm_hook) and ddp_comm_hook not in COMM_HOOKS:
-            raise ValueError(f"ddp_comm_hook must be one of {COMM_HOOKS} or a callable, got {ddp_comm_hook!r}")
+            raise ValueError(
+                f"ddp_comm_hook must be one of {COMM_HOOKS} or a callable, got {ddp_comm_hook!r}"
+            )
         super().__init__(timeout=timeout, process_group_backend=process_group_backend)
         self.ddp_kwargs = {
             "bucket_cap_mb": bucket_cap_mb,
@@ -99,6 +101,7 @@ class DDPStrategy(ProcessGroupStrategy):
         }
         self.ddp_comm_hook = ddp_comm_hook
         self.ddp_comm_state = ddp_comm_state
+        self._first_backward = True  # of the current DDP wrapper
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move to the device, convert BatchNorm if asked, wrap in DDP."""
@@ -112,6 +115,7 @@ class DDPStrategy(ProcessGroupStrategy):
         if self.ddp_comm_hook is not None:
             ddp.register_comm_hook(*resolve_comm_hook(self.ddp_comm_hook, self.ddp_comm_state))
         self.model = ddp
+        self._first_backward = True
         return ddp
 
     def training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
@@ -121,6 +125,13 @@ class DDPStrategy(ProcessGroupStrategy):
 
     def no_sync(self, sync: bool) -> ContextManager[Any]:
         """Skip DDP's all-reduce for micro batches that do not end a window."""
-        if sync or self.model is None:
-            return contextlib.nullcontext()
+        if self.model is None:
+            return NO_CONTEXT
+        first, self._first_backward = self._first_backward, False
+        if sync or (first and self.ddp_kwargs["static_graph"]):
+            # With static_graph DDP records the graph in its first backward, which must be synced
+            # (torch fails an internal assert under no_sync). Syncing that micro batch is exact:
+            # its gradient is then the ranks' mean, the same on every rank, and the window's
+            # final all-reduce averages it plus the rest, which is linear.
+            return NO_CONTEXT
         return self.model.no_sync()  # type: ignore[operator]

@@ -17,6 +17,7 @@ from trainer.data import iterate_with_lookahead
 from trainer.loss_normalization import ItemMeanNormalizer
 from trainer.resume import capture_epoch_state, resumed_epoch
 from trainer.optimization import clip_gradients, step_schedulers
+from trainer.prefetcher import prefetch_to_device
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -71,6 +72,13 @@ class FitLoop:
             start = resume["batches_done"]
             source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
         self.batch_idx = self.batches_done = start
+        # CUDA: copy the next batch on a side stream while this one computes (trainer/prefetcher.py)
+        remaining = None if t.num_training_batches is None else t.num_training_batches - start
+        prefetcher = prefetch_to_device(source, t.strategy.root_device, remaining, t.channels_last)
+        self._prefetching = prefetcher is not None
+        source = prefetcher if prefetcher is not None else source
+        # decided once per epoch: CPU batches already are where they train (unless channels_last)
+        self._move_batches = prefetcher is None and (t.strategy.root_device.type != "cpu" or t.channels_last)
         seen = 0
         for batch_idx, batch, is_last in iterate_with_lookahead(source, t.num_training_batches, start):
             if t._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
@@ -100,7 +108,8 @@ class FitLoop:
     ) -> None:
         t = self.trainer
         hooks, strategy, precision, module = t._hooks, t.strategy, t._precision, t.module
-        batch = t._move_batch(batch)
+        if self._move_batches:  # not when the prefetcher already moved it
+            batch = t._move_batch(batch)
         metrics = t._train_metrics
         metrics.set_batch(batch)
         metrics.in_step = True

@@ -53,6 +53,7 @@ class ElasticLauncher:
             )
         if self.num_nodes == 1:
             endpoint, backend, configs = f"127.0.0.1:{_free_port()}", "c10d", {}
+            run_id = f"lockstep-{uuid.uuid4().hex[:8]}"
         else:
             for var in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
                 if var not in os.environ:
@@ -63,11 +64,14 @@ class ElasticLauncher:
                     )
             endpoint = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
             backend, configs = "static", {"rank": int(os.environ["NODE_RANK"])}
+            # The same on every node: the agents meet under this id (a random one per node
+            # would keep them waiting for each other forever).
+            run_id = f"lockstep-{os.environ['MASTER_PORT']}"
         config = LaunchConfig(
             min_nodes=self.num_nodes,
             max_nodes=self.num_nodes,
             nproc_per_node=self.nproc_per_node,
-            run_id=f"lockstep-{uuid.uuid4().hex[:8]}",
+            run_id=run_id,
             rdzv_endpoint=endpoint,
             rdzv_backend=backend,
             rdzv_configs=configs,

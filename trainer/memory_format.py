@@ -12,4 +12,4 @@ from torch import nn
 
 def to_channels_last(module: nn.Module) -> nn.Module:
     """Put every 4-D parameter and buffer of ``module`` in ``torch.channels_last`` (in place)."""
-    return module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return module.to(memory_format=torch.channels_last)

@@ -163,7 +163,8 @@ def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
                 f"self.log({name!r}) needs a scalar, got a tensor of shape {tuple(value.shape)}; "
                 "reduce it first (e.g. .mean())."
             )
-        return value.detach().reshape(())
+        value = value.detach()
+        return value if value.dim() == 0 else value.reshape(())  # a loss is 0-d: no view to make
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return torch.tensor(float(value))
     raise TypeError(f"self.log({name!r}) needs a number or a scalar tensor, got {type(value).__name__}")

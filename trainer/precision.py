@@ -17,6 +17,7 @@ _ALIASES = {
     16: "16-mixed",
 }
 SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+_NO_AUTOCAST = contextlib.nullcontext()  # stateless and reusable: no allocation per step
 
 
 def normalize_precision(precision: Any) -> str:
@@ -48,7 +49,7 @@ class Precision:
     def autocast(self) -> ContextManager[Any]:
         """The context forward passes run in."""
         if self._dtype is None:
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self._dtype)
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -134,7 +134,7 @@ class Prefetcher:
             return move_to_device(batch, self.device, non_blocking=False, channels_last=self.channels_last)
         non_blocking = self.device.type == "cuda"
         with self._streams.copying():
-            return move_to_device(batch, self.device, non_blocking=non_blocking, channels_last=self.channels_last)
+            return move_to_device(batch, self.device, non_blocking, channels_last=self.channels_last)
 
 
 def prefetch_to_device(

@@ -16,6 +16,9 @@ from trainer.distributed_sampler import set_epoch
 
 T = TypeVar("T")
 
+# Stateless and reusable: the per-step "no context" costs no allocation.
+NO_CONTEXT = contextlib.nullcontext()
+
 
 class Strategy:
     """How training is spread over processes. Subclasses override what differs."""
@@ -76,7 +79,7 @@ class Strategy:
 
     def no_sync(self, sync: bool) -> ContextManager[Any]:
         """Context for a micro batch's forward and backward; ``sync=False`` skips the gradient sync."""
-        return contextlib.nullcontext()
+        return NO_CONTEXT
 
     def after_backward_window(self) -> None:
         """Called once after the last backward of a window, before unscaling and clipping."""

@@ -121,7 +121,8 @@ class Trainer:
             raise TypeError(f"sync_batchnorm must be a bool, got {sync_batchnorm!r}")
         if deterministic not in (True, False, "warn"):
             raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
-        for flag_name, flag in (("compile", compile), ("channels_last", channels_last), ("pin_memory", pin_memory)):
+        speed_flags = {"compile": compile, "channels_last": channels_last, "pin_memory": pin_memory}
+        for flag_name, flag in speed_flags.items():
             if not isinstance(flag, bool):
                 raise TypeError(f"{flag_name} must be a bool, got {flag!r}")
         self.compile = compile  # torch.compile the module (in place) before the strategy wraps it

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import warnings
 
-import torch
 from accelerate import Accelerator, DistributedDataParallelKwargs
 from torch import nn
 

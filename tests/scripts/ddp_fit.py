@@ -8,7 +8,8 @@ Markers on stdout let the test count which processes ran which part of the scrip
 - ``FIT_DONE pid=<pid>``: after ``fit``, global rank 0 only;
 - ``END pid=<pid> rank=<$RANK>``: the last line of the script.
 
-Options: ``--devices N``, ``--strategy NAME`` (Trainer arguments; default: adopt the launcher),
+Options: ``--devices N``, ``--num-nodes N``, ``--strategy NAME`` (Trainer arguments; default:
+adopt the launcher),
 ``--fail-rank R --fail-step S`` (``training_step`` raises ``RuntimeError("boom on rank R")`` on
 global rank R at global step S, while every other rank stalls there for 10 minutes: a stand-in for
 a collective that never learns of the dead peer, as NCCL waits for its timeout; only the launcher
@@ -61,15 +62,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", default="auto")
     parser.add_argument("--strategy", default="auto")
+    parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-step", type=int, default=None)
-    parser.add_argument("--checkpointing", action="store_true", help="a ModelCheckpoint under $LOCKSTEP_TEST_OUT")
+    parser.add_argument("--checkpointing", action="store_true")  # a ModelCheckpoint under OUT
     args = parser.parse_args()
 
     print(f"START pid={os.getpid()} rank={os.environ.get('RANK')}", flush=True)
     devices = args.devices if args.devices == "auto" else int(args.devices)
     options = {**QUIET, "enable_checkpointing": args.checkpointing, "default_root_dir": OUT}
-    trainer = Trainer(max_epochs=2, devices=devices, strategy=args.strategy, **options)
+    trainer = Trainer(
+        max_epochs=2, devices=devices, num_nodes=args.num_nodes, strategy=args.strategy, **options
+    )
     model = Model(args.fail_rank, args.fail_step)
     trainer.fit(model, loader(regression_data(32), 4))
     if trainer.is_global_zero:

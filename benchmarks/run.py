@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peers", action="store_true", help="skip PyTorch Lightning and HF Accelerate")
     parser.add_argument("--repeats", type=int, default=None, help="override the repeats of every scenario")
     parser.add_argument("--json", default=str(BENCH_DIR / "results" / "latest.json"), help="results file")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="leave glibc's malloc thresholds alone (step times then vary between runs)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on a failed target (parity: always)")
     args = parser.parse_args(argv)
 
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
 
     results_dir = Path(args.json).parent
-    summary: dict[str, Any] = {"machine": info, "quick": args.quick, "scenarios": {}}
+    summary: dict[str, Any] = {"machine": info, "quick": args.quick, "pinned_malloc": not args.default_malloc,
+                               "scenarios": {}}
     for scenario in scenarios(args.quick):
         if only and scenario.key not in only:
             continue
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(repeats):
             for variant in variants if rep % 2 == 0 else variants[::-1]:
                 out_dir = results_dir / "runs" / scenario.key / f"{variant.name.replace(' ', '_')}"
-                result = run_variant(scenario, variant, out_dir)
+                result = run_variant(scenario, variant, out_dir, pin_malloc=not args.default_malloc)
                 runs[variant.name].append(result)
                 print(f"  rep {rep} {variant.name:<20} {1e3 * (result['step_s'] or 0):8.3f} ms/step  "
                       f"steps {result['steps']}  loss {result['final_loss']:.6f}  "
@@ -103,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if not only or STARTUP_KEY in only:
         names = [(name, module) for name, module in IMPORTS if name == "lockstep" or peers.get(module)]
         samples: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in names}
-        repeats = args.repeats or (3 if args.quick else 7)
+        repeats = args.repeats or (3 if args.quick else 5)
         print(f"[bench] 4. import time: {len(names)} frameworks x {repeats} repeats", flush=True)
         for rep in range(repeats):
             for name, module in names if rep % 2 == 0 else names[::-1]:

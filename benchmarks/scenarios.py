@@ -49,7 +49,7 @@ ACCELERATE = Variant("accelerate", "frameworks/accelerate_bench.py", needs="acce
 def scenarios(quick: bool = False) -> list[Scenario]:
     """Scenarios 1-3 (the training runs; start-up and memory are read from their results).
 
-    ``quick`` halves the epochs and runs two repeats: a smoke run, not a measurement.
+    ``quick`` runs a third of the epochs and two repeats: a smoke run, not a measurement.
     """
     reps = 2 if quick else 5
 
@@ -61,7 +61,7 @@ def scenarios(quick: bool = False) -> list[Scenario]:
             key="s1_small",
             title="1. single process, small model (hidden 256, batch 32)",
             measures="per-step framework overhead: the model is small, so the loop's own work shows",
-            workload=Workload(hidden=256, batch_size=32, samples=1000, epochs=epochs(15)),
+            workload=Workload(hidden=256, batch_size=32, samples=1000, epochs=epochs(12)),
             nproc=1,
             variants=(HANDWRITTEN_SINGLE, LOCKSTEP, LOCKSTEP_DEFAULTS, LIGHTNING, ACCELERATE),
             repeats=reps,
@@ -70,7 +70,7 @@ def scenarios(quick: bool = False) -> list[Scenario]:
             key="s2_large",
             title="2. single process, the post's model (hidden 1024, batch 64)",
             measures="per-step cost on a realistic step",
-            workload=Workload(hidden=1024, batch_size=64, samples=1000, epochs=epochs(9)),
+            workload=Workload(hidden=1024, batch_size=64, samples=1000, epochs=epochs(6)),
             nproc=1,
             variants=(HANDWRITTEN_SINGLE, LOCKSTEP, LOCKSTEP_DEFAULTS, LIGHTNING, ACCELERATE),
             repeats=reps,
@@ -79,10 +79,10 @@ def scenarios(quick: bool = False) -> list[Scenario]:
             key="s3_ddp",
             title="3. DDP, 2 processes under torchrun (gloo, 1 thread each), micro batch 16, accumulation 4",
             measures="DDP + no_sync accumulation against the post's ddp_ga.py",
-            workload=Workload(hidden=1024, batch_size=16, accumulate=4, samples=1000, epochs=epochs(6)),
+            workload=Workload(hidden=1024, batch_size=16, accumulate=4, samples=1000, epochs=epochs(5)),
             nproc=2,
             variants=(HANDWRITTEN_DDP, LOCKSTEP, LIGHTNING, ACCELERATE),
-            repeats=2 if quick else 4,
+            repeats=2 if quick else 3,
         ),
     ]
 

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import resource
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -137,21 +138,36 @@ class StepClock:
         """Steps, time to the first step, and steady-state seconds per step (wall and CPU).
 
         The first tenth of the steps (at least 3) is left out of the steady state: allocator
-        warm-up and first-call costs are start-up, reported separately. CPU seconds are this
-        process's (all its threads): time spent descheduled by other work on the machine does
-        not count, time waiting for another rank does not either.
+        warm-up and first-call costs are start-up, reported separately. The rest is cut into
+        `CHUNKS` runs of consecutive steps and the median chunk's mean is reported: a burst of
+        other work on a shared machine then spoils a chunk, not the result (``step_mean_s`` is
+        the plain mean). CPU seconds are this process's (all its threads): time spent
+        descheduled does not count, time waiting for another rank does not either.
         """
         n = len(self.stamps)
         out: dict[str, Any] = {"steps": n, "first_step_s": None, "step_s": None, "step_cpu_s": None,
-                               "train_s": None}
+                               "step_mean_s": None, "train_s": None}
         if n:
             out["first_step_s"] = self.stamps[0] - self.start
             out["train_s"] = self.stamps[-1] - self.start
         skip = max(3, n // 10)
         if n - 1 > skip:
-            out["step_s"] = (self.stamps[-1] - self.stamps[skip]) / (n - 1 - skip)
-            out["step_cpu_s"] = (self.cpu_stamps[-1] - self.cpu_stamps[skip]) / (n - 1 - skip)
+            out["step_s"] = _median_chunk(self.stamps[skip:])
+            out["step_cpu_s"] = _median_chunk(self.cpu_stamps[skip:])
+            out["step_mean_s"] = (self.stamps[-1] - self.stamps[skip]) / (n - 1 - skip)
         return out
+
+
+CHUNKS = 8
+
+
+def _median_chunk(stamps: list[float]) -> float:
+    """Median over up to `CHUNKS` equal runs of consecutive intervals of the mean interval."""
+    intervals = len(stamps) - 1
+    chunks = max(1, min(CHUNKS, intervals // 4))  # at least 4 steps per chunk
+    bounds = [round(i * intervals / chunks) for i in range(chunks + 1)]
+    means = [(stamps[b] - stamps[a]) / (b - a) for a, b in zip(bounds, bounds[1:])]
+    return statistics.median(means)
 
 
 @torch.no_grad()

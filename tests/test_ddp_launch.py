@@ -9,6 +9,7 @@ shuffling, so each rank's final parameters must equal one process trained with b
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -151,6 +152,21 @@ def test_two_nodes_with_plain_python_and_num_nodes(tmp_path, reference):
     assert sorted(_lines(tmp_path / "prepare_data.txt")) == TWO_NODES_PREPARED
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs Linux scheduling controls")
+def test_a_script_ending_right_after_fit_exits_cleanly(tmp_path):
+    """The last statement is `fit`, and gloo's worker threads are starved of CPU (the script
+    pins them with the main thread to one CPU, in the idle scheduling class): without waiting for
+    them at exit, a worker still freeing the last collective's tensor aborts the process during
+    interpreter shutdown (exit code -6) after training succeeded."""
+    script = str(Path(__file__).parent / "scripts" / "exit_right_after_fit.py")
+    proc = run_script([script], launcher="torchrun", nproc=2, env={OUT: str(tmp_path)}, cwd=REPO, timeout=120)
+    assert "terminate called" not in proc.stderr
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["global_step"] for r in read_rank_results(tmp_path)] == [2, 2]
+
+
 def _root_cause(stderr: str) -> str:
     """The elastic agent's "Root Cause" section: it reads the traceback from the worker's error file."""
     assert "Root Cause (first observed failure):" in stderr, stderr[-4000:]
@@ -161,10 +177,11 @@ def _root_cause(stderr: str) -> str:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("launcher", ["torchrun", "python"])
 def test_a_failing_worker_ends_the_run_fast_with_its_error(tmp_path, launcher):
-    """Rank 1 raises at step 3 while rank 0 stalls (as in a collective waiting for the 30-minute
-    process-group timeout): the elastic agent must stop rank 0 once rank 1 fails. (Rank 0 catches
-    the agent's SIGTERM for pre-emption, so the agent's SIGKILL 30 s later is what ends it.)"""
-    extra = ("--devices", "2") if launcher == "python" else ()
+    """Rank 1 raises at step 3. Under torchrun rank 0 is in DDP's all-reduce (gloo breaks it at
+    once). Under the Trainer's own launcher rank 0 instead stalls, as in a collective waiting for
+    the 30-minute process-group timeout: the elastic agent must stop it once rank 1 fails. (Rank 0
+    catches the agent's SIGTERM for pre-emption, so the agent's SIGKILL 30 s later ends it.)"""
+    extra = ("--devices", "2", "--stall-others") if launcher == "python" else ()
     fail = ("--fail-rank", "1", "--fail-step", "3")
     proc, seconds = _launch(tmp_path, *extra, *fail, launcher=launcher, timeout=90)
     assert proc.returncode != 0

@@ -58,6 +58,7 @@ class FitLoop:
         t._train_metrics.reset()
         t._active_metrics = t._train_metrics
         hooks.call("on_train_epoch_start")
+        t._count_training_batches()  # a sampler's length may change between epochs
         # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
         windows = AccumulationWindows(
             t.accumulate_grad_batches, t.num_training_batches if t._train_length_known else None

@@ -60,6 +60,11 @@ class PreemptionWatch:
             self._work = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum == signum:
+            # Asked twice (e.g. a launcher that is tearing the group down): stop waiting for the
+            # step boundary and let the signal do what it does by default.
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
         self.signum = signum
 
     def agreed(self, world_size: int, group: Any = None) -> int:

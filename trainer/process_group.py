@@ -5,6 +5,7 @@ sharding dataloaders, and the collectives the Trainer and callbacks use.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import itertools
 import os
@@ -40,6 +41,56 @@ def _fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
     return dist.PrefixStore(f"lockstep/group{next(_GROUPS_CREATED)}", store)
+
+
+def _busy_gloo_workers() -> int | None:
+    """How many of torch's gloo worker threads are running or runnable (None: cannot tell)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    busy = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread just ended
+            continue
+        name, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
+        if name.startswith("pt_gloo") and state not in "SIDTtZX":  # not asleep: R (running/runnable)
+            busy += 1
+    return busy
+
+
+def _let_gloo_workers_finish(max_wait_s: float = 2.0) -> None:
+    """At exit, before the interpreter finalizes: let torch's gloo worker threads go idle.
+
+    A gloo process group's worker threads outlive ``destroy_process_group`` as long as anything
+    still references the group, and a DistributedDataParallel model keeps it referenced for good.
+    After a collective completes, its worker thread still drops its reference to the work, which
+    can free a Python tensor and so needs the GIL. If the main thread reaches interpreter
+    finalization first (a script that ends right after ``fit``: the Trainer's last barrier is
+    the last thing it does), the worker thread is stopped inside that destructor and the process
+    aborts ("terminate called without an active exception", exit code -6) after a run that
+    succeeded, which the launcher then reports as a failed worker. Sleeping here releases the GIL
+    until no gloo worker is running or runnable (three polls in a row), at most ``max_wait_s``.
+    """
+    if not _GROUPS_JOINED:
+        return
+    deadline = time.monotonic() + max_wait_s
+    quiet = 0
+    while quiet < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+        busy = _busy_gloo_workers()
+        if busy is None:  # no /proc: a fixed grace period
+            time.sleep(0.05)
+            return
+        quiet = quiet + 1 if busy == 0 else 0
+
+
+# Whether this process joined a group (so the exit handler has something to wait for).
+_GROUPS_JOINED: list[bool] = []
+atexit.register(_let_gloo_workers_finish)
 
 
 _FAILURE_KEY = "lockstep/failure"
@@ -90,6 +141,7 @@ class ProcessGroupStrategy(Strategy):
         self.use_distributed_sampler = True
         self.cluster: ClusterEnvironment | None = None
         self._owns_group = False
+        self._uneven_counts_warned: list[int] | None = None
 
     def configure(self, cluster: ClusterEnvironment, sync_batchnorm: bool, use_distributed_sampler: bool) -> None:
         """Receive the process's place in the job and the Trainer's data/BatchNorm options."""
@@ -130,6 +182,7 @@ class ProcessGroupStrategy(Strategy):
             kwargs["device_id"] = device  # binds NCCL to this device eagerly
         dist.init_process_group(**kwargs)
         self._owns_group = True
+        _GROUPS_JOINED[:] = [True]
         if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
             self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
 
@@ -206,7 +259,8 @@ class ProcessGroupStrategy(Strategy):
         if min(counts) < 0:
             return None, True
         agreed = int(min(counts))
-        if agreed != max(counts) and self.is_global_zero:
+        if agreed != max(counts) and self.is_global_zero and counts != self._uneven_counts_warned:
+            self._uneven_counts_warned = counts
             from trainer.rank_zero import rank_zero_warn
 
             rank_zero_warn(

@@ -433,11 +433,7 @@ class Trainer:
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
         install_worker_seeding(self.train_dataloader, self.global_rank)
         self._train_length_known = _has_length(self.train_dataloader)
-        self.num_training_batches, self._agree_each_batch = self._strategy.agree_on_batch_count(
-            num_batches(self.train_dataloader, self.limit_train_batches, "train")
-        )
-        if self.num_training_batches == 0:
-            raise ValueError("limit_train_batches leaves no training batches: nothing to train.")
+        self._count_training_batches()
         val_source = val if val is not None else model.val_dataloader()
         self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in as_loader_list(val_source)]
         if self.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
@@ -520,6 +516,14 @@ class Trainer:
         self.state.stage = "fit"
         self.should_stop = self._strategy.reduce_boolean_decision(self.should_stop, all=False)
         self._agreed_stop = self.should_stop
+
+    def _count_training_batches(self) -> None:
+        """This epoch's batch count, agreed by every rank (one tiny all-gather per epoch)."""
+        self.num_training_batches, self._agree_each_batch = self._strategy.agree_on_batch_count(
+            num_batches(self.train_dataloader, self.limit_train_batches, "train")
+        )
+        if self.num_training_batches == 0:
+            raise ValueError("limit_train_batches leaves no training batches: nothing to train.")
 
     def _val_enabled(self) -> bool:
         if not self.val_dataloaders or self.limit_val_batches in (0, 0.0):

@@ -11,9 +11,9 @@ Markers on stdout let the test count which processes ran which part of the scrip
 Options: ``--devices N``, ``--num-nodes N``, ``--strategy NAME`` (Trainer arguments; default:
 adopt the launcher),
 ``--fail-rank R --fail-step S`` (``training_step`` raises ``RuntimeError("boom on rank R")`` on
-global rank R at global step S, while every other rank stalls there for 10 minutes: a stand-in for
-a collective that never learns of the dead peer, as NCCL waits for its timeout; only the launcher
-stopping the group ends the run). ``prepare_data`` appends a line to
+global rank R at global step S; with ``--stall-others`` every other rank then stalls for 10
+minutes, a stand-in for a collective that never learns of the dead peer, as NCCL waits for its
+timeout, so only the launcher stopping the group ends the run). ``prepare_data`` appends a line to
 ``$LOCKSTEP_TEST_OUT/prepare_data.txt``; a ``rank_zero_only`` function appends one to
 ``rank_zero_only.txt``. ``--checkpointing`` adds the default ModelCheckpoint (files under
 ``$LOCKSTEP_TEST_OUT/checkpoints``) and saves its ``best_model_path``.
@@ -36,9 +36,11 @@ OUT = os.environ.get("LOCKSTEP_TEST_OUT", ".")
 class Model(Regression):
     """`Regression` that records prepare_data calls and can fail on one rank."""
 
-    def __init__(self, fail_rank: int | None = None, fail_step: int | None = None) -> None:
+    def __init__(
+        self, fail_rank: int | None = None, fail_step: int | None = None, stall_others: bool = False
+    ) -> None:
         super().__init__("sgd")
-        self.fail_rank, self.fail_step = fail_rank, fail_step
+        self.fail_rank, self.fail_step, self.stall_others = fail_rank, fail_step, stall_others
 
     def prepare_data(self) -> None:
         with open(os.path.join(OUT, "prepare_data.txt"), "a") as f:
@@ -48,7 +50,8 @@ class Model(Regression):
         if self.fail_rank is not None and self.global_step == self.fail_step:
             if self.global_rank == self.fail_rank:
                 raise RuntimeError(f"boom on rank {self.global_rank}")
-            time.sleep(600)
+            if self.stall_others:
+                time.sleep(600)
         return super().training_step(batch, batch_idx)
 
 
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--num-nodes", type=int, default=1)
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-step", type=int, default=None)
+    parser.add_argument("--stall-others", action="store_true")
     parser.add_argument("--checkpointing", action="store_true")  # a ModelCheckpoint under OUT
     args = parser.parse_args()
 
@@ -74,7 +78,7 @@ def main() -> None:
     trainer = Trainer(
         max_epochs=2, devices=devices, num_nodes=args.num_nodes, strategy=args.strategy, **options
     )
-    model = Model(args.fail_rank, args.fail_step)
+    model = Model(args.fail_rank, args.fail_step, args.stall_others)
     trainer.fit(model, loader(regression_data(32), 4))
     if trainer.is_global_zero:
         print(f"FIT_DONE pid={os.getpid()}", flush=True)

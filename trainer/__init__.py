@@ -1,7 +1,11 @@
 """Lockstep: a PyTorch trainer whose DDP + accumulation equals one big batch, at no cost."""
 from trainer.allreduce import AllReduceStrategy
+from trainer.anomaly import NonFiniteGradientError, NonFiniteLossError
+from trainer.checkpoint import CheckpointError
 from trainer.ddp import DDPStrategy
+from trainer.failure_notes import RankFailedError
 from trainer.module import TrainModule
+from trainer.preemption import PREEMPTION_EXIT_CODE, Preempted
 from trainer.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from trainer.seed import seed_everything
 from trainer.strategy import SingleDeviceStrategy, Strategy
@@ -20,4 +24,10 @@ __all__ = [
     "rank_zero_only",
     "rank_zero_info",
     "rank_zero_warn",
+    "CheckpointError",
+    "NonFiniteLossError",
+    "NonFiniteGradientError",
+    "RankFailedError",
+    "Preempted",
+    "PREEMPTION_EXIT_CODE",
 ]

@@ -5,11 +5,8 @@ sharding dataloaders, and the collectives the Trainer and callbacks use.
 """
 from __future__ import annotations
 
-import atexit
 import datetime
-import itertools
 import os
-import time
 from typing import Any, TypeVar
 
 import torch
@@ -17,103 +14,14 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.cluster_environment import ClusterEnvironment, detect_cluster_environment
+from trainer.failure_notes import explain_failure
+from trainer.rendezvous import fresh_store, mark_group_joined
 from trainer.strategy import Strategy
 
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 _OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-
-
-# The rendezvous store of this process, kept for its lifetime, and how many groups used it.
-# A script may fit several times under one launcher (same MASTER_PORT): torch names every new
-# default group alike, so a rank that re-joins early would read the previous group's addresses
-# from the store (or reach a store its owner is about to close) and fail or hang. Reusing one
-# store with a fresh key prefix per group avoids both.
-_STORES: dict[tuple[str, str, int, int], Any] = {}
-_GROUPS_CREATED = itertools.count()
-
-
-def _fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
-    key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], rank, world_size)
-    store = _STORES.get(key)
-    if store is None:
-        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
-        _STORES[key] = store
-    return dist.PrefixStore(f"lockstep/group{next(_GROUPS_CREATED)}", store)
-
-
-def _busy_gloo_workers() -> int | None:
-    """How many of torch's gloo worker threads are running or runnable (None: cannot tell)."""
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    busy = 0
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:  # the thread just ended
-            continue
-        name, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
-        if name.startswith("pt_gloo") and state not in "SIDTtZX":  # not asleep: R (running/runnable)
-            busy += 1
-    return busy
-
-
-def _let_gloo_workers_finish(max_wait_s: float = 2.0) -> None:
-    """At exit, before the interpreter finalizes: let torch's gloo worker threads go idle.
-
-    A gloo process group's worker threads outlive ``destroy_process_group`` as long as anything
-    still references the group, and a DistributedDataParallel model keeps it referenced for good.
-    After a collective completes, its worker thread still drops its reference to the work, which
-    can free a Python tensor and so needs the GIL. If the main thread reaches interpreter
-    finalization first (a script that ends right after ``fit``: the Trainer's last barrier is
-    the last thing it does), the worker thread is stopped inside that destructor and the process
-    aborts ("terminate called without an active exception", exit code -6) after a run that
-    succeeded, which the launcher then reports as a failed worker. Sleeping here releases the GIL
-    until no gloo worker is running or runnable (three polls in a row), at most ``max_wait_s``.
-    """
-    if not _GROUPS_JOINED:
-        return
-    deadline = time.monotonic() + max_wait_s
-    quiet = 0
-    while quiet < 3 and time.monotonic() < deadline:
-        time.sleep(0.005)
-        busy = _busy_gloo_workers()
-        if busy is None:  # no /proc: a fixed grace period
-            time.sleep(0.05)
-            return
-        quiet = quiet + 1 if busy == 0 else 0
-
-
-# Whether this process joined a group (so the exit handler has something to wait for).
-_GROUPS_JOINED: list[bool] = []
-atexit.register(_let_gloo_workers_finish)
-
-
-_FAILURE_KEY = "lockstep/failure"
-_PEER_NOTE_WAIT_S = 3.0
-
-
-class RankFailedError(RuntimeError):
-    """Another rank failed, so this rank's collective could not complete."""
-
-
-def _looks_like_peer_loss(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__} {exc}".lower()
-    return any(w in text for w in ("connection", "timed out", "timeout", "closed", "reset by peer", "distbackend", "gloo", "nccl"))
-
-
-def _read_note(store: Any) -> tuple[int, str] | None:
-    try:
-        if not store.check([_FAILURE_KEY]):
-            return None
-        rank, _, text = store.get(_FAILURE_KEY).decode().partition("|")
-        return int(rank), text
-    except Exception:
-        return None
 
 
 class ProcessGroupStrategy(Strategy):
@@ -182,43 +90,20 @@ class ProcessGroupStrategy(Strategy):
             kwargs["device_id"] = device  # binds NCCL to this device eagerly
         dist.init_process_group(**kwargs)
         self._owns_group = True
-        _GROUPS_JOINED[:] = [True]
+        mark_group_joined()
         if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
             self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
 
     def _new_store(self) -> Any:
-        self._store = _fresh_store(self.global_rank, self.world_size, self.timeout)
+        self._store = fresh_store(self.global_rank, self.world_size, self.timeout)
         return self._store
 
     def on_failure(self, exc: BaseException) -> BaseException | None:
-        """Name the rank that failed first.
-
-        The first rank to fail writes its error to the rendezvous store before it leaves the
-        group; a rank whose collective then breaks finds that note and reports *that* rank's
-        error instead of an anonymous "connection closed" (or a timeout).
-        """
+        """Name the rank that failed first (see `trainer.failure_notes`)."""
         store = getattr(self, "_store", None)
         if store is None or self.world_size == 1 or isinstance(exc, (SystemExit, KeyboardInterrupt)):
             return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
-        deadline = time.monotonic() + (_PEER_NOTE_WAIT_S if _looks_like_peer_loss(exc) else 0.0)
-        while True:
-            note = _read_note(store)
-            if note is not None:
-                rank, text = note
-                if rank == self.global_rank:
-                    return None
-                return RankFailedError(
-                    f"Rank {rank} failed: {text}. Rank {self.global_rank} stopped because the collective "
-                    "it was waiting in could not complete without that rank."
-                )
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        try:
-            store.set(_FAILURE_KEY, f"{self.global_rank}|{type(exc).__name__}: {exc}".splitlines()[0][:2000])
-        except Exception:  # the store may be gone with the rank that hosted it
-            pass
-        return None
+        return explain_failure(store, self.global_rank, exc)
 
     def teardown(self) -> None:
         """Destroy the group this strategy created (also after an exception)."""

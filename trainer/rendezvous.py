@@ -1,0 +1,84 @@
+"""The rendezvous store of a process and the end of a process that joined a gloo group."""
+from __future__ import annotations
+
+import atexit
+import datetime
+import itertools
+import os
+import time
+from typing import Any
+
+import torch.distributed as dist
+
+# The rendezvous store of this process, kept for its lifetime, and how many groups used it.
+# A script may fit several times under one launcher (same MASTER_PORT): torch names every new
+# default group alike, so a rank that re-joins early would read the previous group's addresses
+# from the store (or reach a store its owner is about to close) and fail or hang. Reusing one
+# store with a fresh key prefix per group avoids both.
+_STORES: dict[tuple[str, str, int, int], Any] = {}
+_GROUPS_CREATED = itertools.count()
+
+
+def fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
+    """This process's rendezvous store (made once), under a key prefix no earlier group used."""
+    key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], rank, world_size)
+    store = _STORES.get(key)
+    if store is None:
+        store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+        _STORES[key] = store
+    return dist.PrefixStore(f"lockstep/group{next(_GROUPS_CREATED)}", store)
+
+
+def _busy_gloo_workers() -> int | None:
+    """How many of torch's gloo worker threads are running or runnable (None: cannot tell)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    busy = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread just ended
+            continue
+        name, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
+        if name.startswith("pt_gloo") and state not in "SIDTtZX":  # not asleep: R (running/runnable)
+            busy += 1
+    return busy
+
+
+def _let_gloo_workers_finish(max_wait_s: float = 2.0) -> None:
+    """At exit, before the interpreter finalizes: let torch's gloo worker threads go idle.
+
+    A gloo process group's worker threads outlive ``destroy_process_group`` as long as anything
+    still references the group, and a DistributedDataParallel model keeps it referenced for good.
+    After a collective completes, its worker thread still drops its reference to the work, which
+    can free a Python tensor and so needs the GIL. If the main thread reaches interpreter
+    finalization first (a script that ends right after ``fit``: the Trainer's last barrier is
+    the last thing it does), the worker thread is stopped inside that destructor and the process
+    aborts ("terminate called without an active exception", exit code -6) after a run that
+    succeeded, which the launcher then reports as a failed worker. Sleeping here releases the GIL
+    until no gloo worker is running or runnable (three polls in a row), at most ``max_wait_s``.
+    """
+    if not _GROUPS_JOINED:
+        return
+    deadline = time.monotonic() + max_wait_s
+    quiet = 0
+    while quiet < 3 and time.monotonic() < deadline:
+        time.sleep(0.005)
+        busy = _busy_gloo_workers()
+        if busy is None:  # no /proc: a fixed grace period
+            time.sleep(0.05)
+            return
+        quiet = quiet + 1 if busy == 0 else 0
+
+
+# Whether this process joined a group (so the exit handler has something to wait for).
+_GROUPS_JOINED: list[bool] = []
+atexit.register(_let_gloo_workers_finish)
+
+
+def mark_group_joined() -> None:
+    """Record that this process joined a group: wait for its gloo threads at exit."""
+    _GROUPS_JOINED[:] = [True]

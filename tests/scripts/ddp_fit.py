@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from typing import Any
 
@@ -61,6 +62,12 @@ def write_once(path: str) -> None:
         f.write(f"pid={os.getpid()}\n")
 
 
+def _say(line: str) -> None:
+    # One write() per line: two workers share the pipe, and print() writes the newline apart.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", default="auto")
@@ -72,7 +79,7 @@ def main() -> None:
     parser.add_argument("--checkpointing", action="store_true")  # a ModelCheckpoint under OUT
     args = parser.parse_args()
 
-    print(f"START pid={os.getpid()} rank={os.environ.get('RANK')}", flush=True)
+    _say(f"START pid={os.getpid()} rank={os.environ.get('RANK')}")
     devices = args.devices if args.devices == "auto" else int(args.devices)
     options = {**QUIET, "enable_checkpointing": args.checkpointing, "default_root_dir": OUT}
     trainer = Trainer(
@@ -81,7 +88,7 @@ def main() -> None:
     model = Model(args.fail_rank, args.fail_step, args.stall_others)
     trainer.fit(model, loader(regression_data(32), 4))
     if trainer.is_global_zero:
-        print(f"FIT_DONE pid={os.getpid()}", flush=True)
+        _say(f"FIT_DONE pid={os.getpid()}")
     write_once(os.path.join(OUT, "rank_zero_only.txt"))
     save_rank_result(
         {
@@ -98,7 +105,7 @@ def main() -> None:
         },
         rank=trainer.global_rank,
     )
-    print(f"END pid={os.getpid()} rank={os.environ.get('RANK')}", flush=True)
+    _say(f"END pid={os.getpid()} rank={os.environ.get('RANK')}")
 
 
 if __name__ == "__main__":

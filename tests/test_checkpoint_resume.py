@@ -129,3 +129,29 @@ def test_non_finite_gradient_check_names_the_parameter():
     with pytest.raises(NonFiniteGradientError, match=r"parameter 'net.2.bias' on rank 0 at epoch 0, global step 2, "
                        r"after the accumulation window ending at batch index 2"):
         t.fit(BadGrad(), loader(regression_data(32), 4))
+
+
+def _scaled_run_and_resume(rank, world_size, tmp):
+    torch.set_num_threads(1)
+    kw = dict(scale_lr=True, **QUIET)
+    t = Trainer(max_epochs=1, **kw)
+    t.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4))
+    t.save_checkpoint(f"{tmp}/w2.ckpt")
+    lr_after_fit = t.optimizers[0].param_groups[0]["lr"]
+    resumed = Trainer(max_epochs=2, **kw)
+    resumed.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4), ckpt_path=f"{tmp}/w2.ckpt")
+    return lr_after_fit, resumed.optimizers[0].param_groups[0]["lr"]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_lr_scaling_is_not_applied_twice_and_world_size_may_change(tmp_path):
+    results = run_ranks(_scaled_run_and_resume, world_size=2, args=(str(tmp_path),), init_group=False, timeout=100)
+    assert results == [(0.1, 0.1), (0.1, 0.1)]  # scaled once for W=2, not again on resume
+    t = Trainer(max_epochs=2, scale_lr=True, **QUIET)
+    with pytest.warns(UserWarning, match=r"Resuming a checkpoint made with world size 2 on world size 1: the "
+                      r"module, optimizer and scheduler states are restored \(the learning rates as saved, not "
+                      r"scaled again\), but the data order changes"):
+        t.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4), ckpt_path=tmp_path / "w2.ckpt")
+    assert t.optimizers[0].param_groups[0]["lr"] == 0.1
+    assert t.global_step == 8 + 4  # epoch 0 came from the checkpoint (4 steps at W=2), epoch 1 here (8 steps)

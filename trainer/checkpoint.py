@@ -109,7 +109,7 @@ def dump_checkpoint(trainer: Trainer) -> dict[str, Any]:
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
-        "rank_states": trainer.strategy.all_gather_object(rank_state),
+        "rank_states": _gather_rank_states(trainer, rank_state),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": dict(module.hparams),
         "world_size": trainer.world_size,
@@ -119,6 +119,15 @@ def dump_checkpoint(trainer: Trainer) -> dict[str, Any]:
     module.on_save_checkpoint(checkpoint)
     trainer._hooks.call_callbacks("on_save_checkpoint", checkpoint)
     return checkpoint
+
+
+def _gather_rank_states(trainer: Trainer, rank_state: dict[str, Any]) -> list[dict[str, Any] | None]:
+    strategy = trainer.strategy
+    if strategy.in_group:
+        return strategy.all_gather_object(rank_state)
+    # After the run (the group is gone) only this rank's state is known; the others resume
+    # with the RNG states they have.
+    return [rank_state if r == trainer.global_rank else None for r in range(trainer.world_size)]
 
 
 def check_compatible(

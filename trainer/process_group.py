@@ -155,6 +155,11 @@ class ProcessGroupStrategy(Strategy):
             )
         return agreed, False
 
+    @property
+    def in_group(self) -> bool:
+        """Whether the process group exists (it is destroyed when fit/validate/test end)."""
+        return dist.is_initialized()
+
     # -- collectives ----------------------------------------------------------------------------
     def reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
         """All-reduce a copy of ``tensor`` (``mean`` = sum / W)."""

@@ -97,6 +97,11 @@ class Strategy:
         """Reseed per-epoch shuffling (``set_epoch``) before an epoch's first batch."""
         set_epoch(dataloader, epoch)
 
+    @property
+    def in_group(self) -> bool:
+        """Whether collectives can run now (a distributed strategy's group exists only during a run)."""
+        return True
+
     # -- collectives (identities for one process) ---------------------------------------------
     def reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
         """Reduce ``tensor`` over all ranks with ``op`` in mean/sum/max/min."""

@@ -82,7 +82,7 @@ def scenarios(quick: bool = False) -> list[Scenario]:
             workload=Workload(hidden=1024, batch_size=16, accumulate=4, samples=1000, epochs=epochs(5)),
             nproc=2,
             variants=(HANDWRITTEN_DDP, LOCKSTEP, LIGHTNING, ACCELERATE),
-            repeats=2 if quick else 3,
+            repeats=2 if quick else 5,
         ),
     ]
 

@@ -78,8 +78,6 @@ class PreemptionWatch:
         if self._work is not None:
             self._work.wait()
             decided = int(self._flag[0])  # type: ignore[index]
-        if self._flag is None:
-            self._flag = torch.zeros(1, dtype=torch.int64)
-        self._flag.fill_(self.signum)  # no allocation per step: the previous all-reduce has finished
+        self._flag = torch.tensor([self.signum], dtype=torch.int64)
         self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=group, async_op=True)
         return decided

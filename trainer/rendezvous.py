@@ -26,7 +26,11 @@ def fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
     if store is None:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
-    return dist.PrefixStore(f"lockstep/group{next(_GROUPS_CREATED)}", store)
+    # torch's elastic agent may keep serving the same store after it restarts the workers, and
+    # the restarted processes count their groups from 0 again: the restart count keeps their
+    # keys apart from those of the workers they replace.
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"lockstep/attempt{attempt}/group{next(_GROUPS_CREATED)}", store)
 
 
 def _busy_gloo_workers() -> int | None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -12,7 +12,6 @@ from trainer.optim.param_groups import (
     ExcludeSpec,
     ParamsT,
     _Bucket,
-    _evaluate_closure,
     _ExcludingOptimizer,
     exclude_1d,
 )
@@ -65,17 +64,6 @@ class LAMB(_ExcludingOptimizer):
         _check_betas(group["betas"])
         _check_positive("eps", group["eps"])
         _check_non_negative("weight_decay", group["weight_decay"])
-
-    @torch.no_grad()
-    def step(  # type: ignore[override]
-        self, closure: Optional[Callable[[], float]] = None
-    ) -> Optional[float]:
-        """Take one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = _evaluate_closure(closure)
-        for group in self.param_groups:
-            for bucket in self._buckets(group):
-                self._step_bucket(group, bucket)
-        return loss
 
     def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
         beta1, beta2 = group["betas"]

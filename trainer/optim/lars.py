@@ -1,7 +1,7 @@
 """LARS (layer-wise adaptive rate scaling) and its clipped variant LARC."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List
 
 import torch
 from torch import Tensor
@@ -16,7 +16,6 @@ from trainer.optim.param_groups import (
     ExcludeSpec,
     ParamsT,
     _Bucket,
-    _evaluate_closure,
     _ExcludingOptimizer,
     exclude_1d,
 )
@@ -89,17 +88,6 @@ class LARS(_ExcludingOptimizer):
         _check_positive("trust_coefficient", group["trust_coefficient"])
         _check_non_negative("eps", group["eps"])
         _check_bool("clip", group["clip"])
-
-    @torch.no_grad()
-    def step(  # type: ignore[override]
-        self, closure: Optional[Callable[[], float]] = None
-    ) -> Optional[float]:
-        """Take one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = _evaluate_closure(closure)
-        for group in self.param_groups:
-            for bucket in self._buckets(group):
-                self._step_bucket(group, bucket)
-        return loss
 
     def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
         lr = group["lr"]

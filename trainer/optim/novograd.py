@@ -1,7 +1,7 @@
 """NovoGrad: momentum SGD on gradients normalized by a per-layer second moment."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import Tensor
@@ -11,7 +11,6 @@ from trainer.optim.param_groups import (
     ExcludeSpec,
     ParamsT,
     _Bucket,
-    _evaluate_closure,
     _ExcludingOptimizer,
     exclude_1d,
 )
@@ -72,17 +71,6 @@ class NovoGrad(_ExcludingOptimizer):
         _check_positive("eps", group["eps"])
         _check_non_negative("weight_decay", group["weight_decay"])
         _check_bool("grad_averaging", group["grad_averaging"])
-
-    @torch.no_grad()
-    def step(  # type: ignore[override]
-        self, closure: Optional[Callable[[], float]] = None
-    ) -> Optional[float]:
-        """Take one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = _evaluate_closure(closure)
-        for group in self.param_groups:
-            for bucket in self._buckets(group):
-                self._step_bucket(group, bucket)
-        return loss
 
     def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
         beta1, beta2 = group["betas"]

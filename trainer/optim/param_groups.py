@@ -223,6 +223,20 @@ class _ExcludingOptimizer(Optimizer):
     def _check_hyperparameters(self, group: Dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def step(  # type: ignore[override]
+        self, closure: Optional[Callable[[], float]] = None
+    ) -> Optional[float]:
+        """Take one optimization step; ``closure`` re-evaluates the model and returns the loss."""
+        loss = _evaluate_closure(closure)
+        for group in self.param_groups:
+            for bucket in self._buckets(group):
+                self._step_bucket(group, bucket)
+        return loss
+
     def __getstate__(self) -> Dict[str, Any]:
         # Optimizer.__getstate__ keeps only defaults/state/param_groups; deepcopy would drop the rule.
         state = super().__getstate__()

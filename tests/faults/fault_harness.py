@@ -200,16 +200,23 @@ def record(outcome: Outcome, problems: list[str]) -> None:
 
 
 # How each launcher names the worker it blames: our ElasticLauncher's summary line, torchrun's
-# "Root Cause" block, torch.multiprocessing's exception (ddp_spawn).
+# "Root Cause" block. Under ddp_spawn torch.multiprocessing shows one process's traceback ("Process
+# N terminated with the following error"), whichever it noticed first; the error at its end is what
+# the user reads, so a `RankFailedError` there ("Rank 1 failed: ...") names the rank.
 _BLAME = {
     "python": re.compile(r"\[lockstep\][^\n]*?\brank (\d+)"),
     "torchrun": re.compile(r"Root Cause \(first observed failure\):.*?\brank\s*:\s*(\d+)", re.S),
     "spawn": re.compile(r"\b[Pp]rocess (\d+) terminated"),
 }
+_RANK_FAILED = re.compile(r"RankFailedError: Rank (\d+) failed")
 
 
 def blamed_rank(output: str, launcher: str) -> int | None:
     """The rank the launcher reports as the (first) failure, or None when it names none."""
+    if launcher == "spawn":
+        named = _RANK_FAILED.findall(output)
+        if named:
+            return int(named[-1])
     match = _BLAME[launcher].search(output)
     return int(match.group(1)) if match else None
 

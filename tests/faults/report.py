@@ -3,12 +3,14 @@
     python tests/faults/report.py [extra pytest arguments, e.g. -k sigkill]
 
 Runs ``pytest tests/faults`` with ``$LOCKSTEP_FAULT_REPORT`` set, so every run appends its row,
-then prints one Markdown table and the matrix's wall time. Exits with pytest's status.
+then prints one Markdown table, the matrix's wall time and the CPU time its processes used
+(orphans the suite had to kill are not counted). Exits with pytest's status.
 """
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,10 +60,14 @@ def main() -> int:
             cwd=REPO_ROOT, env=env,
         )
         wall = time.monotonic() - started
+        # CPU seconds of every process the matrix ran (all are waited for, or killed and reaped):
+        # unlike wall time it does not depend on what else the machine is doing.
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = usage.ru_utime + usage.ru_stime
         rows = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
     print()
     print(table(rows))
-    print(f"\n{len(rows)} runs, matrix wall time {wall:.0f} s (pytest exit status {code})")
+    print(f"\n{len(rows)} runs, matrix wall time {wall:.0f} s, {cpu:.0f} CPU s (pytest exit status {code})")
     return code
 
 

@@ -73,7 +73,8 @@ CASES = {
     "sigkill_worker": Case(ALL, r"SIGKILL|exit ?code:? -9|signal 9"),
     "sigkill_launcher": Case(ALL, None, rank=None, ckpt_step=-1, exit_code=-9),
     # Rank 1's SIGTERM at step 11 is agreed at the next step boundary: saved at step 13.
-    "sigterm": Case(ALL, r"Pre-empted by SIGTERM", rank=None, ckpt_step=13, exit_code=75),
+    # The message must say, on one line, the signal, the file saved and the exit code.
+    "sigterm": Case(ALL, r"(?m)^(?=.*SIGTERM)(?=.*last\.ckpt)(?=.*\b75\b)", rank=None, ckpt_step=13, exit_code=75),
     "lying_len": Case(("python",), r"fewer batches|ran out|len\(\)", 11, 3),
     "loader_worker_raises": Case(("python",), r"RuntimeError: fault injected in a DataLoader worker", 3, 3, ckpt_step=2),
     "nan_loss": Case(("python",), r"NonFiniteLossError", 11, 3),

@@ -124,7 +124,7 @@ def problems_of(name: str, case: Case, out: Outcome) -> list[str]:
     elif out.returncode == 0:
         found.append("exit code 0 after a fault")
     if out.leftovers:
-        found.append(f"processes left after the run: {out.leftovers}")
+        found.append(f"{len(out.leftovers)} process(es) of the run left after it ended (then killed)")
     if case.rank is not None and blamed_rank(text, out.launcher) != case.rank:
         found.append(f"the launcher blames rank {blamed_rank(text, out.launcher)}, not rank {case.rank}")
     if case.cause is not None and not re.search(case.cause, text):
@@ -161,6 +161,7 @@ def test_fault(name: str, launcher: str, tmp_path: Path) -> None:
     problems = problems_of(name, case, out)
     record(out, problems)
     timing = f"{out.fault_to_end_s}s after the fault, {out.total_s}s in all"
-    assert not problems, f"{name} under {launcher} ({timing}):\n- " + "\n- ".join(problems) + (
+    left = "".join(f"\n  left: {p}" for p in out.leftovers)
+    assert not problems, f"{name} under {launcher} ({timing}):\n- " + "\n- ".join(problems) + left + (
         f"\n--- output (last 4000 characters) ---\n{out.output[-4000:]}"
     )

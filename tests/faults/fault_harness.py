@@ -32,6 +32,8 @@ REPORT_VAR = "LOCKSTEP_FAULT_REPORT"  # a JSON-lines file: report.py collects on
 # most of the time; once the fault happened the run must be over quickly.
 REACH_FAULT_S = 150.0
 END_AFTER_FAULT_S = 30.0
+# Cases where the test, not the script, injects the fault: a signal to the launcher.
+LAUNCHER_SIGNALS = {"sigkill_launcher": signal.SIGKILL, "sigterm_launcher": signal.SIGTERM}
 # After the launcher is gone its workers get this long to notice and exit.
 LEFTOVER_GRACE_S = 10.0
 
@@ -151,9 +153,8 @@ def run_case(case: str, launcher: str, tmp_path: Path) -> Outcome:
         while proc.poll() is None and time.time() - started < REACH_FAULT_S:
             fault = _fault_time(root)
             if fault is not None:
-                if case == "sigkill_launcher":
-                    proc.kill()
-                    proc.wait()
+                if case in LAUNCHER_SIGNALS:
+                    proc.send_signal(LAUNCHER_SIGNALS[case])
                     fault = time.time()
                 break
             time.sleep(0.05)

@@ -9,8 +9,9 @@ test_fault_matrix.py). ``LAUNCHER`` picks how the Trainer is built: ``python``
 (adopt the launcher's ranks) or ``spawn`` (``strategy="ddp_spawn"``).
 
 Just before a rank injects the fault it appends ``<time.time()>`` to ``ROOT/fault_at``, so the
-test measures how long the run takes to end *after* the fault. For ``sigkill_launcher`` rank 0
-writes it at the same point and then slows down, and the test kills the launcher.
+test measures how long the run takes to end *after* the fault. For ``sigkill_launcher`` and
+``sigterm_launcher`` rank 0 writes it at the same point and then slows down (so workers that
+outlive their launcher are still there to be found), and the test signals the launcher.
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ class Fault(Callback):
 
     def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
         if trainer.global_step != FAULT_STEP:
-            if self.case == "sigkill_launcher" and trainer.global_step > FAULT_STEP:
+            if self.case.endswith("_launcher") and trainer.global_step > FAULT_STEP:
                 time.sleep(1.0)  # keep orphaned workers alive long enough to be seen
             return
         if self.case == "raise_callback" and trainer.global_rank == 1:
@@ -110,7 +111,7 @@ class Fault(Callback):
         if self.case == "sigterm" and trainer.global_rank == 1:
             _mark_fault(self.root)
             os.kill(os.getpid(), signal.SIGTERM)
-        if self.case == "sigkill_launcher" and trainer.global_rank == 0:
+        if self.case.endswith("_launcher") and trainer.global_rank == 0:
             _mark_fault(self.root)
 
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
@@ -180,7 +181,7 @@ def main() -> None:
     else:
         train = DataLoader(_data(64), batch_size=4)
     trainer = Trainer(
-        max_epochs=30 if case == "sigkill_launcher" else 3,
+        max_epochs=30 if case.endswith("_launcher") else 3,
         val_check_interval=4,
         callbacks=[
             ModelCheckpoint(dirpath=os.path.join(root, "ckpts"), every_n_train_steps=2, save_last=True),

@@ -22,6 +22,11 @@ Which cases run under which launcher (the full product would not fit 5 minutes o
   Python error at all: only the launcher can tell), ``sigkill_launcher`` (entirely launcher
   business: workers must die with it) and ``sigterm`` (the exit code travels through the
   launcher).
+- ``sigterm_launcher`` (SIGTERM to the launching process, as ``kill PID`` or a scheduler that
+  signals only the job's main process): under ``python`` and ``spawn``, where Lockstep's own
+  launcher owns the signal. torchrun's agent is torch's code: it turns SIGTERM into its own
+  ``SignalException`` and exits 1 whatever the workers did; what its workers do with SIGTERM is
+  ``sigterm`` under torchrun.
 - *python only*: ``raise_val``, ``raise_callback``, ``on_exception_save``, ``lying_len``,
   ``loader_worker_raises`` and ``nan_loss``. What they test happens inside the worker's
   Trainer, whose code is the same whoever launched it; how a launcher reports a worker's Python
@@ -33,7 +38,8 @@ What cannot be asserted, by construction:
   Python code running on the killed process to say at which step it was, so only the rank and
   the signal are asserted (for ``sigkill_launcher`` nothing is left to report at all: its
   assertions are that the workers die with the launcher and the last checkpoint loads).
-- ``sigterm`` is a pre-emption, not a failure: the output must say which signal pre-empted the
+- ``sigterm`` (rank 1 signals itself at step 11, as "any rank receives SIGTERM" in
+  fault-tolerance.md) is a pre-emption, not a failure: the output must say which signal pre-empted the
   run and the exit code; torchrun itself exits 1 whatever its workers' codes, so there the
   workers' ``exitcode: 75`` must appear in its report.
 """
@@ -75,6 +81,8 @@ CASES = {
     # Rank 1's SIGTERM at step 11 is agreed at the next step boundary: saved at step 13.
     # The message must say, on one line, the signal, the file saved and the exit code.
     "sigterm": Case(ALL, r"(?m)^(?=.*SIGTERM)(?=.*last\.ckpt)(?=.*\b75\b)", rank=None, ckpt_step=13, exit_code=75),
+    # SIGTERM to the launcher (a scheduler or `kill PID` pre-empting the job): the same promise.
+    "sigterm_launcher": Case(("python", "spawn"), r"(?m)^(?=.*SIGTERM)(?=.*last\.ckpt)(?=.*\b75\b)", rank=None, ckpt_step=-1, exit_code=75),
     "lying_len": Case(("python",), r"fewer batches|ran out|len\(\)", 11, 3),
     "loader_worker_raises": Case(("python",), r"RuntimeError: fault injected in a DataLoader worker", 3, 3, ckpt_step=2),
     "nan_loss": Case(("python",), r"NonFiniteLossError", 11, 3),
@@ -99,6 +107,10 @@ AWAITING: dict[tuple[str, str], str] = {
     ("sigterm", "torchrun"): "awaiting fix for item E20 (pre-emption is silent)",
     ("sigterm", "spawn"): "awaiting fix for item E20 (pre-emption is silent; under ddp_spawn the "
     "launching process also exits 1 with ProcessExitedException instead of 75)",
+    ("sigterm_launcher", "python"): "awaiting fix for item E20 (the workers save and exit 75, but the "
+    "launcher exits 1 with torch's SignalException traceback)",
+    ("sigterm_launcher", "spawn"): "not in issue 10: the ddp_spawn launching process dies of SIGTERM; "
+    "torch's parent-death SIGINT ends the workers silently, without the pre-emption checkpoint",
 }
 
 

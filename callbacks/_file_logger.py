@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from callbacks._utils import _env_global_rank, _next_version, _validate_version, _version_dir_name
+from callbacks._utils import (
+    _check_path,
+    _env_global_rank,
+    _next_version,
+    _validate_version,
+    _version_dir_name,
+)
 from callbacks.logger import Logger
 
 if TYPE_CHECKING:
@@ -27,6 +33,10 @@ class _FileLogger(Logger):
         version: int | str | None = None,
     ) -> None:
         _validate_version(version)
+        owner = type(self).__name__
+        _check_path(owner, "save_dir", save_dir)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
         self._save_dir = None if save_dir is None else os.fspath(save_dir)
         self._name = name or ""
         self._version = version

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from callbacks._utils import _format_duration, _to_float
+from callbacks._utils import _check_bool, _check_int, _check_number, _format_duration, _to_float
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
@@ -45,16 +45,18 @@ class ProgressBar(Callback):
         file: TextIO | None = None,
         leave: bool = True,
     ) -> None:
-        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(
-                f"ProgressBar(refresh_rate={refresh_rate!r}): expected an int >= 0 (0 disables the bar)."
-            )
-        if not min_interval_s >= 0:
+        _check_int("ProgressBar", "refresh_rate", refresh_rate, 0, "an int >= 0 (0 disables the bar)")
+        _check_number("ProgressBar", "min_interval_s", min_interval_s, "a number >= 0")
+        if min_interval_s < 0:
             raise ValueError(f"ProgressBar(min_interval_s={min_interval_s!r}): expected a number >= 0.")
+        _check_number("ProgressBar", "line_every_percent", line_every_percent, "0 < value <= 100")
         if not 0 < line_every_percent <= 100:
             raise ValueError(
                 f"ProgressBar(line_every_percent={line_every_percent!r}): expected 0 < value <= 100."
             )
+        if file is not None and not callable(getattr(file, "write", None)):
+            raise TypeError(f"ProgressBar(file={file!r}): expected None or a text stream with write().")
+        _check_bool("ProgressBar", "leave", leave)
         self.refresh_rate = refresh_rate
         self.min_interval_s = float(min_interval_s)
         self.line_every_percent = float(line_every_percent)

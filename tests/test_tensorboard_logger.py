@@ -30,9 +30,9 @@ def test_explicit_version_and_name(tmp_path):
     )
 
 
-@pytest.mark.parametrize("version", [-1, 1.5, True])
-def test_bad_version_is_rejected(tmp_path, version):
-    with pytest.raises(ValueError, match=r"`version` must be None, a non-negative int or a str"):
+@pytest.mark.parametrize("version, error", [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_bad_version_is_rejected(tmp_path, version, error):
+    with pytest.raises(error, match=r"`version` must be None, a non-negative int or a str"):
         TensorBoardLogger(tmp_path, version=version)
 
 

@@ -44,7 +44,14 @@ def num_batches(loader: Any, limit: int | float | None, what: str) -> int | None
             if limit == 1.0:
                 return None
             raise ValueError(f"limit_{what}_batches={limit} is a fraction, but the {what} loader has no length")
-        return int(length * limit) if limit < 1.0 else length
+        if limit >= 1.0:
+            return length
+        if 0.0 < limit and int(length * limit) == 0:  # a fraction meant to run some batches runs none
+            raise ValueError(
+                f"limit_{what}_batches={limit} of the {length} batches of the {what} dataloader rounds "
+                f"down to 0 batches. Use at least 1/{length}, or an int number of batches."
+            )
+        return int(length * limit)
     return limit if length is None else min(limit, length)
 
 

@@ -512,3 +512,19 @@ def test_trainer_doc_lists_every_argument():
     signature = next(line for line in lines if line.startswith("trainer.fit(") and "->" in line)
     fit_arguments = [name for name in inspect.signature(Trainer.fit).parameters if name != "self"]
     assert [name for name in fit_arguments if f"{name}" not in signature] == []
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda t, m, d: t.fit(m, 123), TypeError, r"fit\(train_dataloaders=...\) must be a DataLoader or an iterable of batches, got int"),
+        (lambda t, m, d: t.fit(m, d, 5), TypeError, r"fit\(val_dataloaders=...\) must be a DataLoader or an iterable of batches, got int"),
+        (lambda t, m, d: t.fit(m, d, [d, "val"]), TypeError, r"fit\(val_dataloaders=...\) must be a DataLoader .*got str"),
+        (lambda t, m, d: t.fit(m, d, ckpt_path=123), TypeError, "ckpt_path must be a str or os.PathLike path, got 123"),
+        (lambda t, m, d: t.validate(m, 7), TypeError, r"trainer.validate\(dataloaders=...\) must be a DataLoader .*got int"),
+        (lambda t, m, d: t.test(m, d, ckpt_path=1.5), TypeError, "ckpt_path must be a str or os.PathLike path, got 1.5"),
+    ],
+)
+def test_bad_entry_point_arguments(call, error, message):
+    with pytest.raises(error, match=message):
+        call(Trainer(max_epochs=1, **QUIET), Regression(), loader(regression_data(8), 4))

@@ -5,13 +5,22 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 
-def as_loader_list(loaders: Any) -> list[Any]:
-    """A single loader, a list/tuple of loaders, or None, as a list."""
+def as_loader_list(loaders: Any, name: str) -> list[Any]:
+    """A single loader, a list/tuple of loaders, or None, as a list; ``name`` is the argument."""
     if loaders is None:
         return []
-    if isinstance(loaders, (list, tuple)):
-        return list(loaders)
-    return [loaders]
+    items = list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
+    for item in items:
+        check_loader(name, item)
+    return items
+
+
+def check_loader(name: str, loader: Any) -> None:
+    """A loader is a DataLoader or any iterable of batches (not a str, not a number)."""
+    if isinstance(loader, (str, bytes)) or not isinstance(loader, Iterable):
+        raise TypeError(
+            f"{name} must be a DataLoader or an iterable of batches, got {type(loader).__name__}"
+        )
 
 
 def check_limit(name: str, limit: int | float | None) -> None:

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
 import torch
 from torch.optim import Optimizer
+
+from trainer.rank_zero import rank_zero_warn
 
 _INTERVALS = ("step", "epoch")
 
@@ -206,5 +207,5 @@ def _new_monitored_value(cfg: LRSchedulerConfig, metrics: SchedulerMetrics) -> A
             f"{message} Log it with self.log({cfg.monitor!r}, ...), fix the scheduler's 'monitor', or "
             "set 'strict': False in the scheduler dict to skip the step instead."
         )
-    warnings.warn(f"{message} The scheduler does not step ('strict': False).", stacklevel=2)
+    rank_zero_warn(f"{message} The scheduler does not step ('strict': False).")
     return None

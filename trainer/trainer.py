@@ -22,7 +22,7 @@ from trainer.checkpoint import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from trainer.data import as_loader_list, check_limit, loader_batch_size, num_batches
+from trainer.data import as_loader_list, check_limit, check_loader, loader_batch_size, num_batches
 from trainer.evaluation_loop import EvaluationLoop
 from trainer.fit_loop import FitLoop
 from trainer.hooks import HookDispatcher
@@ -311,6 +311,7 @@ class Trainer:
         """
         _check_module(model, training=True)
         check_bool("weights_only", weights_only)  # torch.load would take "no" as True
+        check_path("ckpt_path", ckpt_path)
         self._run(
             "fit",
             model,
@@ -402,12 +403,14 @@ class Trainer:
             )
         if isinstance(loader, (list, tuple)):
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
+        check_loader("fit(train_dataloaders=...)", loader)
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
         install_worker_seeding(self.train_dataloader, self.global_rank)
         self._train_length_known = _has_length(self.train_dataloader)
         self._count_training_batches()
         val_source = val if val is not None else model.val_dataloader()
-        self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in as_loader_list(val_source)]
+        val_loaders = as_loader_list(val_source, "fit(val_dataloaders=...)")
+        self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in val_loaders]
         if self.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
             for dl in (self.train_dataloader, *self.val_dataloaders):
                 self._strategy.accelerator.pin_loader_memory(dl)
@@ -460,11 +463,13 @@ class Trainer:
                 raise ValueError(f"trainer.{stage}() needs a model: pass one, or call fit first.")
             model = self._module
         _check_module(model, training=False, stage=stage)
+        check_path("ckpt_path", ckpt_path)
         hook_stage = {"validate": "val", "test": "test", "predict": "predict"}[stage]
 
         def body() -> Any:
             source = loaders if loaders is not None else getattr(model, f"{hook_stage}_dataloader")()
-            dataloaders = [self._strategy.process_dataloader(dl, stage) for dl in as_loader_list(source)]
+            given = as_loader_list(source, f"trainer.{stage}(dataloaders=...)")
+            dataloaders = [self._strategy.process_dataloader(dl, stage) for dl in given]
             if not dataloaders:
                 raise ValueError(
                     f"No {stage} data: pass dataloaders to trainer.{stage}(...) or define "
@@ -552,7 +557,7 @@ class Trainer:
                 compile_module(model)
 
     def _metrics_for_schedulers(self) -> SchedulerMetrics:
-        return SchedulerMetrics(self.callback_metrics, self._val_enabled() and not self._validated_in_fit)
+        return SchedulerMetrics(self.callback_metrics, not self._validated_in_fit and self._val_enabled())
 
     def _log_step_metrics(self) -> None:
         if self.loggers:

@@ -264,26 +264,62 @@ def test_trainer_flags_must_be_bools(name, value):
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        ({"gradient_clip_val": float("nan")}, ValueError, "gradient_clip_val must be None or a finite number >= 0, got nan"),
-        ({"gradient_clip_val": float("inf")}, ValueError, "gradient_clip_val must be None or a finite number >= 0, got inf"),
-        ({"gradient_clip_val": "1"}, TypeError, "gradient_clip_val must be None or a finite number >= 0, got '1'"),
-        ({"gradient_clip_val": True}, TypeError, "gradient_clip_val must be None or a finite number >= 0, got True"),
+        (
+            {"gradient_clip_val": float("nan")},
+            ValueError,
+            "gradient_clip_val must be None or a finite number >= 0, got nan",
+        ),
+        (
+            {"gradient_clip_val": float("inf")},
+            ValueError,
+            "gradient_clip_val must be None or a finite number >= 0, got inf",
+        ),
+        (
+            {"gradient_clip_val": "1"},
+            TypeError,
+            "gradient_clip_val must be None or a finite number >= 0, got '1'",
+        ),
+        (
+            {"gradient_clip_val": True},
+            TypeError,
+            "gradient_clip_val must be None or a finite number >= 0, got True",
+        ),
         ({"gradient_clip_algorithm": None}, TypeError, "gradient_clip_algorithm must be a str, got None"),
-        ({"devices": 2.0}, TypeError, r"devices must be 'auto' or an int >= 1 \(processes per node\), got 2.0"),
+        (
+            {"devices": 2.0},
+            TypeError,
+            r"devices must be 'auto' or an int >= 1 \(processes per node\), got 2.0",
+        ),
         ({"devices": True}, TypeError, "devices must be 'auto' or an int >= 1"),
         ({"devices": "two"}, ValueError, "devices must be 'auto' or an int >= 1"),
         ({"num_nodes": 1.0}, TypeError, "num_nodes must be an int, got 1.0"),
-        ({"precision": None}, TypeError, "precision must be a str or an int, one of '32-true', 'bf16-mixed', '16-mixed'; got None"),
+        (
+            {"precision": None},
+            TypeError,
+            "precision must be a str or an int, one of '32-true', 'bf16-mixed', '16-mixed'; got None",
+        ),
         ({"precision": 32.0}, TypeError, "precision must be a str or an int"),
         ({"precision": True}, TypeError, "precision must be a str or an int"),
-        ({"accelerator": None}, TypeError, "accelerator must be a str, one of 'auto', 'cpu', 'cuda', 'gpu'; got None"),
+        (
+            {"accelerator": None},
+            TypeError,
+            "accelerator must be a str, one of 'auto', 'cpu', 'cuda', 'gpu'; got None",
+        ),
         ({"strategy": 2}, TypeError, "strategy must be a str or a Strategy instance, got 2"),
         ({"default_root_dir": 123}, TypeError, "default_root_dir must be a str or os.PathLike path, got 123"),
         ({"default_root_dir": b"runs"}, TypeError, "default_root_dir must be a str or os.PathLike path"),
         ({"scale_lr": 2}, TypeError, "scale_lr must be False, True, 'linear' or 'sqrt'; got 2"),
         ({"deterministic": 1}, TypeError, "deterministic must be True, False or 'warn', got 1"),
-        ({"val_check_interval": float("nan")}, ValueError, r"val_check_interval as a fraction must be in \(0.0, 1.0\]"),
-        ({"limit_val_batches": float("nan")}, ValueError, r"limit_val_batches as a fraction must be in \[0.0, 1.0\]"),
+        (
+            {"val_check_interval": float("nan")},
+            ValueError,
+            r"val_check_interval as a fraction must be in \(0.0, 1.0\]",
+        ),
+        (
+            {"limit_val_batches": float("nan")},
+            ValueError,
+            r"limit_val_batches as a fraction must be in \[0.0, 1.0\]",
+        ),
         ({"check_val_every_n_epoch": 2.0}, TypeError, "check_val_every_n_epoch must be an int, got 2.0"),
     ],
 )
@@ -306,7 +342,11 @@ def test_fit_weights_only_must_be_a_bool():
         ({"broadcast_buffers": "False"}, TypeError, "broadcast_buffers must be a bool"),
         ({"bucket_cap_mb": float("nan")}, ValueError, "bucket_cap_mb must be a finite number >= 0, got nan"),
         ({"bucket_cap_mb": "25"}, TypeError, "bucket_cap_mb must be a finite number >= 0, got '25'"),
-        ({"timeout": float("nan")}, ValueError, "timeout must be a positive number of seconds or a timedelta, got nan"),
+        (
+            {"timeout": float("nan")},
+            ValueError,
+            "timeout must be a positive number of seconds or a timedelta, got nan",
+        ),
         ({"timeout": float("inf")}, ValueError, "timeout must be a positive number of seconds"),
         ({"timeout": "30"}, TypeError, "timeout must be a positive number of seconds"),
         ({"timeout": datetime.timedelta(0)}, ValueError, "timeout must be a positive number of seconds"),
@@ -320,41 +360,123 @@ def test_bad_ddp_strategy_arguments(kwargs, error, message):
 
 
 def test_bad_allreduce_strategy_timeout():
-    with pytest.raises(ValueError, match="timeout must be a positive number of seconds or a timedelta, got nan"):
+    with pytest.raises(
+        ValueError, match="timeout must be a positive number of seconds or a timedelta, got nan"
+    ):
         AllReduceStrategy(timeout=float("nan"))
 
 
 @pytest.mark.parametrize(
     "make, error, message",
     [
-        (lambda: ModelCheckpoint(save_last="no"), TypeError, r"ModelCheckpoint\(save_last='no'\): expected a bool"),
+        (
+            lambda: ModelCheckpoint(save_last="no"),
+            TypeError,
+            r"ModelCheckpoint\(save_last='no'\): expected a bool",
+        ),
         (lambda: ModelCheckpoint(verbose=1), TypeError, r"ModelCheckpoint\(verbose=1\): expected a bool"),
-        (lambda: ModelCheckpoint(auto_insert_metric_name="no"), TypeError, r"\(auto_insert_metric_name='no'\)"),
-        (lambda: ModelCheckpoint(save_on_train_epoch_end="no"), TypeError, r"\(save_on_train_epoch_end='no'\): expected None or a bool"),
-        (lambda: ModelCheckpoint(dirpath=123), TypeError, r"ModelCheckpoint\(dirpath=123\): expected None, a str or an os.PathLike"),
-        (lambda: ModelCheckpoint(monitor=1), TypeError, r"ModelCheckpoint\(monitor=1\): expected None or the name"),
+        (
+            lambda: ModelCheckpoint(auto_insert_metric_name="no"),
+            TypeError,
+            r"\(auto_insert_metric_name='no'\)",
+        ),
+        (
+            lambda: ModelCheckpoint(save_on_train_epoch_end="no"),
+            TypeError,
+            r"\(save_on_train_epoch_end='no'\): expected None or a bool",
+        ),
+        (
+            lambda: ModelCheckpoint(dirpath=123),
+            TypeError,
+            r"ModelCheckpoint\(dirpath=123\): expected None, a str or an os.PathLike",
+        ),
+        (
+            lambda: ModelCheckpoint(monitor=1),
+            TypeError,
+            r"ModelCheckpoint\(monitor=1\): expected None or the name",
+        ),
         (lambda: ModelCheckpoint(mode=None), TypeError, r"ModelCheckpoint\(mode=None\) is not supported"),
-        (lambda: ModelCheckpoint(every_n_epochs=1.0), TypeError, r"ModelCheckpoint\(every_n_epochs=1.0\): expected None or an int"),
-        (lambda: EarlyStopping("x", check_finite="no"), TypeError, r"EarlyStopping\(check_finite='no'\): expected a bool"),
-        (lambda: EarlyStopping("x", verbose="yes"), TypeError, r"EarlyStopping\(verbose='yes'\): expected a bool"),
-        (lambda: EarlyStopping("x", stopping_threshold=float("nan")), ValueError, r"EarlyStopping\(stopping_threshold=nan\): expected None or a finite number"),
-        (lambda: EarlyStopping("x", divergence_threshold="1"), TypeError, r"EarlyStopping\(divergence_threshold='1'\)"),
-        (lambda: EarlyStopping("x", min_delta=True), TypeError, r"EarlyStopping\(min_delta=True\): expected a finite number >= 0"),
+        (
+            lambda: ModelCheckpoint(every_n_epochs=1.0),
+            TypeError,
+            r"ModelCheckpoint\(every_n_epochs=1.0\): expected None or an int",
+        ),
+        (
+            lambda: EarlyStopping("x", check_finite="no"),
+            TypeError,
+            r"EarlyStopping\(check_finite='no'\): expected a bool",
+        ),
+        (
+            lambda: EarlyStopping("x", verbose="yes"),
+            TypeError,
+            r"EarlyStopping\(verbose='yes'\): expected a bool",
+        ),
+        (
+            lambda: EarlyStopping("x", stopping_threshold=float("nan")),
+            ValueError,
+            r"EarlyStopping\(stopping_threshold=nan\): expected None or a finite number",
+        ),
+        (
+            lambda: EarlyStopping("x", divergence_threshold="1"),
+            TypeError,
+            r"EarlyStopping\(divergence_threshold='1'\)",
+        ),
+        (
+            lambda: EarlyStopping("x", min_delta=True),
+            TypeError,
+            r"EarlyStopping\(min_delta=True\): expected a finite number >= 0",
+        ),
         (lambda: EarlyStopping("x", min_delta=float("nan")), ValueError, r"EarlyStopping\(min_delta=nan\)"),
-        (lambda: EarlyStopping("x", patience=1.5), TypeError, r"EarlyStopping\(patience=1.5\): expected an int >= 0"),
+        (
+            lambda: EarlyStopping("x", patience=1.5),
+            TypeError,
+            r"EarlyStopping\(patience=1.5\): expected an int >= 0",
+        ),
         (lambda: EarlyStopping(None), TypeError, r"EarlyStopping\(monitor=None\): expected the name"),
         (lambda: ProgressBar(leave="no"), TypeError, r"ProgressBar\(leave='no'\): expected a bool"),
-        (lambda: ProgressBar(refresh_rate=True), TypeError, r"ProgressBar\(refresh_rate=True\): expected an int >= 0"),
+        (
+            lambda: ProgressBar(refresh_rate=True),
+            TypeError,
+            r"ProgressBar\(refresh_rate=True\): expected an int >= 0",
+        ),
         (lambda: ProgressBar(min_interval_s="0.2"), TypeError, r"ProgressBar\(min_interval_s='0.2'\)"),
         (lambda: ProgressBar(min_interval_s=float("inf")), ValueError, r"ProgressBar\(min_interval_s=inf\)"),
-        (lambda: ProgressBar(line_every_percent=float("nan")), ValueError, r"ProgressBar\(line_every_percent=nan\)"),
-        (lambda: ProgressBar(file="out.txt"), TypeError, r"ProgressBar\(file='out.txt'\): expected None or a text stream"),
-        (lambda: LearningRateMonitor(logging_interval=1), TypeError, r"LearningRateMonitor\(logging_interval=1\)"),
-        (lambda: ThroughputMonitor(log_every_n_steps=2.0), TypeError, r"ThroughputMonitor\(log_every_n_steps=2.0\)"),
-        (lambda: GradientAccumulationScheduler({0: 2.0}), TypeError, "accumulation values must be ints >= 1, got 2.0"),
-        (lambda: CSVLogger(save_dir=123), TypeError, r"CSVLogger\(save_dir=123\): expected None, a str or an os.PathLike"),
+        (
+            lambda: ProgressBar(line_every_percent=float("nan")),
+            ValueError,
+            r"ProgressBar\(line_every_percent=nan\)",
+        ),
+        (
+            lambda: ProgressBar(file="out.txt"),
+            TypeError,
+            r"ProgressBar\(file='out.txt'\): expected None or a text stream",
+        ),
+        (
+            lambda: LearningRateMonitor(logging_interval=1),
+            TypeError,
+            r"LearningRateMonitor\(logging_interval=1\)",
+        ),
+        (
+            lambda: ThroughputMonitor(log_every_n_steps=2.0),
+            TypeError,
+            r"ThroughputMonitor\(log_every_n_steps=2.0\)",
+        ),
+        (
+            lambda: GradientAccumulationScheduler({0: 2.0}),
+            TypeError,
+            "accumulation values must be ints >= 1, got 2.0",
+        ),
+        (
+            lambda: CSVLogger(save_dir=123),
+            TypeError,
+            r"CSVLogger\(save_dir=123\): expected None, a str or an os.PathLike",
+        ),
         (lambda: CSVLogger(name=1), TypeError, r"CSVLogger\(name=1\): expected None or a str"),
-        (lambda: CSVLogger(flush_every_n_rows=1.0), TypeError, r"CSVLogger\(flush_every_n_rows=1.0\): expected an int >= 1"),
+        (
+            lambda: CSVLogger(flush_every_n_rows=1.0),
+            TypeError,
+            r"CSVLogger\(flush_every_n_rows=1.0\): expected an int >= 1",
+        ),
         (lambda: TensorBoardLogger(save_dir=123), TypeError, r"TensorBoardLogger\(save_dir=123\)"),
     ],
 )
@@ -371,7 +493,9 @@ class StrLoss(Regression):
 
 
 def test_step_returning_dict_with_non_tensor_loss():
-    with pytest.raises(TypeError, match="at batch index 0 it returned a dict whose 'loss' is a str, not a tensor"):
+    with pytest.raises(
+        TypeError, match="at batch index 0 it returned a dict whose 'loss' is a str, not a tensor"
+    ):
         _fit(StrLoss())
 
 
@@ -388,8 +512,11 @@ class Frozen(Regression):
 
 def test_all_frozen_model_is_refused_before_training():
     module = Frozen()
-    with pytest.raises(ValueError, match=r"No parameter of Frozen requires grad \(all 4 of its parameters have "
-                       r"requires_grad=False\): there is nothing to train"):
+    with pytest.raises(
+        ValueError,
+        match=r"No parameter of Frozen requires grad \(all 4 of its parameters have "
+        r"requires_grad=False\): there is nothing to train",
+    ):
         _fit(module)
     assert module.steps == 0
 
@@ -413,10 +540,17 @@ class CountsValidation(Regression):
 def test_val_check_interval_longer_than_the_epoch(limit_train_batches, interval, batches):
     module = CountsValidation()
     data = loader(regression_data(16), 4)  # 4 batches
-    with pytest.raises(ValueError, match=f"val_check_interval={interval} is more than the {batches} training "
-                       "batches of an epoch"):
-        Trainer(max_epochs=1, val_check_interval=interval, limit_train_batches=limit_train_batches,
-                num_sanity_val_steps=0, **QUIET).fit(module, data, data)
+    with pytest.raises(
+        ValueError,
+        match=f"val_check_interval={interval} is more than the {batches} training " "batches of an epoch",
+    ):
+        Trainer(
+            max_epochs=1,
+            val_check_interval=interval,
+            limit_train_batches=limit_train_batches,
+            num_sanity_val_steps=0,
+            **QUIET,
+        ).fit(module, data, data)
     assert module.train_steps == 0
 
 
@@ -434,14 +568,19 @@ def test_val_check_interval_without_val_data_is_fine():
 def test_limit_val_batches_fraction_rounding_to_zero():
     module = CountsValidation()
     data = loader(regression_data(16), 4)  # 4 batches: 0.1 * 4 = 0.4 batches
-    with pytest.raises(ValueError, match=r"limit_val_batches=0.1 of the 4 batches of the val dataloader rounds "
-                       r"down to 0 batches. Use at least 1/4, or an int number of batches"):
+    with pytest.raises(
+        ValueError,
+        match=r"limit_val_batches=0.1 of the 4 batches of the val dataloader rounds "
+        r"down to 0 batches. Use at least 1/4, or an int number of batches",
+    ):
         Trainer(max_epochs=1, limit_val_batches=0.1, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
     assert module.train_steps == 0
 
 
 def test_limit_test_batches_fraction_rounding_to_zero():
-    with pytest.raises(ValueError, match="limit_test_batches=0.2 of the 4 batches of the test dataloader rounds"):
+    with pytest.raises(
+        ValueError, match="limit_test_batches=0.2 of the 4 batches of the test dataloader rounds"
+    ):
         Trainer(limit_test_batches=0.2, **QUIET).test(Regression(), loader(regression_data(16), 4))
 
 
@@ -478,8 +617,11 @@ def test_plateau_scheduler_steps_only_on_validation_epochs():
 def test_plateau_scheduler_missing_monitor_is_a_clear_error():
     data = loader(regression_data(16), 4)
     trainer = Trainer(max_epochs=3, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET)
-    with pytest.raises(ValueError, match=r"ReduceLROnPlateau monitors 'val_acc', which was not logged .*"
-                       r"Logged metrics: \['train_loss', 'val_loss'\]\. .*'strict': False"):
+    with pytest.raises(
+        ValueError,
+        match=r"ReduceLROnPlateau monitors 'val_acc', which was not logged .*"
+        r"Logged metrics: \['train_loss', 'val_loss'\]\. .*'strict': False",
+    ):
         trainer.fit(PlateauOn("val_acc"), data, data)
     assert trainer.current_epoch == 1  # at the end of epoch 2, the first with a validation run
 
@@ -492,7 +634,9 @@ def test_plateau_scheduler_without_validation_data():
 def test_plateau_scheduler_not_strict_warns_and_skips():
     module = PlateauOn("val_acc", strict=False)
     data = loader(regression_data(16), 4)
-    with pytest.warns(UserWarning, match=r"monitors 'val_acc', which was not logged.*does not step \('strict': False\)"):
+    with pytest.warns(
+        UserWarning, match=r"monitors 'val_acc', which was not logged.*does not step \('strict': False\)"
+    ):
         Trainer(max_epochs=2, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
     assert module.plateau.last_epoch == 0
 
@@ -506,7 +650,12 @@ def test_scheduler_strict_must_be_a_bool():
 def test_trainer_doc_lists_every_argument():
     lines = (Path(__file__).parent.parent / "docs" / "trainer.md").read_text(encoding="utf-8").splitlines()
     # the first cell of every table row names its arguments: | `limit_test_batches`, `limit_predict_batches` |
-    documented = {name for line in lines if line.startswith("| `") for name in re.findall(r"`(\w+)`", line.split("|")[1])}
+    documented = {
+        name
+        for line in lines
+        if line.startswith("| `")
+        for name in re.findall(r"`(\w+)`", line.split("|")[1])
+    }
     arguments = [name for name in inspect.signature(Trainer.__init__).parameters if name != "self"]
     assert [name for name in arguments if name not in documented] == []
     signature = next(line for line in lines if line.startswith("trainer.fit(") and "->" in line)
@@ -517,12 +666,36 @@ def test_trainer_doc_lists_every_argument():
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda t, m, d: t.fit(m, 123), TypeError, r"fit\(train_dataloaders=...\) must be a DataLoader or an iterable of batches, got int"),
-        (lambda t, m, d: t.fit(m, d, 5), TypeError, r"fit\(val_dataloaders=...\) must be a DataLoader or an iterable of batches, got int"),
-        (lambda t, m, d: t.fit(m, d, [d, "val"]), TypeError, r"fit\(val_dataloaders=...\) must be a DataLoader .*got str"),
-        (lambda t, m, d: t.fit(m, d, ckpt_path=123), TypeError, "ckpt_path must be a str or os.PathLike path, got 123"),
-        (lambda t, m, d: t.validate(m, 7), TypeError, r"trainer.validate\(dataloaders=...\) must be a DataLoader .*got int"),
-        (lambda t, m, d: t.test(m, d, ckpt_path=1.5), TypeError, "ckpt_path must be a str or os.PathLike path, got 1.5"),
+        (
+            lambda t, m, d: t.fit(m, 123),
+            TypeError,
+            r"fit\(train_dataloaders=...\) must be a DataLoader or an iterable of batches, got int",
+        ),
+        (
+            lambda t, m, d: t.fit(m, d, 5),
+            TypeError,
+            r"fit\(val_dataloaders=...\) must be a DataLoader or an iterable of batches, got int",
+        ),
+        (
+            lambda t, m, d: t.fit(m, d, [d, "val"]),
+            TypeError,
+            r"fit\(val_dataloaders=...\) must be a DataLoader .*got str",
+        ),
+        (
+            lambda t, m, d: t.fit(m, d, ckpt_path=123),
+            TypeError,
+            "ckpt_path must be a str or os.PathLike path, got 123",
+        ),
+        (
+            lambda t, m, d: t.validate(m, 7),
+            TypeError,
+            r"trainer.validate\(dataloaders=...\) must be a DataLoader .*got int",
+        ),
+        (
+            lambda t, m, d: t.test(m, d, ckpt_path=1.5),
+            TypeError,
+            "ckpt_path must be a str or os.PathLike path, got 1.5",
+        ),
     ],
 )
 def test_bad_entry_point_arguments(call, error, message):

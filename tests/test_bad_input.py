@@ -577,6 +577,11 @@ def test_limit_val_batches_fraction_rounding_to_zero():
     assert module.train_steps == 0
 
 
+def test_limit_train_batches_fraction_rounding_to_zero():
+    with pytest.raises(ValueError, match="limit_train_batches=0.2 of the 4 batches of the train dataloader rounds"):
+        _fit(Regression(), limit_train_batches=0.2)
+
+
 def test_limit_test_batches_fraction_rounding_to_zero():
     with pytest.raises(
         ValueError, match="limit_test_batches=0.2 of the 4 batches of the test dataloader rounds"

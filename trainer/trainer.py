@@ -273,12 +273,23 @@ class Trainer:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        """The training loss and every ``prog_bar=True`` value, read from the device now."""
+        """What the progress bar shows, read from the device now.
+
+        During an evaluation run: that run's ``prog_bar=True`` values (latest batch, then the
+        run's aggregate). Otherwise: the training loss as ``loss`` (unless the module shows its
+        own ``loss`` or ``train_loss``), the training ``prog_bar=True`` values and the last
+        evaluation's.
+        """
+        run = self._active_metrics
+        if not run.training:
+            values = {**run.current_values(), **run.aggregates}
+            return {key: float(values[key]) for key in run.progress_bar_keys() if key in values}
+        train_keys = self._train_metrics.progress_bar_keys()
         out: dict[str, float] = {}
-        if self._last_loss is not None:
+        if self._last_loss is not None and not {"loss", "train_loss"} & set(train_keys):
             out["loss"] = float(self._last_loss)
         current = {**self._train_metrics.current_values(), **self._callback_metrics}
-        for key in [*self._train_metrics.progress_bar_keys(), *self._eval_progress_bar_keys]:
+        for key in [*train_keys, *self._eval_progress_bar_keys]:
             if key in current:
                 out[key] = float(current[key])
         return out
@@ -503,7 +514,9 @@ class Trainer:
             limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
                 stage, self.limit_predict_batches
             )
-            if stage in ("test", "predict"):
+            if stage == "validate":  # `num_val_batches` (the progress bar's total) reads them
+                self.val_dataloaders = dataloaders
+            else:
                 counts = [num_batches(dl, limit, stage) for dl in dataloaders]
                 setattr(self, f"num_{stage}_batches", counts)
             return EvaluationLoop(self, stage).run(dataloaders, limit)

@@ -320,7 +320,7 @@ class Trainer:
 
     @property
     def num_val_batches(self) -> list[int | None]:
-        """Batches per validation loader (after ``limit_val_batches``)."""
+        """Batches per validation loader of ``fit`` or the last ``validate`` (after ``limit_val_batches``)."""
         return [num_batches(dl, self.limit_val_batches, "val") for dl in self.val_dataloaders]
 
     @property

@@ -16,8 +16,11 @@ if TYPE_CHECKING:
 class _FileLogger(Logger):
     """Resolves ``save_dir``, ``name`` and ``version`` into ``log_dir`` the same way on every rank.
 
-    ``version=None`` picks the next free ``version_N``. Global rank 0 picks it and broadcasts it
-    in ``setup``: each rank scanning the directory itself would race with rank 0 creating it.
+    ``version=None`` picks the next free ``version_N``. In the first ``setup`` of a Trainer,
+    global rank 0 picks one number for every such logger of that Trainer (the next one free in
+    all their directories, so a TensorBoard and a CSV logger write the same run to the same
+    ``version_N``) and broadcasts it: each rank scanning the directory itself would race with
+    rank 0 creating it. Later ``setup`` calls (``validate``/``test`` after ``fit``) keep it.
     """
 
     def __init__(
@@ -30,6 +33,8 @@ class _FileLogger(Logger):
         self._save_dir = None if save_dir is None else os.fspath(save_dir)
         self._name = name or ""
         self._version = version
+        self._picks_version = version is None
+        self._version_agreed = False  # set once, by the first Trainer `setup`
         self._rank: int | None = None
 
     # -- where ------------------------------------------------------------------------------
@@ -66,13 +71,8 @@ class _FileLogger(Logger):
 
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self._rank = trainer.global_rank
-        if self._save_dir is None:
-            self._save_dir = os.fspath(trainer.default_root_dir)
-        version = self.version if trainer.is_global_zero else None
-        if trainer.world_size > 1:
-            version = trainer.strategy.broadcast(version, src=0)
-        self._version = version
+        if not self._version_agreed:
+            _agree_on_versions(trainer, self)
         if trainer.is_global_zero:
             # claim the version now, so a second run started in the same root gets the next one
             os.makedirs(self.log_dir, exist_ok=True)
@@ -84,3 +84,28 @@ class _FileLogger(Logger):
         if not isinstance(params, dict):
             params = dict(vars(params)) if hasattr(params, "__dict__") else dict(params)
         return dict(params)
+
+
+def _agree_on_versions(trainer: Trainer, first: _FileLogger) -> None:
+    """Fix rank, ``save_dir`` and version of every file logger of ``trainer`` not yet set up.
+
+    The loggers that pick their version share one: the next free number in all their
+    directories. Global rank 0 decides; one broadcast tells every rank all the versions.
+    """
+    group = [first, *(lg for lg in trainer.loggers if isinstance(lg, _FileLogger) and lg is not first)]
+    group = [lg for lg in group if not lg._version_agreed]
+    for lg in group:
+        lg._rank = trainer.global_rank
+        if lg._save_dir is None:
+            lg._save_dir = os.fspath(trainer.default_root_dir)
+    versions: list[int | str | None] | None = None
+    if trainer.is_global_zero:
+        pickers = [lg for lg in group if lg._picks_version]
+        shared = max((_next_version(lg.root_dir) for lg in pickers), default=0)
+        versions = [shared if lg._picks_version else lg._version for lg in group]
+    if trainer.world_size > 1:
+        versions = trainer.strategy.broadcast(versions, src=0)
+    assert versions is not None
+    for lg, version in zip(group, versions):
+        lg._version = version
+        lg._version_agreed = True

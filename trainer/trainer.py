@@ -187,7 +187,6 @@ class Trainer:
         self._active_metrics = self._train_metrics
         self._optimizer_params: list[list[torch.Tensor]] = []
         self._eval_progress_bar_keys: list[str] = []
-        self._epoch_logged_at_step = -1
         self.num_test_batches: list[int | None] = []
         self.num_predict_batches: list[int | None] = []
         self._last_loss: torch.Tensor | None = None
@@ -598,9 +597,7 @@ class Trainer:
         if not values or not self.loggers or not self.is_global_zero:
             return
         numbers = {k: float(v) for k, v in values.items()}
-        if self._epoch_logged_at_step != self.global_step:  # once per step is enough
-            numbers["epoch"] = float(self.current_epoch)
-            self._epoch_logged_at_step = self.global_step
+        numbers["epoch"] = float(self.current_epoch)  # every record: CSV rows group by it
         self._logged_metrics.update(numbers)
         for lg in self.loggers:
             lg.log_metrics(numbers, step=self.global_step)

@@ -620,8 +620,12 @@ class Trainer:
         scale_learning_rates(self.optimizers, self.lr_scheduler_configs, factor)
         self._lr_scaled = factor != 1.0
         if self._lr_scaled and self.is_global_zero:
-            lrs = [group["lr"] for opt in self.optimizers for group in opt.param_groups]
-            print(f"[lockstep] scale_lr={self.scale_lr!r}: learning rate x{factor:g} for W={self.world_size} -> {lrs}")
+            # the schedules' base rates (the peak of a warmup), not a warmup's current start rate
+            lrs = [group.get("initial_lr", group["lr"]) for opt in self.optimizers for group in opt.param_groups]
+            print(
+                f"[lockstep] scale_lr={self.scale_lr!r}: learning rate x{factor:g} for "
+                f"W={self.world_size} -> base rates {lrs}"
+            )
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _dump_checkpoint(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from callbacks._utils import _env_global_rank, _next_version, _validate_version, _version_dir_name
 from callbacks.logger import Logger
@@ -16,11 +16,8 @@ if TYPE_CHECKING:
 class _FileLogger(Logger):
     """Resolves ``save_dir``, ``name`` and ``version`` into ``log_dir`` the same way on every rank.
 
-    ``version=None`` picks the next free ``version_N``. In the first ``setup`` of a Trainer,
-    global rank 0 picks one number for every such logger of that Trainer (the next one free in
-    all their directories, so a TensorBoard and a CSV logger write the same run to the same
-    ``version_N``) and broadcasts it: each rank scanning the directory itself would race with
-    rank 0 creating it. Later ``setup`` calls (``validate``/``test`` after ``fit``) keep it.
+    ``version=None`` picks the next free ``version_N``: see `fix_log_versions`. Later calls
+    of the same Trainer (``validate``/``test`` after ``fit``) keep it.
     """
 
     def __init__(
@@ -34,7 +31,7 @@ class _FileLogger(Logger):
         self._name = name or ""
         self._version = version
         self._picks_version = version is None
-        self._version_agreed = False  # set once, by the first Trainer `setup`
+        self._version_fixed = False  # set once, by `fix_log_versions`
         self._rank: int | None = None
 
     # -- where ------------------------------------------------------------------------------
@@ -71,8 +68,9 @@ class _FileLogger(Logger):
 
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        if not self._version_agreed:
-            _agree_on_versions(trainer, self)
+        self._rank = trainer.global_rank
+        if not self._version_fixed:
+            fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
         if trainer.is_global_zero:
             # claim the version now, so a second run started in the same root gets the next one
             os.makedirs(self.log_dir, exist_ok=True)
@@ -86,26 +84,32 @@ class _FileLogger(Logger):
         return dict(params)
 
 
-def _agree_on_versions(trainer: Trainer, first: _FileLogger) -> None:
-    """Fix rank, ``save_dir`` and version of every file logger of ``trainer`` not yet set up.
+def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: bool) -> None:
+    """Fix ``save_dir`` and version of each file logger in ``loggers`` whose version is not fixed.
 
-    The loggers that pick their version share one: the next free number in all their
-    directories. Global rank 0 decides; one broadcast tells every rank all the versions.
+    The loggers that pick their version share one, the next number free in all their
+    directories, so a TensorBoard and a CSV logger of one Trainer write to the same
+    ``version_N``. Global rank 0 decides; with ``broadcast`` one broadcast tells every rank (each
+    rank scanning the directories itself would race with rank 0 creating them). The first
+    ``setup`` calls it; so does a launching process before it spawns its workers
+    (``ddp_spawn``), which then all inherit one version for every call of the Trainer.
     """
-    group = [first, *(lg for lg in trainer.loggers if isinstance(lg, _FileLogger) and lg is not first)]
-    group = [lg for lg in group if not lg._version_agreed]
+    group: list[_FileLogger] = []
+    for lg in loggers:
+        if isinstance(lg, _FileLogger) and not lg._version_fixed and lg not in group:
+            group.append(lg)
+    if not group:
+        return
     for lg in group:
-        lg._rank = trainer.global_rank
         if lg._save_dir is None:
             lg._save_dir = os.fspath(trainer.default_root_dir)
-    versions: list[int | str | None] | None = None
-    if trainer.is_global_zero:
+    versions: list[int | str | None] = []
+    if trainer.is_global_zero or not broadcast:
         pickers = [lg for lg in group if lg._picks_version]
         shared = max((_next_version(lg.root_dir) for lg in pickers), default=0)
         versions = [shared if lg._picks_version else lg._version for lg in group]
-    if trainer.world_size > 1:
+    if broadcast:
         versions = trainer.strategy.broadcast(versions, src=0)
-    assert versions is not None
     for lg, version in zip(group, versions):
         lg._version = version
-        lg._version_agreed = True
+        lg._version_fixed = True

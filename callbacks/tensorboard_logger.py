@@ -108,6 +108,22 @@ class TensorBoardLogger(_FileLogger):
         """Flush and close the event file."""
         self._close()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The last point of each tag, with the directory it is in.
+
+        Under ``ddp_spawn`` each call runs in new processes: the launching process gets rank 0's
+        state back, so the next call's workers know which points the directory already has.
+        """
+        if not self._last_points:
+            return {}
+        return {"log_dir": self.log_dir, "last_points": {t: list(p) for t, p in self._last_points.items()}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take the last points back, if they are this logger's directory's (not another run's)."""
+        if state_dict.get("log_dir") == self.log_dir:
+            points = state_dict["last_points"]
+            self._last_points = {tag: (int(step), float(value)) for tag, (step, value) in points.items()}
+
     # -- hooks ------------------------------------------------------------------------------
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._flush()

@@ -106,3 +106,33 @@ def test_early_stopping_and_checkpoint_errors_agree_on_every_rank():
     assert r0[:2] == r1[:2] == [("train_metric", 3, 4, 0.5, 2), ("val_metric", 3, 4, 0.5, 2)]
     assert r0[2].startswith("ModelCheckpoint(monitor='val_acc') could not find 'val_acc'")
     assert r1[2] == f"ModelCheckpoint failed on global rank 0: {r0[2]}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_ddp_spawn_fit_then_validate_log_to_one_version_without_duplicate_points(tmp_path):
+    # each call runs in new worker processes: the version and the points written must carry over
+    from callbacks import CSVLogger, TensorBoardLogger
+    from trainer import Trainer
+
+    (tmp_path / "logs" / "version_0").mkdir(parents=True)  # an earlier run
+    trainer = Trainer(
+        max_epochs=1,
+        default_root_dir=tmp_path,
+        strategy="ddp_spawn",
+        devices=2,
+        accelerator="cpu",
+        logger=[TensorBoardLogger(), CSVLogger()],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+    )
+    module = Scripted()
+    trainer.fit(module, loader(32, 8), loader(16, 8))  # 2 steps
+    [validated] = trainer.validate(module, loader(16, 8))
+    log_dir = os.path.join(str(tmp_path), "logs", "version_1")
+    assert trainer.log_dir == trainer.loggers[1].log_dir == log_dir
+    assert sorted(os.listdir(tmp_path / "logs")) == ["version_0", "version_1"]
+    assert len(event_files(log_dir)) == 2  # one per call
+    val_loss = scalars(log_dir)["val_loss"]
+    assert [step for step, _ in val_loss] == [2]
+    assert val_loss[0][1] == pytest.approx(validated["val_loss"], rel=1e-6)

@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from callbacks._file_logger import fix_log_versions
 from callbacks.callback import Callback
 from callbacks.logger import Logger
 from trainer.accelerator import Accelerator
@@ -393,6 +394,8 @@ class Trainer:
     # -- the run --------------------------------------------------------------------------------
     def _run(self, fn: str, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
         if self._strategy.launcher is not None:
+            # spawned workers inherit the loggers: one version for every call of this Trainer
+            fix_log_versions(self, self.loggers, broadcast=False)
             return self._strategy.launcher.launch(self, fn, args)
         self._module = model
         model._trainer = self

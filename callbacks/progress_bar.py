@@ -108,6 +108,10 @@ class ProgressBar(Callback):
         # runs after the epoch's validation: the final line shows the validation metrics too
         self._close_train_bar(trainer)
 
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # max_steps inside an epoch leaves it unfinished (no epoch end): show where it stopped
+        self._close_train_bar(trainer)
+
     # -- evaluation -------------------------------------------------------------------------
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
         counts = trainer.num_val_batches

@@ -187,3 +187,16 @@ def test_training_bar_shows_no_duplicate_loss_and_evaluation_bars_no_training_me
     lines = out.getvalue().splitlines()
     assert [_shown(line) for line in lines if line.startswith("Epoch 0:")] == [["loss"], ["loss"]]
     assert [_shown(line) for line in lines if line.startswith("Validation:")] == [[]]
+
+
+def test_epoch_stopped_by_max_steps_shows_where_it_stopped():
+    out = io.StringIO()
+    trainer = Trainer(
+        max_steps=5,
+        callbacks=[ProgressBar(file=out, line_every_percent=25)],
+        logger=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(Scripted(prog_bar=True), loader(32, 4))  # 8 batches: the epoch stops at 5
+    assert _bar_lines(out, "Epoch 0:") == [("25", "2", "8"), ("50", "4", "8"), ("62", "5", "8")]
+    assert _shown(out.getvalue().splitlines()[-1]) == ["train_loss"]

@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from callbacks._file_logger import fix_log_versions
 from callbacks.callback import Callback
 from callbacks.logger import Logger
 from trainer.accelerator import Accelerator
@@ -157,7 +158,6 @@ class Trainer:
         self._active_metrics = self._train_metrics
         self._optimizer_params: list[list[torch.Tensor]] = []
         self._eval_progress_bar_keys: list[str] = []
-        self._epoch_logged_at_step = -1
         self.num_test_batches: list[int | None] = []
         self.num_predict_batches: list[int | None] = []
         self._last_loss: torch.Tensor | None = None
@@ -244,12 +244,23 @@ class Trainer:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        """The training loss and every ``prog_bar=True`` value, read from the device now."""
+        """What the progress bar shows, read from the device now.
+
+        During an evaluation run: that run's ``prog_bar=True`` values (latest batch, then the
+        run's aggregate). Otherwise: the training loss as ``loss`` (unless the module shows its
+        own ``loss`` or ``train_loss``), the training ``prog_bar=True`` values and the last
+        evaluation's.
+        """
+        run = self._active_metrics
+        if not run.training:
+            values = {**run.current_values(), **run.aggregates}
+            return {key: float(values[key]) for key in run.progress_bar_keys() if key in values}
+        train_keys = self._train_metrics.progress_bar_keys()
         out: dict[str, float] = {}
-        if self._last_loss is not None:
+        if self._last_loss is not None and not {"loss", "train_loss"} & set(train_keys):
             out["loss"] = float(self._last_loss)
         current = {**self._train_metrics.current_values(), **self._callback_metrics}
-        for key in [*self._train_metrics.progress_bar_keys(), *self._eval_progress_bar_keys]:
+        for key in [*train_keys, *self._eval_progress_bar_keys]:
             if key in current:
                 out[key] = float(current[key])
         return out
@@ -280,7 +291,7 @@ class Trainer:
 
     @property
     def num_val_batches(self) -> list[int | None]:
-        """Batches per validation loader (after ``limit_val_batches``)."""
+        """Batches per validation loader of ``fit`` or the last ``validate`` (after ``limit_val_batches``)."""
         return [num_batches(dl, self.limit_val_batches, "val") for dl in self.val_dataloaders]
 
     @property
@@ -356,6 +367,8 @@ class Trainer:
     # -- the run --------------------------------------------------------------------------------
     def _run(self, fn: str, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
         if self._strategy.launcher is not None:
+            # spawned workers inherit the loggers: one version for every call of this Trainer
+            fix_log_versions(self, self.loggers, broadcast=False)
             return self._strategy.launcher.launch(self, fn, args)
         self._module = model
         model._trainer = self
@@ -482,7 +495,9 @@ class Trainer:
             limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
                 stage, self.limit_predict_batches
             )
-            if stage in ("test", "predict"):
+            if stage == "validate":  # `num_val_batches` (the progress bar's total) reads them
+                self.val_dataloaders = dataloaders
+            else:
                 counts = [num_batches(dl, limit, stage) for dl in dataloaders]
                 setattr(self, f"num_{stage}_batches", counts)
             return EvaluationLoop(self, stage).run(dataloaders, limit)
@@ -572,9 +587,7 @@ class Trainer:
         if not values or not self.loggers or not self.is_global_zero:
             return
         numbers = {k: float(v) for k, v in values.items()}
-        if self._epoch_logged_at_step != self.global_step:  # once per step is enough
-            numbers["epoch"] = float(self.current_epoch)
-            self._epoch_logged_at_step = self.global_step
+        numbers["epoch"] = float(self.current_epoch)  # every record: CSV rows group by it
         self._logged_metrics.update(numbers)
         for lg in self.loggers:
             lg.log_metrics(numbers, step=self.global_step)
@@ -597,8 +610,12 @@ class Trainer:
         scale_learning_rates(self.optimizers, self.lr_scheduler_configs, factor)
         self._lr_scaled = factor != 1.0
         if self._lr_scaled and self.is_global_zero:
-            lrs = [group["lr"] for opt in self.optimizers for group in opt.param_groups]
-            print(f"[lockstep] scale_lr={self.scale_lr!r}: learning rate x{factor:g} for W={self.world_size} -> {lrs}")
+            # the schedules' base rates (the peak of a warmup), not a warmup's current start rate
+            lrs = [group.get("initial_lr", group["lr"]) for opt in self.optimizers for group in opt.param_groups]
+            print(
+                f"[lockstep] scale_lr={self.scale_lr!r}: learning rate x{factor:g} for "
+                f"W={self.world_size} -> base rates {lrs}"
+            )
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _dump_checkpoint(self) -> dict[str, Any]:

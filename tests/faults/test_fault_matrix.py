@@ -91,7 +91,14 @@ CASES = {
 # Cases waiting for a fix another branch is making (issue 10's item numbers). Remove an entry
 # once `git merge main` brings the fix and the case passes.
 _STEP_BATCH = "awaiting fix for item C10 (RankFailedError without step and batch)"
+# Until C9, the elastic agent (ours under `python`, torchrun's) blames the rank whose error file
+# has the smallest timestamp, in whole seconds: when both ranks fail within the same second it
+# blames rank 0. Whether they do depends on the machine's load, so those cases are not strict.
+_BLAME = "awaiting fix for item C9 (rank 0 is blamed when both ranks fail in the same second)"
+FLAKY_UNTIL_FIXED = {_BLAME}
 AWAITING: dict[tuple[str, str], str] = {
+    ("raise_setup", "python"): _BLAME,
+    ("raise_setup", "torchrun"): _BLAME,
     ("raise_train", "python"): _STEP_BATCH,
     ("raise_train", "torchrun"): _STEP_BATCH,
     ("raise_train", "spawn"): _STEP_BATCH,
@@ -118,7 +125,8 @@ def _params():
     for name, case in CASES.items():
         for launcher in case.launchers:
             reason = AWAITING.get((name, launcher))
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+            strict = reason not in FLAKY_UNTIL_FIXED
+            marks = [pytest.mark.xfail(strict=strict, reason=reason)] if reason else []
             yield pytest.param(name, launcher, id=f"{name}-{launcher}", marks=marks)
 
 

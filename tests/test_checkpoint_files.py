@@ -121,6 +121,8 @@ def test_evaluation_accepts_weights_only(tmp_path, stage):
     data = loader(regression_data(8), 4)
     with pytest.raises(CheckpointError, match="Refused to load"):
         run(Regression(seed=5), data, ckpt_path=tmp_path / "custom.ckpt")
+    with pytest.raises(TypeError, match="weights_only must be a bool"):
+        run(Regression(seed=5), data, ckpt_path=tmp_path / "custom.ckpt", weights_only="no")
     module = Regression(seed=5)
     assert run(module, data, ckpt_path=tmp_path / "custom.ckpt", weights_only=False)
     assert all(torch.equal(a, b) for a, b in zip(module.state_dict().values(), ckpt["state_dict"].values()))

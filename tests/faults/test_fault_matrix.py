@@ -107,7 +107,7 @@ AWAITING: dict[tuple[str, str], str] = {
     ("loader_worker_raises", "python"): _STEP_BATCH,
     ("on_exception_save", "python"): "awaiting fix for item C8 (on_exception + save_checkpoint hangs)",
     ("lying_len", "python"): "awaiting fix for item C7 (a loader shorter than its len() hangs)",
-    ("nan_loss", "python"): "awaiting fix for item B4 (NaN weights replace the good checkpoint)",
+    ("nan_loss", "python"): _BLAME,  # B4 landed: step 10 is kept, nothing is saved after the NaN
     ("sigkill_launcher", "python"): "awaiting fix for item B6 (workers outlive a killed launcher)",
     ("sigkill_launcher", "torchrun"): "awaiting fix for item B6 (workers outlive a killed launcher)",
     ("sigterm", "python"): "awaiting fix for item E20 (pre-emption is silent)",

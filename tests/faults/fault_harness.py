@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import re
 import signal
@@ -43,6 +42,7 @@ class Outcome:
     case: str
     launcher: str
     returncode: int | None  # None: it never ended and was killed
+    fault_injected: bool  # False: the run ended or stalled before it reached the fault
     output: str
     fault_to_end_s: float | None  # from the injected fault to the last process of the run gone
     total_s: float
@@ -127,7 +127,8 @@ def _checkpoints(root: Path) -> dict[str, Any]:
         except Exception as err:  # noqa: BLE001 - reported as the problem it is
             found[path.name] = {"error": f"{type(err).__name__}: {err}"}
             continue
-        finite = all(bool(torch.isfinite(v).all()) for v in ckpt["state_dict"].values() if v.is_floating_point())
+        weights = [v for v in ckpt["state_dict"].values() if v.is_floating_point()]
+        finite = all(bool(torch.isfinite(v).all()) for v in weights)
         found[path.name] = {"step": int(ckpt["global_step"]), "finite": finite}
     return found
 
@@ -170,6 +171,7 @@ def run_case(case: str, launcher: str, tmp_path: Path) -> Outcome:
                 time.sleep(0.05)
             end = time.time()
         leftovers = run_processes(pgid, marker)
+        total = time.time() - started
     finally:
         _kill_all(pgid, marker)
         if proc.poll() is None:
@@ -179,9 +181,10 @@ def run_case(case: str, launcher: str, tmp_path: Path) -> Outcome:
         case=case,
         launcher=launcher,
         returncode=launcher_code,
+        fault_injected=fault is not None,
         output=log_path.read_text(errors="replace"),
         fault_to_end_s=None if end is None or leftovers or fault is None else round(end - fault, 1),
-        total_s=round(time.time() - started, 1),
+        total_s=round(total, 1),
         leftovers=[f"{pid} {cmd}" for pid, cmd in sorted(leftovers.items())],
         checkpoints=_checkpoints(root),
     )
@@ -220,7 +223,3 @@ def blamed_rank(output: str, launcher: str) -> int | None:
             return int(named[-1])
     match = _BLAME[launcher].search(output)
     return int(match.group(1)) if match else None
-
-
-def finite_seconds(value: float | None) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.1f}"

@@ -18,12 +18,17 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COLUMNS = ("case", "launcher", "exit", "s after fault", "s in all", "rank named", "leftovers", "newest ckpt", "verdict")
+COLUMNS = (
+    "case", "launcher", "exit", "s after fault", "s in all", "rank named", "leftovers", "newest ckpt",
+    "verdict",
+)
 
 
 def _row(r: dict) -> list[str]:
     ckpts = r["checkpoints"]
-    newest = ckpts.get("last.ckpt") or (max(ckpts.values(), key=lambda c: c.get("step", -1)) if ckpts else None)
+    newest = ckpts.get("last.ckpt")
+    if newest is None and ckpts:
+        newest = max(ckpts.values(), key=lambda c: c.get("step", -1))
     if newest is None:
         ckpt = "none"
     elif "error" in newest:

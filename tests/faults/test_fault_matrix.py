@@ -69,6 +69,8 @@ class Case:
     exit_code: int | None = None  # None: any non-zero
 
 
+# A pre-emption must say, on one line, the signal, the file saved and the exit code.
+_PREEMPTED = r"(?m)^(?=.*SIGTERM)(?=.*last\.ckpt)(?=.*\b75\b)"
 CASES = {
     "raise_setup": Case(ALL, r"RuntimeError: fault injected in setup", ckpt_step=None),
     "raise_train": Case(ALL, r"RuntimeError: fault injected in training_step", 11, 3),
@@ -79,12 +81,13 @@ CASES = {
     "sigkill_worker": Case(ALL, r"SIGKILL|exit ?code:? -9|signal 9"),
     "sigkill_launcher": Case(ALL, None, rank=None, ckpt_step=-1, exit_code=-9),
     # Rank 1's SIGTERM at step 11 is agreed at the next step boundary: saved at step 13.
-    # The message must say, on one line, the signal, the file saved and the exit code.
-    "sigterm": Case(ALL, r"(?m)^(?=.*SIGTERM)(?=.*last\.ckpt)(?=.*\b75\b)", rank=None, ckpt_step=13, exit_code=75),
+    "sigterm": Case(ALL, _PREEMPTED, rank=None, ckpt_step=13, exit_code=75),
     # SIGTERM to the launcher (a scheduler or `kill PID` pre-empting the job): the same promise.
-    "sigterm_launcher": Case(("python", "spawn"), r"(?m)^(?=.*SIGTERM)(?=.*last\.ckpt)(?=.*\b75\b)", rank=None, ckpt_step=-1, exit_code=75),
+    "sigterm_launcher": Case(("python", "spawn"), _PREEMPTED, rank=None, ckpt_step=-1, exit_code=75),
     "lying_len": Case(("python",), r"fewer batches|ran out|len\(\)", 11, 3),
-    "loader_worker_raises": Case(("python",), r"RuntimeError: fault injected in a DataLoader worker", 3, 3, ckpt_step=2),
+    "loader_worker_raises": Case(
+        ("python",), r"RuntimeError: fault injected in a DataLoader worker", 3, 3, ckpt_step=2
+    ),
     "nan_loss": Case(("python",), r"NonFiniteLossError", 11, 3),
 }
 
@@ -134,6 +137,8 @@ def problems_of(name: str, case: Case, out: Outcome) -> list[str]:
     """Everything wrong with how the run ended (empty: it ended as it must)."""
     found = []
     text = out.output
+    if not out.fault_injected:
+        found.append("the run never reached the fault (it failed or stalled before; see the output)")
     if out.returncode is None:
         found.append("the launcher did not end within the bound and was killed (a hang)")
     elif case.exit_code is not None and out.launcher == "torchrun" and case.exit_code == 75:
@@ -151,7 +156,8 @@ def problems_of(name: str, case: Case, out: Outcome) -> list[str]:
         found.append(f"the cause ({case.cause!r}) is not in the output")
     if case.step is not None and not re.search(rf"\bstep\W{{0,3}}{case.step}\b", text):
         found.append(f"the output does not name global step {case.step}")
-    if case.batch is not None and not re.search(rf"\bbatch(?:[ _](?:index|idx))?\W{{0,3}}{case.batch}\b", text):
+    batch = rf"\bbatch(?:[ _](?:index|idx))?\W{{0,3}}{case.batch}\b"
+    if case.batch is not None and not re.search(batch, text):
         found.append(f"the output does not name batch index {case.batch}")
     found += _checkpoint_problems(case, out.checkpoints)
     return found
@@ -159,7 +165,8 @@ def problems_of(name: str, case: Case, out: Outcome) -> list[str]:
 
 def _checkpoint_problems(case: Case, ckpts: dict) -> list[str]:
     found = [f"{name} does not load: {c['error']}" for name, c in ckpts.items() if "error" in c]
-    found += [f"{name} (step {c['step']}) has non-finite weights" for name, c in ckpts.items() if c.get("finite") is False]
+    bad = [name for name, c in ckpts.items() if c.get("finite") is False]
+    found += [f"{name} (step {ckpts[name]['step']}) has non-finite weights" for name in bad]
     good = [c["step"] for c in ckpts.values() if c.get("finite")]
     if case.ckpt_step is None:
         return found

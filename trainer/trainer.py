@@ -21,7 +21,7 @@ from trainer.checkpoint import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from trainer.data import as_loader_list, check_limit, loader_batch_size, num_batches
+from trainer.data import as_loader_list, check_limit, has_length, loader_batch_size, num_batches
 from trainer.evaluation_loop import EvaluationLoop
 from trainer.fit_loop import FitLoop
 from trainer.hooks import HookDispatcher
@@ -47,6 +47,7 @@ class TrainerState:
 
     fn: str | None = None
     stage: str | None = None
+    failing: bool = False  # the run raised; on_exception and teardown are running
 
 
 class Trainer:
@@ -374,7 +375,16 @@ class Trainer:
         return self._evaluate("predict", model, dataloaders, ckpt_path)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
-        """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically."""
+        """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically.
+
+        While a run with several processes is failing (from ``on_exception``), the other ranks may
+        be gone, so no collective runs: global rank 0 writes its own state (the other ranks'
+        ``rank_states`` are None) and every other rank returns without writing.
+        """
+        if self.state.failing and self.world_size > 1:
+            if self.is_global_zero:
+                atomic_save(dump_checkpoint(self, gather=False), filepath)
+            return
         checkpoint = self._dump_checkpoint()
         if self.is_global_zero:
             atomic_save(checkpoint, filepath)
@@ -399,10 +409,13 @@ class Trainer:
             self._hooks.call("setup", fn)
             result = body()
         except BaseException as exc:
+            self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
             clearer = self._strategy.on_failure(exc)
             _record_for_elastic_agent(clearer or exc)
-            self._hooks.call_callbacks("on_exception", exc)
-            self._finish(fn, "failed")
+            try:
+                self._hooks.call_callbacks("on_exception", exc)
+            finally:  # a callback that raises must not keep this rank in the group
+                self._finish(fn, "failed")
             if clearer is not None:
                 raise clearer from exc
             raise
@@ -432,7 +445,7 @@ class Trainer:
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
         install_worker_seeding(self.train_dataloader, self.global_rank)
-        self._train_length_known = _has_length(self.train_dataloader)
+        self._train_length_known = has_length(self.train_dataloader)
         self._count_training_batches()
         val_source = val if val is not None else model.val_dataloader()
         self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in as_loader_list(val_source)]
@@ -628,14 +641,6 @@ class Trainer:
         path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
         checkpoint = load_checkpoint(path, map_location=self._strategy.root_device, weights_only=weights_only)
         restore_checkpoint(self, checkpoint, path)
-
-
-def _has_length(loader: Any) -> bool:
-    try:
-        len(loader)
-    except TypeError:
-        return False
-    return True
 
 
 def _record_for_elastic_agent(exc: BaseException) -> None:

@@ -187,6 +187,14 @@ class ModelCheckpoint(Callback):
         if self._epoch_due(trainer):
             self._save(trainer)
 
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # max_steps stopped the run inside an epoch: the epoch is not over, so its end hooks did
+        # not run. Without a monitor, save what that epoch end would have (the latest state; it
+        # resumes at the next batch). A monitored metric's epoch value is not final there.
+        loop = trainer.fit_loop
+        if self.monitor is None and loop.batches_done and not loop.epoch_finished:
+            self.on_train_epoch_end(trainer, module)
+
     # -- checkpoint state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Best path/score, the top-k dict and the last path, for resuming."""

@@ -2,8 +2,11 @@
 
 A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the epoch, the
 global step, the position inside the epoch, every callback's state, the hyperparameters, the
-world size and accumulation it was made with, and each rank's RNG states together with the
-RNG states that decided the interrupted epoch's order (see `trainer.resume`).
+world size and accumulation it was made with, and each rank's RNG and loader-generator states
+together with the RNG states that decided the interrupted epoch's order (see `trainer.resume`).
+
+A checkpoint is always loaded to the CPU: RNG states must be CPU byte tensors, and
+``load_state_dict`` moves module and optimizer states to their parameters' devices.
 """
 from __future__ import annotations
 
@@ -16,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.rank_zero import rank_zero_warn
-from trainer.resume import capture_rng_state, restore_rng_state, restore_sampler_seeds
+from trainer.resume import (
+    capture_generators,
+    capture_rng_state,
+    restore_generators,
+    restore_rng_state,
+    restore_sampler_seeds,
+)
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -102,7 +111,6 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
     """
     module = trainer.module
     loop = trainer.fit_loop
-    rank_state = {"epoch_state": loop.epoch_state, "rng": capture_rng_state()}
     checkpoint: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "state_dict": module.state_dict(),
@@ -112,7 +120,7 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
-        "rank_states": _gather_rank_states(trainer, rank_state, gather),
+        "rank_states": gather_rank_states(trainer, gather),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": dict(module.hparams),
         "world_size": trainer.world_size,
@@ -124,13 +132,27 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
     return checkpoint
 
 
-def _gather_rank_states(trainer: Trainer, rank_state: dict[str, Any], gather: bool) -> list[dict[str, Any] | None]:
+def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
+    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run;
+    ``gather=False``: none, and only this rank's entry unless the fit loop has every rank's)."""
     strategy = trainer.strategy
     if gather and strategy.in_group:
-        return strategy.all_gather_object(rank_state)
-    # After the run (the group is gone) or while it fails, only this rank's state is known; the
-    # others resume with the RNG states they have.
-    return [rank_state if r == trainer.global_rank else None for r in range(trainer.world_size)]
+        return strategy.all_gather_object(_rank_state(trainer))
+    if trainer.fit_loop.rank_states_at_end is not None:
+        return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
+    # Outside any fit (the group is gone) or while the run fails, only this rank's state is
+    # known; the others resume with the RNG states they have.
+    mine = _rank_state(trainer)
+    return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
+
+
+def _rank_state(trainer: Trainer) -> dict[str, Any]:
+    return {
+        "epoch_state": trainer.fit_loop.epoch_state,
+        "rng": capture_rng_state(),
+        # what decides the next epoch's order when the checkpoint is at an epoch boundary
+        "generators": capture_generators(trainer.train_dataloader),
+    }
 
 
 def check_compatible(
@@ -204,6 +226,7 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         trainer._current_epoch = epoch + 1 if finished else epoch
         if mine is not None:
             restore_rng_state(mine["rng"])
+            restore_generators(trainer.train_dataloader, mine.get("generators", []))
             if mine.get("epoch_state") is not None:
                 restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
         return
@@ -213,7 +236,7 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         # the epoch and they wait in different collectives.
         rank_zero_warn(
             "The checkpoint holds the interrupted epoch's order for only some ranks (written by "
-            "save_checkpoint while the run was failing, or after it ended): the epoch restarts "
+            "save_checkpoint while the run was failing, or outside a fit): the epoch restarts "
             "from its first batch on every rank."
         )
         return

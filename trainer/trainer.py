@@ -632,14 +632,14 @@ class Trainer:
 
     def _load_weights(self, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:
         path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
-        checkpoint = load_checkpoint(path, map_location=self._strategy.root_device, weights_only=weights_only)
+        checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
         check_compatible(checkpoint, path, self.module, [], [])
         self.module.load_state_dict(checkpoint["state_dict"])
         return checkpoint
 
     def _restore(self, ckpt_path: Any, weights_only: bool = True) -> None:
         path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
-        checkpoint = load_checkpoint(path, map_location=self._strategy.root_device, weights_only=weights_only)
+        checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
         restore_checkpoint(self, checkpoint, path)
 
 

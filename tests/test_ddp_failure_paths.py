@@ -57,7 +57,8 @@ def _outcome(run) -> tuple[str, str, float]:
 def _short_loader(rank: int, world_size: int, stage: str) -> tuple[str, str, float]:
     torch.set_num_threads(1)
     trainer = Trainer(
-        max_epochs=2, accelerator="cpu", strategy=DDPStrategy(timeout=60), use_distributed_sampler=False, **QUIET
+        max_epochs=2, accelerator="cpu", strategy=DDPStrategy(timeout=60), use_distributed_sampler=False,
+        **QUIET,
     )
     run = trainer.fit if stage == "fit" else trainer.validate
     return _outcome(lambda: run(Regression(), LyingLoader(rank)))
@@ -76,7 +77,9 @@ def test_a_loader_shorter_than_its_len_fails_every_rank_naming_rank_and_batch(st
     (kind0, text0, took), (kind1, text1, _) = run_ranks(
         _short_loader, world_size=2, args=(stage,), init_group=False, timeout=60
     )
-    expected = f"Rank 1: {where}: it yielded {SHORT_AT} batches, fewer batches than len() announced ({BATCHES})"
+    expected = (
+        f"Rank 1: {where}: it yielded {SHORT_AT} batches, fewer batches than len() announced ({BATCHES})"
+    )
     assert kind1 == "ValueError" and text1.startswith(expected), text1
     assert kind0 == "RankFailedError", (kind0, text0)
     assert text0.startswith(f"Rank 1 failed: ValueError: {expected}"), text0
@@ -103,7 +106,8 @@ class SaveOnCrash(Callback):
 def _crash_and_save(rank: int, world_size: int, path: str) -> tuple[str, str, float, int]:
     torch.set_num_threads(1)
     trainer = Trainer(
-        max_epochs=3, accelerator="cpu", strategy=DDPStrategy(timeout=60), callbacks=[SaveOnCrash(path)], **QUIET
+        max_epochs=3, accelerator="cpu", strategy=DDPStrategy(timeout=60), callbacks=[SaveOnCrash(path)],
+        **QUIET,
     )
     kind, text, took = _outcome(lambda: trainer.fit(_Boom(), loader(regression_data(64), 4)))
     return kind, text, took, trainer.global_step
@@ -116,7 +120,8 @@ def _resume(rank: int, world_size: int, path: str) -> tuple[int, list[torch.Tens
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(module, loader(regression_data(64), 4), ckpt_path=path)
-    return trainer.global_step, [p.detach().clone() for p in module.parameters()], [str(w.message) for w in caught]
+    params = [p.detach().clone() for p in module.parameters()]
+    return trainer.global_step, params, [str(w.message) for w in caught]
 
 
 def test_save_checkpoint_in_on_exception_writes_rank_zeros_state_without_waiting_for_peers(tmp_path):
@@ -125,7 +130,8 @@ def test_save_checkpoint_in_on_exception_writes_rank_zeros_state_without_waiting
         _crash_and_save, world_size=2, args=(str(path),), init_group=False, timeout=60
     )
     assert (kind1, text1) == ("RuntimeError", "boom on rank 1")
-    assert kind0 == "RankFailedError" and text0.startswith("Rank 1 failed: RuntimeError: boom on rank 1."), text0
+    assert kind0 == "RankFailedError", (kind0, text0)
+    assert text0.startswith("Rank 1 failed: RuntimeError: boom on rank 1."), text0
     print(f"rank 0 ended {took:.1f} s after its fit started")
     # Documented (docs/checkpointing.md): no collective; global rank 0 writes its own state.
     ckpt = load_checkpoint(path)

@@ -89,19 +89,18 @@ def test_unpadded_shards_cover_the_dataset_exactly_once(n, world_size, shuffle):
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_contiguous_shards_concatenated_in_rank_order_are_the_index_order(n, world_size, shuffle):
-    def shards(contiguous):
+    def samplers(contiguous):
         return [
-            list(UnpaddedDistributedSampler(_Range(n), world_size, r, shuffle=shuffle, seed=3, contiguous=contiguous))
+            UnpaddedDistributedSampler(_Range(n), world_size, r, shuffle=shuffle, seed=3,
+                                       contiguous=contiguous)
             for r in range(world_size)
         ]
 
-    blocks = shards(contiguous=True)
-    strided = shards(contiguous=False)
+    blocks = [list(s) for s in samplers(contiguous=True)]
+    strided = [list(s) for s in samplers(contiguous=False)]
     order = [i for r in range(max(n, 1)) for shard in strided for i in shard[r : r + 1]]  # the sampled order
     assert [i for block in blocks for i in block] == order
-    assert [len(UnpaddedDistributedSampler(_Range(n), world_size, r, contiguous=True)) for r in range(world_size)] == [
-        len(b) for b in blocks
-    ]
+    assert [len(s) for s in samplers(contiguous=True)] == [len(b) for b in blocks]
     assert max(map(len, blocks)) - min(map(len, blocks)) <= 1 and len(blocks[0]) >= len(blocks[-1])
     assert list(UnpaddedDistributedSampler(_Range(21), 2, 1, contiguous=True)) == list(range(11, 21))
 

@@ -97,7 +97,9 @@ def iterate_with_lookahead(
         idx += 1
 
 
-def short_loader_error(what: str, rank: int, yielded: int, expected: int, epoch: int | None = None) -> ValueError:
+def short_loader_error(
+    what: str, rank: int, yielded: int, expected: int, epoch: int | None = None
+) -> ValueError:
     """The error of a rank whose ``what`` dataloader yielded ``yielded`` of ``expected`` batches."""
     when = f" of epoch {epoch}" if epoch is not None else ""
     return ValueError(

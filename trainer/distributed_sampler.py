@@ -78,7 +78,8 @@ class UnpaddedDistributedSampler(DistributedSampler):
         self.contiguous = contiguous
         base, extra = divmod(self.total_size, num_replicas)
         self._block_start = rank * base + min(rank, extra)
-        self.num_samples = base + int(rank < extra) if contiguous else len(range(rank, self.total_size, num_replicas))
+        strided = len(range(rank, self.total_size, num_replicas))
+        self.num_samples = base + int(rank < extra) if contiguous else strided
 
     def __iter__(self) -> Iterator[int]:
         if self.shuffle:

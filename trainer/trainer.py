@@ -47,7 +47,7 @@ class TrainerState:
 
     fn: str | None = None
     stage: str | None = None
-    failing: bool = False  # the run raised; on_exception and teardown are running
+    failing: bool = False  # the run raised (set before on_exception, kept until the next run)
 
 
 class Trainer:

@@ -230,6 +230,8 @@ def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:
 
 
 def _describe(output: Any) -> str:
+    if isinstance(output, Mapping) and "loss" in output:
+        return f"a dict whose 'loss' is a {type(output['loss']).__name__}, not a tensor"
     if isinstance(output, Mapping):
         return f"a dict without 'loss' (keys {sorted(map(str, output))})"
     return f"an object of type {type(output).__name__}"

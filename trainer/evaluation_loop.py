@@ -59,8 +59,8 @@ class EvaluationLoop:
                             predictions[dl_idx].append(output)
                         hooks.call(f"on_{p}_batch_end", output, batch, batch_idx, dl_idx)
                     if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
-                        # A step may run collectives (sync_batchnorm, the user's own): a rank that
-                        # ends early must fail, not leave its peers waiting in them.
+                        # Samples would be missing from the metrics unnoticed, and a step that runs
+                        # a collective of its own would leave the peers waiting in it.
                         raise short_loader_error(p, t.global_rank, seen, limit_n)
                 self.metrics.dataloader_suffix = ""
                 hooks.call_module(f"on_{p}_epoch_end")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -133,8 +134,15 @@ class ModelCheckpoint(Callback):
         self._in_fit = True
         if self.dirpath is None:
             self.dirpath = self._default_dirpath(trainer)
+        # an unwritable directory fails the fit now, not at the first save an epoch later
+        problem = _unwritable(self.dirpath) if trainer.is_global_zero else None
         if trainer.world_size > 1:
-            self.dirpath = trainer.strategy.broadcast(self.dirpath, src=0)
+            self.dirpath, problem = trainer.strategy.broadcast((self.dirpath, problem), src=0)
+        if problem is not None:
+            raise OSError(
+                f"ModelCheckpoint cannot write checkpoints to {self.dirpath!r}: {problem}. Pass a writable "
+                f"default_root_dir (now {os.fspath(trainer.default_root_dir)!r}) or ModelCheckpoint(dirpath=...)."
+            )
         if self._pending_state is not None:
             self._apply_state(self._pending_state)
             self._pending_state = None
@@ -439,3 +447,19 @@ class ModelCheckpoint(Callback):
         if score is None:
             return False
         return score < reference if self.mode == "min" else score > reference
+
+
+def _unwritable(dirpath: str) -> str | None:
+    """Why no file can be created in ``dirpath`` (created later, at the first save), or None."""
+    existing = os.path.abspath(dirpath)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing!r} is not a directory"
+    try:  # a real attempt, as the first save will make one
+        fd, probe = tempfile.mkstemp(prefix=".lockstep-write-test-", dir=existing)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as err:
+        return f"cannot create a file in {existing!r} ({err.strerror or err})"
+    return None

@@ -343,39 +343,51 @@ class Trainer:
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
-        """Run ``validation_step`` over the validation data; one metric dict per loader."""
-        return self._evaluate("validate", model, dataloaders, ckpt_path)
+        """Run ``validation_step`` over the validation data; one metric dict per loader.
+
+        ``ckpt_path`` loads the weights first; ``weights_only=False`` allows checkpoints with
+        arbitrary pickled objects: only for files you trust.
+        """
+        return self._evaluate("validate", model, dataloaders, ckpt_path, weights_only)
 
     def test(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
-        """Run ``test_step`` over the test data; one metric dict per loader."""
-        return self._evaluate("test", model, dataloaders, ckpt_path)
+        """Run ``test_step`` over the test data; one metric dict per loader (see `validate`)."""
+        return self._evaluate("test", model, dataloaders, ckpt_path, weights_only)
 
     def predict(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool = True,
     ) -> list[Any]:
-        """Run ``predict_step`` and return its outputs (a list per loader when several)."""
-        return self._evaluate("predict", model, dataloaders, ckpt_path)
+        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
+        return self._evaluate("predict", model, dataloaders, ckpt_path, weights_only)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically.
 
+        Raises `NonFiniteLossError` instead when a training loss since the last check was not
+        finite: the weights that follow it are never saved.
+
         While a run with several processes is failing (from ``on_exception``), the other ranks may
-        be gone, so no collective runs: global rank 0 writes its own state (the other ranks'
-        ``rank_states`` are None) and every other rank returns without writing.
+        be gone, so no collective runs: global rank 0 checks its own losses and writes its own
+        state (the other ranks' ``rank_states`` are None); every other rank returns without writing.
         """
         if self.state.failing and self.world_size > 1:
             if self.is_global_zero:
+                self._loss_check.check_before_save(self._strategy, agree=False)
                 atomic_save(dump_checkpoint(self, gather=False), filepath)
             return
+        self._loss_check.check_before_save(self._strategy)
         checkpoint = self._dump_checkpoint()
         if self.is_global_zero:
             atomic_save(checkpoint, filepath)
@@ -459,6 +471,7 @@ class Trainer:
         self._grad_check_params = list(model.named_parameters()) if check else None
         self._current_epoch = 0
         self._global_step = 0
+        self._loss_check.reset()
         self._validated_in_fit = False
         if ckpt_path is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
             ckpt_path = "last" if self._strategy.broadcast(find_last_checkpoint(self)) else None
@@ -490,13 +503,16 @@ class Trainer:
         self.save_checkpoint(path)
         raise Preempted(signum, path)
 
-    def _evaluate(self, stage: str, model: TrainModule | None, loaders: Any, ckpt_path: Any) -> Any:
+    def _evaluate(
+        self, stage: str, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool
+    ) -> Any:
         if model is None:
             if self._module is None:
                 raise ValueError(f"trainer.{stage}() needs a model: pass one, or call fit first.")
             model = self._module
         _check_module(model, training=False, stage=stage)
         check_path("ckpt_path", ckpt_path)
+        check_bool("weights_only", weights_only)  # torch.load would take "no" as True
         hook_stage = {"validate": "val", "test": "test", "predict": "predict"}[stage]
 
         def body() -> Any:
@@ -511,7 +527,7 @@ class Trainer:
             self._prepare_module_for_speed(model)
             self._strategy.setup_module(model)
             if ckpt_path is not None:
-                self._load_weights(ckpt_path)
+                self._load_weights(ckpt_path, weights_only)
             limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
                 stage, self.limit_predict_batches
             )
@@ -522,7 +538,7 @@ class Trainer:
                 setattr(self, f"num_{stage}_batches", counts)
             return EvaluationLoop(self, stage).run(dataloaders, limit)
 
-        return self._run(stage, model, body, (model, loaders, ckpt_path))
+        return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only))
 
     def _run_validation_in_fit(self) -> None:
         self.state.stage = "validate"

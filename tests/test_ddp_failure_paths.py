@@ -87,10 +87,20 @@ def test_a_loader_shorter_than_its_len_fails_every_rank_naming_rank_and_batch(st
 
 
 class _Boom(Regression):
+    """Rank 1 raises at step 3; with ``nan_at_step_2`` its loss at step 2 is NaN first (the loss
+    check runs every 50 steps, so only the save finds it)."""
+
+    def __init__(self, nan_at_step_2: bool = False) -> None:
+        super().__init__()
+        self.nan_at_step_2 = nan_at_step_2
+
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         if self.global_rank == 1 and self.global_step == 3:
             raise RuntimeError("boom on rank 1")
-        return super().training_step(batch, batch_idx)
+        loss = super().training_step(batch, batch_idx)
+        if self.nan_at_step_2 and self.global_rank == 1 and self.global_step == 2:
+            return loss * float("nan")
+        return loss
 
 
 class SaveOnCrash(Callback):
@@ -103,13 +113,13 @@ class SaveOnCrash(Callback):
         trainer.save_checkpoint(self.path)
 
 
-def _crash_and_save(rank: int, world_size: int, path: str) -> tuple[str, str, float, int]:
+def _crash_and_save(rank: int, world_size: int, path: str, nan: bool = False) -> tuple[str, str, float, int]:
     torch.set_num_threads(1)
     trainer = Trainer(
         max_epochs=3, accelerator="cpu", strategy=DDPStrategy(timeout=60), callbacks=[SaveOnCrash(path)],
         **QUIET,
     )
-    kind, text, took = _outcome(lambda: trainer.fit(_Boom(), loader(regression_data(64), 4)))
+    kind, text, took = _outcome(lambda: trainer.fit(_Boom(nan), loader(regression_data(64), 4)))
     return kind, text, took, trainer.global_step
 
 
@@ -146,3 +156,16 @@ def test_save_checkpoint_in_on_exception_writes_rank_zeros_state_without_waiting
     assert step0 == step1 == 3 + 8  # 8 batches per rank and epoch
     assert all(torch.equal(a, b) for a, b in zip(params0, params1))
     assert any("the epoch restarts from its first batch on every rank" in w for w in warned0), warned0
+
+
+def test_save_checkpoint_in_on_exception_writes_nothing_after_a_non_finite_loss(tmp_path):
+    """Rank 1's NaN loss at step 2 is in every rank's weights: rank 0's own losses show it, so its
+    crash save refuses (without a collective) and raises the non-finite error instead."""
+    path = tmp_path / "crash.ckpt"
+    (kind0, text0, _, _), (kind1, text1, _, _) = run_ranks(
+        _crash_and_save, world_size=2, args=(str(path), True), init_group=False, timeout=60
+    )
+    assert (kind1, text1) == ("RuntimeError", "boom on rank 1")
+    assert kind0 == "NonFiniteLossError", (kind0, text0)
+    assert "global step 3" in text0 and "No checkpoint is written after a non-finite loss" in text0, text0
+    assert not path.exists()

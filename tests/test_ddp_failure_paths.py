@@ -82,7 +82,7 @@ def test_a_loader_shorter_than_its_len_fails_every_rank_naming_rank_and_batch(st
     )
     assert kind1 == "ValueError" and text1.startswith(expected), text1
     assert kind0 == "RankFailedError", (kind0, text0)
-    assert text0.startswith(f"Rank 1 failed: ValueError: {expected}"), text0
+    assert text0.startswith("Rank 1 failed at epoch 0, ") and f": ValueError: {expected}" in text0, text0
     print(f"rank 0 ended {took:.1f} s after its run started")
 
 
@@ -141,7 +141,9 @@ def test_save_checkpoint_in_on_exception_writes_rank_zeros_state_without_waiting
     )
     assert (kind1, text1) == ("RuntimeError", "boom on rank 1")
     assert kind0 == "RankFailedError", (kind0, text0)
-    assert text0.startswith("Rank 1 failed: RuntimeError: boom on rank 1."), text0
+    assert text0.startswith(
+        "Rank 1 failed at epoch 0, global step 3, batch index 3: RuntimeError: boom on rank 1."
+    ), text0
     print(f"rank 0 ended {took:.1f} s after its fit started")
     # Documented (docs/checkpointing.md): no collective; global rank 0 writes its own state.
     ckpt = load_checkpoint(path)

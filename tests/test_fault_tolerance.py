@@ -110,5 +110,8 @@ def test_a_raising_rank_makes_the_others_fail_naming_it(tmp_path):
     (kind0, text0, took0), (kind1, text1, _) = run_ranks(_failing_rank, world_size=2, init_group=False, timeout=90)
     assert (kind1, text1) == ("RuntimeError", "boom on rank 1")
     assert kind0 == "RankFailedError"
-    assert text0.startswith("Rank 1 failed: RuntimeError: boom on rank 1. Rank 0 stopped because")
+    assert text0.startswith(
+        "Rank 1 failed at epoch 0, global step 3, batch index 3: RuntimeError: boom on rank 1. "
+        "Rank 0 stopped (at epoch 0, global step 3, batch index 3) because"
+    ), text0
     assert took0 < 30  # well within the process-group timeout: no hang

@@ -6,7 +6,11 @@ previous step, which has long finished, so all ranks act at the same step one st
 """
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 from types import FrameType
 from typing import Any
@@ -31,6 +35,29 @@ class Preempted(SystemExit):
             f"Pre-empted by {signal.Signals(self.signum).name}: saved {self.path}; exiting with code "
             f"{PREEMPTION_EXIT_CODE}. Relaunch with trainer.fit(..., ckpt_path='last') to resume."
         )
+
+
+def announce_preemption(preempted: Preempted) -> None:
+    """On global rank 0: say what was saved, where, and the exit code; under SLURM, requeue the job.
+
+    ``#SBATCH --requeue`` alone requeues a job only when SLURM itself pre-empts it, and no exit
+    code requeues a job unless the cluster sets ``RequeueExit``: so a pre-empted job that runs
+    under SLURM (``SLURM_JOB_ID`` set) asks for its requeue with ``scontrol requeue``.
+    """
+    lines = [f"[lockstep] {preempted}"]
+    job = os.environ.get("SLURM_JOB_ID")
+    scontrol = shutil.which("scontrol")
+    if job and scontrol is None:
+        lines.append(f"[lockstep] SLURM job {job}: scontrol not found, the job is not requeued.")
+    elif job:
+        try:
+            done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=30)
+            result = "requeued" if done.returncode == 0 else f"not requeued: {(done.stderr or done.stdout).strip()}"
+        except (OSError, subprocess.TimeoutExpired) as err:
+            result = f"not requeued: {err}"
+        lines.append(f"[lockstep] SLURM job {job}: `scontrol requeue {job}`: {result}.")
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
 
 
 class PreemptionWatch:

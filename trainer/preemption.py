@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -20,6 +21,9 @@ import torch.distributed as dist
 
 PREEMPTION_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later" -- relaunch with ckpt_path="last"
 PREEMPTION_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None)) if s)
+# A repeat of the same signal sooner than this is the same request delivered twice: SLURM signals
+# every process of a step, and torch's agent forwards what it received to its workers as well.
+REPEAT_WINDOW_S = 2.0
 
 
 class Preempted(SystemExit):
@@ -65,6 +69,7 @@ class PreemptionWatch:
 
     def __init__(self) -> None:
         self.signum = 0
+        self._signalled_at = 0.0
         self._previous: dict[int, Any] = {}
         self._flag: torch.Tensor | None = None
         self._work: Any = None
@@ -87,12 +92,16 @@ class PreemptionWatch:
             self._work = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
         if self.signum == signum:
-            # Asked twice (e.g. a launcher that is tearing the group down): stop waiting for the
-            # step boundary and let the signal do what it does by default.
+            if now - self._signalled_at < REPEAT_WINDOW_S:
+                return  # one request that reached this process twice (SLURM and the agent)
+            # Asked again later (e.g. a launcher that is tearing the group down): stop waiting for
+            # the step boundary and let the signal do what it does by default.
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
         self.signum = signum
+        self._signalled_at = now
 
     def agreed(self, world_size: int, group: Any = None) -> int:
         """The signal every rank agrees to act on now (0: none). Call once per optimizer step.

@@ -134,7 +134,8 @@ class ProcessGroupStrategy(Strategy):
         return module
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """Shard ``dataloader`` across ranks (exactly once each for evaluation)."""
+        """Shard ``dataloader`` across ranks (exactly once each for evaluation; for predict in
+        consecutive blocks, so the gathered predictions are in dataset order)."""
         if not self.use_distributed_sampler or self.world_size == 1:
             return dataloader
         from trainer.distributed_sampler import distribute_dataloader
@@ -145,6 +146,7 @@ class ProcessGroupStrategy(Strategy):
             rank=self.global_rank,
             seed=int(os.environ.get("LOCKSTEP_GLOBAL_SEED", 0)),
             evaluation=stage != "fit",
+            contiguous=stage == "predict",
         )
 
     def agree_on_batch_count(self, num_batches: int | None) -> tuple[int | None, bool]:

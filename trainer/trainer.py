@@ -23,7 +23,14 @@ from trainer.checkpoint import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from trainer.data import as_loader_list, check_limit, check_loader, loader_batch_size, num_batches
+from trainer.data import (
+    as_loader_list,
+    check_limit,
+    check_loader,
+    has_length,
+    loader_batch_size,
+    num_batches,
+)
 from trainer.evaluation_loop import EvaluationLoop
 from trainer.fit_loop import FitLoop
 from trainer.hooks import HookDispatcher
@@ -50,6 +57,7 @@ class TrainerState:
 
     fn: str | None = None
     stage: str | None = None
+    failing: bool = False  # the run raised (set before on_exception, kept until the next run)
 
 
 class Trainer:
@@ -370,7 +378,16 @@ class Trainer:
 
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.
+
+        While a run with several processes is failing (from ``on_exception``), the other ranks may
+        be gone, so no collective runs: global rank 0 checks its own losses and writes its own
+        state (the other ranks' ``rank_states`` are None); every other rank returns without writing.
         """
+        if self.state.failing and self.world_size > 1:
+            if self.is_global_zero:
+                self._loss_check.check_before_save(self._strategy, agree=False)
+                atomic_save(dump_checkpoint(self, gather=False), filepath)
+            return
         self._loss_check.check_before_save(self._strategy)
         checkpoint = self._dump_checkpoint()
         if self.is_global_zero:
@@ -399,10 +416,13 @@ class Trainer:
             self._hooks.call("setup", fn)
             result = body()
         except BaseException as exc:
+            self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
             clearer = self._strategy.on_failure(exc, self._position())
             _record_for_elastic_agent(clearer or exc)
-            self._hooks.call_callbacks("on_exception", exc)
-            self._finish(fn, "failed")
+            try:
+                self._hooks.call_callbacks("on_exception", exc)
+            finally:  # a callback that raises must not keep this rank in the group
+                self._finish(fn, "failed")
             if clearer is not None:
                 raise clearer from exc
             raise
@@ -441,7 +461,7 @@ class Trainer:
         check_loader("fit(train_dataloaders=...)", loader)
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
         install_worker_seeding(self.train_dataloader, self.global_rank)
-        self._train_length_known = _has_length(self.train_dataloader)
+        self._train_length_known = has_length(self.train_dataloader)
         self._count_training_batches()
         val_source = val if val is not None else model.val_dataloader()
         val_loaders = as_loader_list(val_source, "fit(val_dataloaders=...)")
@@ -663,14 +683,6 @@ class Trainer:
         path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
         checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
         restore_checkpoint(self, checkpoint, path)
-
-
-def _has_length(loader: Any) -> bool:
-    try:
-        len(loader)
-    except TypeError:
-        return False
-    return True
 
 
 def _record_for_elastic_agent(exc: BaseException) -> None:

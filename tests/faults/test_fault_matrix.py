@@ -101,8 +101,6 @@ CASES = {
 # within the same second is named first can change from run to run.
 NOT_STRICT = {"sigkill_worker", "nan_loss"}
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("on_exception_save", "python"): "awaiting fix for item C8 (on_exception + save_checkpoint hangs)",
-    ("lying_len", "python"): "awaiting fix for item C7 (a loader shorter than its len() hangs)",
     ("raise_val", "python"): "C10 names no batch for a failure in validation_step: 'rank 1 failed at "
     "epoch 1, global step 12, in validate', without the validation batch index (1)",
     ("loader_worker_raises", "python"): "C10 names the wrong batch when loading fails: 'global step 2, "

@@ -203,12 +203,12 @@ def record(outcome: Outcome, problems: list[str]) -> None:
         f.write(json.dumps(row) + "\n")
 
 
-# How each launcher names the worker it blames: our ElasticLauncher's summary line, torchrun's
-# "Root Cause" block. Under ddp_spawn torch.multiprocessing shows one process's traceback ("Process
+# How each launcher names the worker it blames: our ElasticLauncher's summary line (not the
+# workers' own "[rankN]: [lockstep] rank N failed at ..." lines), torchrun's "Root Cause" block. Under ddp_spawn torch.multiprocessing shows one process's traceback ("Process
 # N terminated with the following error"), whichever it noticed first; the error at its end is what
 # the user reads, so a `RankFailedError` there ("Rank 1 failed: ...") names the rank.
 _BLAME = {
-    "python": re.compile(r"\[lockstep\][^\n]*?\brank (\d+)"),
+    "python": re.compile(r"(?m)^\[lockstep\] worker rank (\d+) failed"),
     "torchrun": re.compile(r"Root Cause \(first observed failure\):.*?\brank\s*:\s*(\d+)", re.S),
     "spawn": re.compile(r"\b[Pp]rocess (\d+) terminated"),
 }

@@ -39,7 +39,7 @@ def test_a_process_that_left_the_run_group_is_still_found_by_its_marker():
     "launcher, output, rank",
     [
         # The workers' own lines come first; the launcher's headline decides.
-        ("python", "[rank0]: [lockstep] rank 0 failed at epoch 1\n[lockstep] worker rank 1 failed with exit code 1", 1),
+        ("python", "[rank0]: [lockstep] rank 0 failed at epoch 1\n[lockstep] worker rank 1 failed with", 1),
         ("torchrun", "Failures:\n  rank : 0 (local_rank: 0)\nRoot Cause (first observed failure):\n[0]:\n"
          "  time : t\n  host : h\n  rank : 1 (local_rank: 1)\n", 1),
         ("spawn", "-- Process 0 terminated with the following error:\n...\ntrainer.failure_notes."

@@ -94,11 +94,10 @@ CASES = {
     "nan_loss": Case(("python",), r"NonFiniteLossError", 11, 3),
 }
 
-# Cases that do not pass yet, with the reason. "awaiting": another branch is fixing it (issue 10's
-# item numbers); remove the entry once `git merge main` brings the fix and the case passes. The
-# others are defects found here, reported to the lead. Strict unless the outcome depends on
-# timing: the elastic agent stamps failures in whole seconds, so which of two ranks that fail
-# within the same second is named first can change from run to run.
+# Cases that do not pass yet, with what is wrong (defects this suite found; "awaiting fix for item
+# N" while another branch fixes issue 10's item N). Remove an entry once its case passes. Strict
+# unless the outcome depends on timing: the elastic agent stamps failures in whole seconds, so
+# which of two ranks failing within the same second is named first can change from run to run.
 NOT_STRICT = {"sigkill_worker", "nan_loss"}
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("raise_val", "python"): "C10 names no batch for a failure in validation_step: 'rank 1 failed at "
@@ -134,7 +133,7 @@ def _params():
             yield pytest.param(name, launcher, id=f"{name}-{launcher}", marks=marks)
 
 
-def problems_of(name: str, case: Case, out: Outcome) -> list[str]:
+def problems_of(case: Case, out: Outcome) -> list[str]:
     """Everything wrong with how the run ended (empty: it ended as it must)."""
     found = []
     text = out.output
@@ -174,7 +173,7 @@ def _checkpoint_problems(case: Case, ckpts: dict) -> list[str]:
     if not good:
         return found + ["no loadable checkpoint with finite weights is left"]
     newest = ckpts.get("last.ckpt", {}).get("step", max(good))
-    if case.ckpt_step == -1:  # the launcher was killed at some step after the one of step 10
+    if case.ckpt_step == -1:  # the launcher was signalled at some step after the save of step 10
         if newest < 10:
             found.append(f"the newest checkpoint is of step {newest}, expected >= 10")
     elif newest != case.ckpt_step:
@@ -186,7 +185,7 @@ def _checkpoint_problems(case: Case, ckpts: dict) -> list[str]:
 def test_fault(name: str, launcher: str, tmp_path: Path) -> None:
     case = CASES[name]
     out = run_case(name, launcher, tmp_path)
-    problems = problems_of(name, case, out)
+    problems = problems_of(case, out)
     record(out, problems)
     timing = f"{out.fault_to_end_s}s after the fault, {out.total_s}s in all"
     left = "".join(f"\n  left: {p}" for p in out.leftovers)

@@ -20,7 +20,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from tests.distributed_helpers import REPO_ROOT, free_port
+from trainer.checkpoint import load_checkpoint
 
 SCRIPT = Path(__file__).resolve().parent / "fault_script.py"
 MARKER_VAR = "LOCKSTEP_FAULT_RUN"
@@ -116,10 +119,6 @@ def _fault_time(root: Path) -> float | None:
 
 
 def _checkpoints(root: Path) -> dict[str, Any]:
-    import torch
-
-    from trainer.checkpoint import load_checkpoint
-
     found: dict[str, Any] = {}
     for path in sorted((root / "ckpts").glob("*.ckpt")):
         try:

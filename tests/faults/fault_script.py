@@ -166,7 +166,7 @@ class RaisingDataset(Dataset):
 def main() -> None:
     case, launcher, root = sys.argv[1], sys.argv[2], sys.argv[3]
     torch.set_num_threads(1)
-    kwargs: dict[str, Any] = {"accelerator": "cpu"}
+    kwargs: dict[str, Any] = {}
     if launcher == "python":
         kwargs.update(devices=2, strategy="ddp")
     elif launcher == "spawn":
@@ -190,6 +190,7 @@ def main() -> None:
         default_root_dir=root,
         logger=False,
         enable_progress_bar=False,
+        accelerator="cpu",
         **kwargs,
     )
     trainer.fit(Model(case, root), train, DataLoader(_data(16), batch_size=4))

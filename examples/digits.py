@@ -111,6 +111,7 @@ def total_steps(trainer: Trainer) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", default="auto", help="processes on this machine (default: auto)")
+    parser.add_argument("--accelerator", default="auto", help="cpu, cuda or auto (default: CUDA if available)")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches (A)")
     parser.add_argument("--max-epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="micro batch per process (b)")
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     train, val = digits_datasets()
     devices = args.devices if args.devices == "auto" else int(args.devices)
     trainer = Trainer(
+        accelerator=args.accelerator,
         max_epochs=args.max_epochs,
         devices=devices,
         strategy=args.strategy,

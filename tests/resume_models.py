@@ -51,17 +51,17 @@ def straight_and_resumed(tmp: str, stop_step: int, own_generator: bool = False, 
     kw = {"max_epochs": 2, "accumulate_grad_batches": 2, **QUIET, **trainer_kw}
     seed_everything(0)
     straight = Noisy()
-    Trainer(**kw).fit(straight, make_loader(own_generator))
+    Trainer(accelerator="cpu", **kw).fit(straight, make_loader(own_generator))
 
     seed_everything(0)
     first = Noisy()
     path = f"{tmp}/mid.ckpt"
     try:
-        Trainer(**kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator))
+        Trainer(accelerator="cpu", **kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator))
     except KeyboardInterrupt:
         pass
     seed_everything(99)  # a fresh process: nothing but the checkpoint decides what happens next
     resumed = Noisy()
-    trainer = Trainer(**kw)
+    trainer = Trainer(accelerator="cpu", **kw)
     trainer.fit(resumed, make_loader(own_generator), ckpt_path=path)
     return [p.detach().clone() for p in straight.parameters()], [p.detach().clone() for p in resumed.parameters()], trainer.global_step

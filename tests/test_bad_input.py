@@ -10,7 +10,7 @@ from trainer import Trainer, TrainModule
 
 
 def _fit(module, data=None, **kw):
-    trainer = Trainer(max_epochs=1, **{**QUIET, **kw})
+    trainer = Trainer(accelerator="cpu", max_epochs=1, **{**QUIET, **kw})
     trainer.fit(module, data if data is not None else loader(regression_data(16), 4))
     return trainer
 
@@ -45,7 +45,7 @@ def test_module_without_configure_optimizers():
 
 def test_not_a_train_module():
     with pytest.raises(TypeError, match="needs a TrainModule subclass instance, got Linear"):
-        Trainer(**QUIET).fit(torch.nn.Linear(1, 1))
+        Trainer(accelerator="cpu", **QUIET).fit(torch.nn.Linear(1, 1))
 
 
 class Returns(Regression):
@@ -94,17 +94,17 @@ def test_dict_with_loss_is_fine():
 @pytest.mark.parametrize("value", [0, -1])
 def test_accumulate_grad_batches_below_one(value):
     with pytest.raises(ValueError, match=f"accumulate_grad_batches must be >= 1, got {value}"):
-        Trainer(accumulate_grad_batches=value, **QUIET)
+        Trainer(accelerator="cpu", accumulate_grad_batches=value, **QUIET)
 
 
 def test_accumulate_grad_batches_not_int():
     with pytest.raises(TypeError, match="accumulate_grad_batches must be an int, got 2.0"):
-        Trainer(accumulate_grad_batches=2.0, **QUIET)
+        Trainer(accelerator="cpu", accumulate_grad_batches=2.0, **QUIET)
 
 
 def test_unknown_precision():
     with pytest.raises(ValueError, match=r"Unknown precision 'fp8'\. Use one of '32-true', 'bf16-mixed', '16-mixed'"):
-        Trainer(precision="fp8", **QUIET)
+        Trainer(accelerator="cpu", precision="fp8", **QUIET)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
@@ -127,7 +127,7 @@ def test_cuda_accelerator_without_cuda():
 def test_no_train_dataloader():
     with pytest.raises(ValueError, match=r"No training data: pass train_dataloaders to trainer.fit\(...\) or "
                        r"define Regression.train_dataloader\(\)"):
-        Trainer(**QUIET).fit(Regression())
+        Trainer(accelerator="cpu", **QUIET).fit(Regression())
 
 
 def test_empty_dataloader():
@@ -176,7 +176,7 @@ def test_no_work_before_errors():
 )
 def test_bad_trainer_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):
-        Trainer(**{**QUIET, **kwargs})
+        Trainer(accelerator="cpu", **{**QUIET, **kwargs})
 
 
 def test_bad_configure_optimizers_return():
@@ -222,4 +222,4 @@ def test_several_val_loaders_need_dataloader_idx():
     data = loader(regression_data(8), 4)
     with pytest.raises(TypeError, match=r"validation_step is called with \(batch, batch_idx, dataloader_idx\) when "
                        r"there are several dataloaders \(2 here\); add a `dataloader_idx=0` parameter"):
-        Trainer(**QUIET).validate(OneArg(), [data, data])
+        Trainer(accelerator="cpu", **QUIET).validate(OneArg(), [data, data])

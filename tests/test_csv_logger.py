@@ -75,7 +75,7 @@ def test_bad_flush_every(tmp_path):
 
 def test_fit_writes_metrics_csv(tmp_path):
     logger = CSVLogger(tmp_path)
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=2,
         logger=logger,
         log_every_n_steps=2,

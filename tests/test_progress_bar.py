@@ -86,7 +86,7 @@ def test_refresh_rate_zero_disables_the_bar():
 
 
 def test_default_bar_goes_to_stdout(capsys):
-    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False)
     assert any(isinstance(cb, ProgressBar) for cb in trainer.callbacks)
     trainer.fit(Scripted(), loader(16, 4))
     assert "Epoch 0: 100% 4/4" in capsys.readouterr().out

@@ -81,7 +81,7 @@ def test_nonzero_rank_creates_nothing(tmp_path, monkeypatch):
 
 
 def test_fit_logs_scalars_hparams_and_summary(tmp_path):
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=2,
         default_root_dir=tmp_path,
         log_every_n_steps=2,
@@ -116,7 +116,7 @@ def test_fit_logs_scalars_hparams_and_summary(tmp_path):
     assert len(event_files(tmp_path)) == 1
 
     # the next run in the same root gets the next version
-    trainer2 = Trainer(
+    trainer2 = Trainer(accelerator="cpu", 
         max_epochs=1, default_root_dir=tmp_path, enable_progress_bar=False, enable_checkpointing=False
     )
     trainer2.fit(Scripted(), loader(16, 8))
@@ -135,7 +135,7 @@ class _ReadEventsAtEpochEnd(Callback):
 
 def test_flushes_at_epoch_end(tmp_path):
     reader = _ReadEventsAtEpochEnd()
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=2,
         default_root_dir=tmp_path,
         log_every_n_steps=1,
@@ -151,7 +151,7 @@ def test_flushes_at_epoch_end(tmp_path):
 def test_closed_on_exception_and_readable(tmp_path):
     recorder = Recorder()
     logger = TensorBoardLogger(tmp_path)
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=3,
         logger=logger,
         log_every_n_steps=1,

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
-from callbacks._utils import _env_global_rank, _next_version, _validate_version, _version_dir_name
+from callbacks._utils import (
+    _check_path,
+    _env_global_rank,
+    _next_version,
+    _validate_version,
+    _version_dir_name,
+)
 from callbacks.logger import Logger
 
 if TYPE_CHECKING:
@@ -16,8 +22,8 @@ if TYPE_CHECKING:
 class _FileLogger(Logger):
     """Resolves ``save_dir``, ``name`` and ``version`` into ``log_dir`` the same way on every rank.
 
-    ``version=None`` picks the next free ``version_N``. Global rank 0 picks it and broadcasts it
-    in ``setup``: each rank scanning the directory itself would race with rank 0 creating it.
+    ``version=None`` picks the next free ``version_N``: see `fix_log_versions`. Later calls
+    of the same Trainer (``validate``/``test`` after ``fit``) keep it.
     """
 
     def __init__(
@@ -27,9 +33,15 @@ class _FileLogger(Logger):
         version: int | str | None = None,
     ) -> None:
         _validate_version(version)
+        owner = type(self).__name__
+        _check_path(owner, "save_dir", save_dir)
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
         self._save_dir = None if save_dir is None else os.fspath(save_dir)
         self._name = name or ""
         self._version = version
+        self._picks_version = version is None
+        self._version_fixed = False  # set once, by `fix_log_versions`
         self._rank: int | None = None
 
     # -- where ------------------------------------------------------------------------------
@@ -67,12 +79,8 @@ class _FileLogger(Logger):
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._rank = trainer.global_rank
-        if self._save_dir is None:
-            self._save_dir = os.fspath(trainer.default_root_dir)
-        version = self.version if trainer.is_global_zero else None
-        if trainer.world_size > 1:
-            version = trainer.strategy.broadcast(version, src=0)
-        self._version = version
+        if not self._version_fixed:
+            fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
         if trainer.is_global_zero:
             # claim the version now, so a second run started in the same root gets the next one
             os.makedirs(self.log_dir, exist_ok=True)
@@ -84,3 +92,34 @@ class _FileLogger(Logger):
         if not isinstance(params, dict):
             params = dict(vars(params)) if hasattr(params, "__dict__") else dict(params)
         return dict(params)
+
+
+def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: bool) -> None:
+    """Fix ``save_dir`` and version of each file logger in ``loggers`` whose version is not fixed.
+
+    The loggers that pick their version share one, the next number free in all their
+    directories, so a TensorBoard and a CSV logger of one Trainer write to the same
+    ``version_N``. Global rank 0 decides; with ``broadcast`` one broadcast tells every rank (each
+    rank scanning the directories itself would race with rank 0 creating them). The first
+    ``setup`` calls it; so does a launching process before it spawns its workers
+    (``ddp_spawn``), which then all inherit one version for every call of the Trainer.
+    """
+    group: list[_FileLogger] = []
+    for lg in loggers:
+        if isinstance(lg, _FileLogger) and not lg._version_fixed and lg not in group:
+            group.append(lg)
+    if not group:
+        return
+    for lg in group:
+        if lg._save_dir is None:
+            lg._save_dir = os.fspath(trainer.default_root_dir)
+    versions: list[int | str | None] = []
+    if trainer.is_global_zero or not broadcast:
+        pickers = [lg for lg in group if lg._picks_version]
+        shared = max((_next_version(lg.root_dir) for lg in pickers), default=0)
+        versions = [shared if lg._picks_version else lg._version for lg in group]
+    if broadcast:
+        versions = trainer.strategy.broadcast(versions, src=0)
+    for lg, version in zip(group, versions):
+        lg._version = version
+        lg._version_fixed = True

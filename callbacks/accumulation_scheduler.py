@@ -36,15 +36,21 @@ class GradientAccumulationScheduler(Callback):
                 "give at least one {epoch: accumulate}."
             )
         for epoch, value in scheduling.items():
-            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-                raise ValueError(
-                    f"GradientAccumulationScheduler: epoch keys must be ints >= 0 (0-based), got {epoch!r}."
-                )
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"GradientAccumulationScheduler: accumulation values must be ints >= 1, got {value!r} "
-                    f"for epoch {epoch}."
-                )
+            bad_epoch = (
+                f"GradientAccumulationScheduler: epoch keys must be ints >= 0 (0-based), got {epoch!r}."
+            )
+            if isinstance(epoch, bool) or not isinstance(epoch, int):
+                raise TypeError(bad_epoch)
+            if epoch < 0:
+                raise ValueError(bad_epoch)
+            bad_value = (
+                f"GradientAccumulationScheduler: accumulation values must be ints >= 1, got {value!r} "
+                f"for epoch {epoch}."
+            )
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(bad_value)
+            if value < 1:
+                raise ValueError(bad_value)
         self.scheduling: dict[int, int] = dict(sorted(scheduling.items()))
         if 0 not in self.scheduling:
             self.scheduling = {0: 1, **self.scheduling}

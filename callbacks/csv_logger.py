@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
-from callbacks._utils import _to_float
+from callbacks._utils import _check_int, _to_float
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -42,12 +42,7 @@ class CSVLogger(_FileLogger):
         flush_every_n_rows: int = 100,
     ) -> None:
         super().__init__(save_dir=save_dir, name=name, version=version)
-        if (
-            isinstance(flush_every_n_rows, bool)
-            or not isinstance(flush_every_n_rows, int)
-            or flush_every_n_rows < 1
-        ):
-            raise ValueError(f"CSVLogger(flush_every_n_rows={flush_every_n_rows!r}): expected an int >= 1.")
+        _check_int("CSVLogger", "flush_every_n_rows", flush_every_n_rows, 1, "an int >= 1")
         self._flush_every = flush_every_n_rows
         self._rows: list[dict[str, Any]] = []
         self._columns: list[str] = []  # columns in the file on disk

@@ -6,6 +6,9 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from callbacks._utils import (
+    _check_bool,
+    _check_int,
+    _check_number,
     _monitor_value,
     _rank_zero_print,
     _to_float,
@@ -51,13 +54,23 @@ class EarlyStopping(Callback):
         divergence_threshold: float | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(monitor, str) or not monitor:
+        if not isinstance(monitor, str):
+            raise TypeError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
+        if not monitor:
             raise ValueError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
         _validate_mode(mode, "EarlyStopping")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
-            raise ValueError(f"EarlyStopping(patience={patience!r}): expected an int >= 0.")
-        if not (isinstance(min_delta, (int, float)) and math.isfinite(min_delta) and min_delta >= 0):
+        _check_int("EarlyStopping", "patience", patience, 0, "an int >= 0")
+        _check_number("EarlyStopping", "min_delta", min_delta, "a finite number >= 0")
+        if min_delta < 0:
             raise ValueError(f"EarlyStopping(min_delta={min_delta!r}): expected a finite number >= 0.")
+        # a NaN threshold compares false with every value: the check would silently never fire
+        for arg, threshold in (
+            ("stopping_threshold", stopping_threshold),
+            ("divergence_threshold", divergence_threshold),
+        ):
+            _check_number("EarlyStopping", arg, threshold, "None or a finite number", allow_none=True)
+        _check_bool("EarlyStopping", "check_finite", check_finite)
+        _check_bool("EarlyStopping", "verbose", verbose)
         self.monitor = monitor
         self.patience = patience
         self.mode = mode

@@ -25,6 +25,10 @@ class LearningRateMonitor(Callback):
     """
 
     def __init__(self, logging_interval: str | None = None) -> None:
+        if logging_interval is not None and not isinstance(logging_interval, str):
+            raise TypeError(
+                f"LearningRateMonitor(logging_interval={logging_interval!r}): use None, 'step' or 'epoch'."
+            )
         if logging_interval not in (None, "step", "epoch"):
             raise ValueError(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}): use None, 'step' or 'epoch'."

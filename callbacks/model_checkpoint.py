@@ -5,10 +5,14 @@ from __future__ import annotations
 import math
 import os
 import re
+import tempfile
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import (
+    _check_bool,
+    _check_int,
+    _check_path,
     _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
@@ -75,19 +79,24 @@ class ModelCheckpoint(Callback):
         verbose: bool = False,
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
-        if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-            raise ValueError(
-                f"ModelCheckpoint(save_top_k={save_top_k!r}): expected an int >= -1 "
-                "(-1 keeps every checkpoint, 0 keeps none)."
+        _check_path("ModelCheckpoint", "dirpath", dirpath)
+        if monitor is not None and not isinstance(monitor, str):
+            raise TypeError(
+                f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
             )
+        keep = "an int >= -1 (-1 keeps every checkpoint, 0 keeps none)"
+        _check_int("ModelCheckpoint", "save_top_k", save_top_k, -1, keep)
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise ValueError(
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): there is no metric to rank "
                 "checkpoints by. Set `monitor`, or use save_top_k=1 (latest), -1 (all) or 0 (none)."
             )
         for arg, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"ModelCheckpoint({arg}={value!r}): expected None or an int >= 0.")
+            _check_int("ModelCheckpoint", arg, value, 0, "None or an int >= 0", allow_none=True)
+        _check_bool("ModelCheckpoint", "save_last", save_last)
+        _check_bool("ModelCheckpoint", "auto_insert_metric_name", auto_insert_metric_name)
+        _check_bool("ModelCheckpoint", "verbose", verbose)
+        _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
         self.dirpath: str | None = None if dirpath is None else os.path.expanduser(os.fspath(dirpath))
@@ -125,8 +134,15 @@ class ModelCheckpoint(Callback):
         self._in_fit = True
         if self.dirpath is None:
             self.dirpath = self._default_dirpath(trainer)
+        # an unwritable directory fails the fit now, not at the first save an epoch later
+        problem = _unwritable(self.dirpath) if trainer.is_global_zero else None
         if trainer.world_size > 1:
-            self.dirpath = trainer.strategy.broadcast(self.dirpath, src=0)
+            self.dirpath, problem = trainer.strategy.broadcast((self.dirpath, problem), src=0)
+        if problem is not None:
+            raise OSError(
+                f"ModelCheckpoint cannot write checkpoints to {self.dirpath!r}: {problem}. Pass a writable "
+                f"default_root_dir (now {os.fspath(trainer.default_root_dir)!r}) or ModelCheckpoint(dirpath=...)."
+            )
         if self._pending_state is not None:
             self._apply_state(self._pending_state)
             self._pending_state = None
@@ -186,6 +202,14 @@ class ModelCheckpoint(Callback):
             return
         if self._epoch_due(trainer):
             self._save(trainer)
+
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # max_steps stopped the run inside an epoch: the epoch is not over, so its end hooks did
+        # not run. Without a monitor, save what that epoch end would have (the latest state; it
+        # resumes at the next batch). A monitored metric's epoch value is not final there.
+        loop = trainer.fit_loop
+        if self.monitor is None and loop.batches_done and not loop.epoch_finished:
+            self.on_train_epoch_end(trainer, module)
 
     # -- checkpoint state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -423,3 +447,19 @@ class ModelCheckpoint(Callback):
         if score is None:
             return False
         return score < reference if self.mode == "min" else score > reference
+
+
+def _unwritable(dirpath: str) -> str | None:
+    """Why no file can be created in ``dirpath`` (created later, at the first save), or None."""
+    existing = os.path.abspath(dirpath)
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing!r} is not a directory"
+    try:  # a real attempt, as the first save will make one
+        fd, probe = tempfile.mkstemp(prefix=".lockstep-write-test-", dir=existing)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as err:
+        return f"cannot create a file in {existing!r} ({err.strerror or err})"
+    return None

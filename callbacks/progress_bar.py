@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from callbacks._utils import _format_duration, _to_float
+from callbacks._utils import _check_bool, _check_int, _check_number, _format_duration, _to_float
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
@@ -21,10 +21,12 @@ _UNKNOWN_TOTAL_LINE_INTERVAL_S = 30.0
 class ProgressBar(Callback):
     """One bar per training epoch, plus a bar for each validation/test/predict run (global rank 0).
 
-    On a terminal it draws tqdm bars with it/s and ``trainer.progress_bar_metrics`` (the
-    training loss and what ``self.log(..., prog_bar=True)`` recorded). When the stream is not a terminal (CI,
-    ``> file``), it prints a single line each ``line_every_percent`` of an epoch and one at the
-    epoch's end, and one line per evaluation run.
+    On a terminal it draws tqdm bars with it/s and ``trainer.progress_bar_metrics``: on the
+    epoch bar the training loss and what ``self.log(..., prog_bar=True)`` recorded in training
+    and in the last validation; on an evaluation bar only that run's ``prog_bar=True`` values.
+    When the stream is not a terminal (CI, ``> file``), it prints a single line each
+    ``line_every_percent`` of an epoch and one at the epoch's end, and one line per evaluation
+    run. An epoch resumed mid-way starts its bar at the resumed batch.
 
     Metric values are read (``.item()``) only when the text is refreshed, at most once per
     ``min_interval_s``: no host-device sync per step.
@@ -45,16 +47,18 @@ class ProgressBar(Callback):
         file: TextIO | None = None,
         leave: bool = True,
     ) -> None:
-        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(
-                f"ProgressBar(refresh_rate={refresh_rate!r}): expected an int >= 0 (0 disables the bar)."
-            )
-        if not min_interval_s >= 0:
+        _check_int("ProgressBar", "refresh_rate", refresh_rate, 0, "an int >= 0 (0 disables the bar)")
+        _check_number("ProgressBar", "min_interval_s", min_interval_s, "a number >= 0")
+        if min_interval_s < 0:
             raise ValueError(f"ProgressBar(min_interval_s={min_interval_s!r}): expected a number >= 0.")
+        _check_number("ProgressBar", "line_every_percent", line_every_percent, "0 < value <= 100")
         if not 0 < line_every_percent <= 100:
             raise ValueError(
                 f"ProgressBar(line_every_percent={line_every_percent!r}): expected 0 < value <= 100."
             )
+        if file is not None and not callable(getattr(file, "write", None)):
+            raise TypeError(f"ProgressBar(file={file!r}): expected None or a text stream with write().")
+        _check_bool("ProgressBar", "leave", leave)
         self.refresh_rate = refresh_rate
         self.min_interval_s = float(min_interval_s)
         self.line_every_percent = float(line_every_percent)
@@ -98,16 +102,25 @@ class ProgressBar(Callback):
         bar = self._train_bar
         if bar is None:
             return
+        if bar.n == 0 and batch_idx > 0:  # an epoch resumed from a mid-epoch checkpoint
+            bar.start_at(batch_idx)
         bar.advance(1, self.refresh_rate, lambda: self._train_postfix(trainer))
 
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         # runs after the epoch's validation: the final line shows the validation metrics too
         self._close_train_bar(trainer)
 
+    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+        # max_steps inside an epoch leaves it unfinished (no epoch end): show where it stopped
+        self._close_train_bar(trainer)
+
     # -- evaluation -------------------------------------------------------------------------
     def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
-        desc = "Sanity Checking" if trainer.sanity_checking else "Validation"
-        self._start_eval(desc, trainer.num_val_batches)
+        counts = trainer.num_val_batches
+        if trainer.sanity_checking:
+            cap = trainer.num_sanity_val_steps
+            counts = [n if cap == -1 else cap if n is None else min(n, cap) for n in counts]
+        self._start_eval("Sanity Checking" if trainer.sanity_checking else "Validation", counts)
 
     def on_validation_batch_end(
         self,
@@ -124,7 +137,7 @@ class ProgressBar(Callback):
         # the sanity check only proves the loop runs: no line for it in logs
         metrics = self._end_eval(trainer, print_line=not trainer.sanity_checking)
         if metrics is not None and not trainer.sanity_checking:
-            self._val_metrics = {k: v for k, v in metrics.items() if k != "loss"}
+            self._val_metrics = metrics
 
     def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
         self._start_eval("Testing", getattr(trainer, "num_test_batches", None))
@@ -252,6 +265,7 @@ class _Bar:
         self.file = file
         self.n = 0
         self.periodic_lines = True
+        self._initial = 0  # batches done before this bar started (a resumed epoch)
         self._pending = 0
         self._min_interval_s = min_interval_s
         self._start = time.perf_counter()
@@ -259,23 +273,39 @@ class _Bar:
         self._line_step = line_every_percent / 100.0
         self._next_line_fraction = self._line_step
         self._last_line_time = self._start
+        self._tty = tty
+        self._position = position
+        self._leave = leave
+        # created at the first batch, when the starting position is known
         self._tqdm: Any = None
-        if tty:
-            from tqdm import tqdm  # only a terminal run pays for importing tqdm
 
-            self._tqdm = tqdm(
-                desc=desc,
-                total=total,
-                file=file,
-                position=position,
-                leave=leave,
-                mininterval=min_interval_s,
-                dynamic_ncols=True,
-                unit="it",
-            )
+    def start_at(self, n: int) -> None:
+        """Start counting at ``n`` batches done (not counted in the rate); call before ``advance``."""
+        self.n = self._initial = n
+        if self.total:
+            while n / self.total >= self._next_line_fraction - 1e-9:
+                self._next_line_fraction += self._line_step
+
+    def _open_tqdm(self) -> None:
+        if not self._tty or self._tqdm is not None:
+            return
+        from tqdm import tqdm  # only a terminal run pays for importing tqdm
+
+        self._tqdm = tqdm(
+            desc=self.desc,
+            total=self.total,
+            initial=self._initial,
+            file=self.file,
+            position=self._position,
+            leave=self._leave,
+            mininterval=self._min_interval_s,
+            dynamic_ncols=True,
+            unit="it",
+        )
 
     def advance(self, n: int, every: int, postfix: Callable[[], dict[str, float]]) -> None:
         """Count ``n`` batches; redraw every ``every`` batches, at most once per ``min_interval_s``."""
+        self._open_tqdm()
         self.n += n
         self._pending += n
         if self._pending < every:
@@ -304,7 +334,7 @@ class _Bar:
                 self._tqdm.set_postfix_str(_format_postfix(values), refresh=False)
             self._tqdm.close()
             self._tqdm = None
-        elif print_line and postfix is not None:
+        elif not self._tty and print_line and postfix is not None:
             values = postfix()
             self._print_line(values, time.perf_counter())
         self._pending = 0
@@ -323,7 +353,7 @@ class _Bar:
     def _print_line(self, postfix: dict[str, float], now: float) -> None:
         self._last_line_time = now
         elapsed = now - self._start
-        rate = self.n / elapsed if elapsed > 0 else 0.0
+        rate = (self.n - self._initial) / elapsed if elapsed > 0 else 0.0
         if self.total:
             remaining = (self.total - self.n) / rate if rate > 0 else 0.0
             progress = (

@@ -34,8 +34,10 @@ class TensorBoardLogger(_FileLogger):
         version: ``None`` picks the next free ``version_N``; an int gives ``version_<int>``; a
             str is used as the directory name.
 
-    Scalars go to one event-file set per version directory: hyperparameters are written into
-    the same event file (not ``add_hparams``, which makes a sub-run per call). View with
+    Each Trainer call (``fit``, then ``validate``/``test``) adds one event file to the same
+    version directory; TensorBoard reads them as one run. Hyperparameters are written into the
+    event file (not ``add_hparams``, which makes a sub-run per call). A point equal to the last
+    one written for its tag (same step, same value) is not written again. View with
     ``tensorboard --logdir <save_dir>/<name>``.
     """
 
@@ -48,6 +50,9 @@ class TensorBoardLogger(_FileLogger):
         super().__init__(save_dir=save_dir, name=name, version=version)
         self._writer: SummaryWriter | None = None
         self._noop = _NoOpExperiment()
+        # tag -> (step, value) last written: every record carries `epoch`, and a `validate()`
+        # after `fit` repeats the last validation's values at the same step
+        self._last_points: dict[str, tuple[int, float]] = {}
 
     @property
     def experiment(self) -> Any:
@@ -63,16 +68,20 @@ class TensorBoardLogger(_FileLogger):
 
     # -- Logger API -------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Add each metric as a scalar at ``step``."""
+        """Add each metric as a scalar at ``step``, unless it repeats the tag's last point."""
         if not self.is_global_zero:
             return
-        writer = self.experiment
+        points: dict[str, float] = {}
         for key, value in metrics.items():
             if isinstance(value, Mapping):  # a dict of scalars shares one chart
-                for sub_key, sub_value in value.items():
-                    writer.add_scalar(f"{key}/{sub_key}", _to_float(sub_value), global_step=step)
+                points.update({f"{key}/{sub_key}": _to_float(v) for sub_key, v in value.items()})
             else:
-                writer.add_scalar(key, _to_float(value), global_step=step)
+                points[key] = _to_float(value)
+        for tag, number in points.items():
+            point = (int(step), number)
+            if self._last_points.get(tag) != point:
+                self.experiment.add_scalar(tag, number, global_step=step)
+                self._last_points[tag] = point
 
     def log_hyperparams(self, params: Any, metrics: Mapping[str, float] | None = None) -> None:
         """Record ``params`` for TensorBoard's HParams tab (nested dicts are flattened with ``/``)."""
@@ -98,6 +107,22 @@ class TensorBoardLogger(_FileLogger):
     def finalize(self, status: str) -> None:
         """Flush and close the event file."""
         self._close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The last point of each tag, with the directory it is in.
+
+        Under ``ddp_spawn`` each call runs in new processes: the launching process gets rank 0's
+        state back, so the next call's workers know which points the directory already has.
+        """
+        if not self._last_points:
+            return {}
+        return {"log_dir": self.log_dir, "last_points": {t: list(p) for t, p in self._last_points.items()}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take the last points back, if they are this logger's directory's (not another run's)."""
+        if state_dict.get("log_dir") == self.log_dir:
+            points = state_dict["last_points"]
+            self._last_points = {tag: (int(step), float(value)) for tag, (step, value) in points.items()}
 
     # -- hooks ------------------------------------------------------------------------------
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from callbacks._utils import _batch_size
+from callbacks._utils import _batch_size, _check_int
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
@@ -33,14 +33,8 @@ class ThroughputMonitor(Callback):
     """
 
     def __init__(self, log_every_n_steps: int | None = None) -> None:
-        if log_every_n_steps is not None and (
-            isinstance(log_every_n_steps, bool)
-            or not isinstance(log_every_n_steps, int)
-            or log_every_n_steps < 1
-        ):
-            raise ValueError(
-                f"ThroughputMonitor(log_every_n_steps={log_every_n_steps!r}): expected None or an int >= 1."
-            )
+        expected = "None or an int >= 1"
+        _check_int("ThroughputMonitor", "log_every_n_steps", log_every_n_steps, 1, expected, allow_none=True)
         self.log_every_n_steps = log_every_n_steps
         self.last_metrics: dict[str, float] = {}
         self._reset_interval(time.perf_counter(), step=0)

@@ -46,8 +46,15 @@ def make_loader(own_generator: bool = False, n: int = 96, batch_size: int = 4) -
     return DataLoader(regression_data(n), batch_size=batch_size, shuffle=True, generator=generator)
 
 
-def straight_and_resumed(tmp: str, stop_step: int, own_generator: bool = False, **trainer_kw: Any) -> tuple[list, list, int]:
-    """Train 2 epochs straight; then stop at ``stop_step`` and resume. Returns both parameter lists."""
+def straight_and_resumed(
+    tmp: str, stop_step: int, own_generator: bool = False, stop: str = "crash", **trainer_kw: Any
+) -> tuple[list, list, int]:
+    """Train 2 epochs straight; then stop at ``stop_step`` and resume. Returns both parameter lists.
+
+    ``stop="crash"``: a callback saves after step ``stop_step`` and aborts the run.
+    ``stop="max_steps"``: the first fit ends by ``max_steps=stop_step`` and
+    ``trainer.save_checkpoint`` writes the checkpoint after it.
+    """
     kw = {"max_epochs": 2, "accumulate_grad_batches": 2, **QUIET, **trainer_kw}
     seed_everything(0)
     straight = Noisy()
@@ -56,10 +63,15 @@ def straight_and_resumed(tmp: str, stop_step: int, own_generator: bool = False, 
     seed_everything(0)
     first = Noisy()
     path = f"{tmp}/mid.ckpt"
-    try:
-        Trainer(accelerator="cpu", **kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator))
-    except KeyboardInterrupt:
-        pass
+    if stop == "crash":
+        try:
+            Trainer(accelerator="cpu", **kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator))
+        except KeyboardInterrupt:
+            pass
+    else:
+        stopped = Trainer(accelerator="cpu", **{**kw, "max_steps": stop_step})
+        stopped.fit(first, make_loader(own_generator))
+        stopped.save_checkpoint(path)
     seed_everything(99)  # a fresh process: nothing but the checkpoint decides what happens next
     resumed = Noisy()
     trainer = Trainer(accelerator="cpu", **kw)

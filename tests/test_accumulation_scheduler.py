@@ -53,10 +53,10 @@ def test_second_fit_of_same_trainer_is_not_a_conflict():
         ({}, ValueError, r"scheduling=\{\}\) is empty"),
         ([(0, 2)], TypeError, r"expects a dict \{epoch: accumulate\}, got list"),
         ({-1: 2}, ValueError, r"epoch keys must be ints >= 0 \(0-based\), got -1"),
-        ({"1": 2}, ValueError, r"epoch keys must be ints >= 0 \(0-based\), got '1'"),
+        ({"1": 2}, TypeError, r"epoch keys must be ints >= 0 \(0-based\), got '1'"),
         ({0: 0}, ValueError, r"accumulation values must be ints >= 1, got 0 for epoch 0"),
-        ({2: 1.5}, ValueError, r"accumulation values must be ints >= 1, got 1.5 for epoch 2"),
-        ({1: True}, ValueError, r"accumulation values must be ints >= 1, got True for epoch 1"),
+        ({2: 1.5}, TypeError, r"accumulation values must be ints >= 1, got 1.5 for epoch 2"),
+        ({1: True}, TypeError, r"accumulation values must be ints >= 1, got True for epoch 1"),
     ],
 )
 def test_bad_schedules(scheduling, error, message):

@@ -17,17 +17,21 @@ def _per_rank(rank0, rank1):
 
 
 def _logger_and_checkpoint(rank, world_size, root):
-    from callbacks import ModelCheckpoint
+    from callbacks import CSVLogger, ModelCheckpoint, TensorBoardLogger
     from trainer import Trainer
 
     ckpt = ModelCheckpoint(monitor="train_metric", save_top_k=1, save_last=True)
-    trainer = Trainer(accelerator="cpu", max_epochs=3, default_root_dir=root, log_every_n_steps=1, callbacks=[ckpt])
+    loggers = [TensorBoardLogger(), CSVLogger()]  # one version for both, agreed by both ranks
+    trainer = Trainer(accelerator="cpu", 
+        max_epochs=3, default_root_dir=root, log_every_n_steps=1, callbacks=[ckpt], logger=loggers
+    )
     # train_metric is not synced: rank 0 ranks epoch 1 best, rank 1 would pick epoch 2
     module = Scripted(train_script=_per_rank([3.0, 1.0, 2.0], [1.0, 3.0, 0.0]))
     trainer.fit(module, loader(32, 8), loader(16, 8))  # 2 batches per rank per epoch
     bar = next(cb for cb in trainer.callbacks if type(cb).__name__ == "ProgressBar")
     return {
         "log_dir": trainer.log_dir,
+        "csv_dir": loggers[1].log_dir,
         "writes": trainer.logger.is_global_zero,
         # (touching `experiment` on rank 0 would open a new event file after the run)
         "noop_experiment": rank != 0 and not trainer.logger.experiment,
@@ -45,7 +49,8 @@ def test_one_event_file_set_and_rank0_checkpoint_decisions(tmp_path):
     r0, r1 = run_ranks(_logger_and_checkpoint, world_size=2, args=(str(tmp_path),))
 
     log_dir = os.path.join(str(tmp_path), "logs", "version_1")
-    assert r0["log_dir"] == r1["log_dir"] == log_dir
+    assert r0["log_dir"] == r1["log_dir"] == r0["csv_dir"] == r1["csv_dir"] == log_dir
+    assert os.path.isfile(os.path.join(log_dir, "metrics.csv"))
     assert (r0["writes"], r1["writes"]) == (True, False) and r1["noop_experiment"]
     assert (r0["bar"], r1["bar"]) == (True, False)
     files = event_files(tmp_path)
@@ -101,3 +106,33 @@ def test_early_stopping_and_checkpoint_errors_agree_on_every_rank():
     assert r0[:2] == r1[:2] == [("train_metric", 3, 4, 0.5, 2), ("val_metric", 3, 4, 0.5, 2)]
     assert r0[2].startswith("ModelCheckpoint(monitor='val_acc') could not find 'val_acc'")
     assert r1[2] == f"ModelCheckpoint failed on global rank 0: {r0[2]}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_ddp_spawn_fit_then_validate_log_to_one_version_without_duplicate_points(tmp_path):
+    # each call runs in new worker processes: the version and the points written must carry over
+    from callbacks import CSVLogger, TensorBoardLogger
+    from trainer import Trainer
+
+    (tmp_path / "logs" / "version_0").mkdir(parents=True)  # an earlier run
+    trainer = Trainer(
+        max_epochs=1,
+        default_root_dir=tmp_path,
+        strategy="ddp_spawn",
+        devices=2,
+        accelerator="cpu",
+        logger=[TensorBoardLogger(), CSVLogger()],
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+    )
+    module = Scripted()
+    trainer.fit(module, loader(32, 8), loader(16, 8))  # 2 steps
+    [validated] = trainer.validate(module, loader(16, 8))
+    log_dir = os.path.join(str(tmp_path), "logs", "version_1")
+    assert trainer.log_dir == trainer.loggers[1].log_dir == log_dir
+    assert sorted(os.listdir(tmp_path / "logs")) == ["version_0", "version_1"]
+    assert len(event_files(log_dir)) == 2  # one per call
+    val_loss = scalars(log_dir)["val_loss"]
+    assert [step for step, _ in val_loss] == [2]
+    assert val_loss[0][1] == pytest.approx(validated["val_loss"], rel=1e-6)

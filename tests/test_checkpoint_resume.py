@@ -14,10 +14,20 @@ from trainer import Trainer
 from trainer.checkpoint import CheckpointError
 
 
-@pytest.mark.parametrize("own_generator", [False, True])
-def test_mid_epoch_resume_is_bitwise_single_process(tmp_path, own_generator):
-    # 96 samples / batch 4 = 24 batches, A=2 -> 12 steps per epoch; step 18 is 1.5 epochs in
-    straight, resumed, steps = straight_and_resumed(str(tmp_path), stop_step=18, own_generator=own_generator)
+# 96 samples / batch 4 = 24 batches, A=2 -> 12 steps per epoch, 24 in the straight run.
+POSITIONS = {
+    "mid-epoch": ("crash", 18),  # a checkpoint written 1.5 epochs in, then a crash
+    "epoch-boundary": ("crash", 12),  # written after the epoch's last batch, before its end hooks
+    "after-fit": ("max_steps", 12),  # a fit that ended with its epoch, then save_checkpoint()
+    "after-max_steps": ("max_steps", 18),  # a fit that max_steps stopped mid-epoch, then save_checkpoint()
+}
+
+
+@pytest.mark.parametrize("own_generator", [False, True], ids=["global-rng", "own-generator"])
+@pytest.mark.parametrize("position", list(POSITIONS))
+def test_resume_is_bitwise_single_process(tmp_path, position, own_generator):
+    stop, stop_step = POSITIONS[position]
+    straight, resumed, steps = straight_and_resumed(str(tmp_path), stop_step, own_generator, stop=stop)
     assert steps == 24
     for a, b in zip(straight, resumed):
         assert torch.equal(a, b)
@@ -25,15 +35,82 @@ def test_mid_epoch_resume_is_bitwise_single_process(tmp_path, own_generator):
 
 def _two_rank_resume(rank, world_size, tmp):
     torch.set_num_threads(1)
-    straight, resumed, steps = straight_and_resumed(tmp, stop_step=9)  # 12 batches/rank, 6 steps/epoch
-    return steps, all(torch.equal(a, b) for a, b in zip(straight, resumed))
+    outcomes = []
+    for position, (stop, stop_step) in POSITIONS.items():
+        for own_generator in (False, True):
+            # 12 batches/rank, 6 steps/epoch: the same positions at half the steps
+            straight, resumed, steps = straight_and_resumed(
+                tmp, stop_step // 2, own_generator, stop=stop, accelerator="cpu"
+            )
+            outcomes.append((position, own_generator, steps, all(torch.equal(a, b) for a, b in zip(straight, resumed))))
+    return outcomes
 
 
 @pytest.mark.distributed
-@pytest.mark.timeout(180)
-def test_mid_epoch_resume_is_bitwise_two_ranks(tmp_path):
-    results = run_ranks(_two_rank_resume, world_size=2, args=(str(tmp_path),), init_group=False, timeout=150)
-    assert results == [(12, True), (12, True)]
+@pytest.mark.timeout(300)
+def test_resume_is_bitwise_two_ranks(tmp_path):
+    results = run_ranks(_two_rank_resume, world_size=2, args=(str(tmp_path),), init_group=False, timeout=270)
+    expected = [(position, own, 12, True) for position in POSITIONS for own in (False, True)]
+    assert results == [expected, expected]
+
+
+def test_resume_never_maps_the_checkpoint_to_the_run_device(tmp_path, monkeypatch):
+    # On a GPU the checkpoint was loaded to the training device, so RNG states arrived as CUDA
+    # tensors and torch.set_rng_state raised. Loading must not depend on the run's device:
+    # restoring here with the strategy reporting a CUDA device must still resume exactly (on a
+    # CPU-only machine torch refuses to map anything to CUDA, so any use of the device fails).
+    from trainer.strategy import Strategy
+    from trainer.trainer import Trainer as TrainerClass
+
+    restore = TrainerClass._restore
+
+    def restore_as_on_a_gpu(self, *args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(Strategy, "root_device", property(lambda _: torch.device("cuda", 0)))
+            return restore(self, *args, **kwargs)
+
+    monkeypatch.setattr(TrainerClass, "_restore", restore_as_on_a_gpu)
+    straight, resumed, _ = straight_and_resumed(str(tmp_path), 18, own_generator=True, accelerator="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
+
+
+def _rng_tensors_as_int64(value):
+    if isinstance(value, torch.Tensor):
+        return value.to(torch.int64)  # no longer a ByteTensor: set_rng_state refuses it as is
+    if isinstance(value, dict):
+        return {k: _rng_tensors_as_int64(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rng_tensors_as_int64(v) for v in value)
+    return value
+
+
+@pytest.mark.parametrize("position", ["mid-epoch", "after-fit"])
+def test_rng_states_are_restored_from_cpu_bytes_whatever_tensors_were_loaded(tmp_path, monkeypatch, position):
+    import trainer.checkpoint as checkpoint_module
+
+    load = checkpoint_module.load_checkpoint
+
+    def load_with_foreign_rng_tensors(*args, **kwargs):
+        ckpt = load(*args, **kwargs)
+        ckpt["rank_states"] = _rng_tensors_as_int64(ckpt["rank_states"])
+        return ckpt
+
+    import trainer.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "load_checkpoint", load_with_foreign_rng_tensors)
+    stop, stop_step = POSITIONS[position]
+    straight, resumed, _ = straight_and_resumed(str(tmp_path), stop_step, own_generator=True, stop=stop, accelerator="cpu")
+    assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("position", list(POSITIONS))
+def test_cuda_resume_is_bitwise(tmp_path, position):
+    stop, stop_step = POSITIONS[position]
+    straight, resumed, steps = straight_and_resumed(str(tmp_path), stop_step, True, stop=stop, accelerator="cuda")
+    assert steps == 24
+    assert all(a.is_cuda and torch.equal(a, b) for a, b in zip(straight, resumed))
 
 
 def test_checkpoint_contents(tmp_path):

@@ -91,3 +91,29 @@ def test_fit_writes_metrics_csv(tmp_path):
     assert [(int(r["step"]), float(r["val_metric"])) for r in rows if r["val_metric"]] == [(4, 3.0), (8, 2.0)]
     with open(os.path.join(logger.log_dir, "hparams.json")) as f:
         assert json.load(f) == {"lr": 0.01}
+
+
+def test_every_trainer_record_carries_epoch(tmp_path):
+    # docs/logging.md: step records, validation results and training epoch aggregates alike
+    logger = CSVLogger(tmp_path)
+    trainer = Trainer(accelerator="cpu", 
+        max_epochs=2,
+        logger=logger,
+        log_every_n_steps=2,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(Scripted(val_script=[3.0, 2.0], train_script=[5.0, 4.0]), loader(32, 8), loader(16, 8))
+    _, rows = _rows(logger.metrics_file_path)
+    records = [r for r in rows if not r.get("lr-SGD")]  # LearningRateMonitor writes its own rows
+    kinds = {"train_loss": [], "val_loss": [], "train_metric": []}
+    for r in records:
+        for key in kinds:
+            if r[key]:
+                kinds[key].append((int(r["step"]), float(r["epoch"])))
+    assert kinds == {
+        "train_loss": [(2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0)],
+        "val_loss": [(4, 0.0), (8, 1.0)],
+        "train_metric": [(4, 0.0), (8, 1.0)],  # the training-epoch-end record
+    }
+    assert all(r["epoch"] for r in records)

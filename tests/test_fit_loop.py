@@ -1,6 +1,8 @@
 """The single-process fit loop: limits, validation schedule, schedulers, clipping, metrics."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -25,10 +27,30 @@ class Recorder(Regression):
         super().validation_step(batch, batch_idx)
 
 
-def test_max_steps_stops_mid_epoch():
-    t = Trainer(accelerator="cpu", max_steps=5, **QUIET)
-    t.fit(Regression(), loader(regression_data(32), 4))
-    assert t.global_step == 5 and t.current_epoch == 1  # the partial epoch still ends
+def test_max_steps_stops_mid_epoch_without_ending_the_epoch(tmp_path):
+    from callbacks import Callback, ModelCheckpoint
+
+    class EpochEnds(Callback):
+        def __init__(self):
+            self.ends = []
+
+        def on_train_epoch_end(self, trainer, module):
+            self.ends.append(trainer.current_epoch)
+
+    ends = EpochEnds()
+    saves = ModelCheckpoint(dirpath=tmp_path)
+    t = Trainer(accelerator="cpu", max_steps=5, callbacks=[ends, saves], **{**QUIET, "enable_checkpointing": True})
+    t.fit(Regression(), loader(regression_data(32), 4))  # 8 batches per epoch
+    # the epoch is not over: no epoch-end hooks, same epoch, and the position is kept ...
+    assert t.global_step == 5 and t.current_epoch == 0 and ends.ends == []
+    assert t.fit_loop.batches_done == 5 and not t.fit_loop.epoch_finished
+    # ... and ModelCheckpoint (no monitor) still saves the final state, which resumes at batch 5
+    assert os.path.basename(saves.best_model_path) == "epoch=0-step=5.ckpt"
+    ckpt = torch.load(saves.best_model_path, weights_only=True)
+    assert ckpt["epoch"] == 0 and ckpt["loops"]["fit_loop"] == {"batches_done": 5, "epoch_finished": False}
+    t2 = Trainer(accelerator="cpu", max_steps=10, callbacks=[ends], **QUIET)
+    t2.fit(Regression(), loader(regression_data(32), 4), ckpt_path=saves.best_model_path)
+    assert t2.global_step == 10 and t2.current_epoch == 1 and ends.ends == [0]  # epoch 0 ends once, at batch 8
 
 
 def test_max_epochs_default_and_limits():

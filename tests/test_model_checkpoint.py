@@ -66,7 +66,7 @@ def test_filename_field_missing_from_metrics(tmp_path):
             r"ModelCheckpoint\(mode='best'\) is not supported: use 'min' or 'max'",
         ),
         ({"save_top_k": -2}, ValueError, r"save_top_k=-2\): expected an int >= -1"),
-        ({"save_top_k": 1.5}, ValueError, r"save_top_k=1.5\): expected an int >= -1"),
+        ({"save_top_k": 1.5}, TypeError, r"save_top_k=1.5\): expected an int >= -1"),
         ({"save_top_k": 3}, ValueError, r"save_top_k=3, monitor=None\): there is no metric to rank"),
         ({"every_n_train_steps": -1}, ValueError, r"every_n_train_steps=-1\): expected None or an int >= 0"),
         ({"every_n_epochs": -2}, ValueError, r"every_n_epochs=-2\): expected None or an int >= 0"),

@@ -6,9 +6,10 @@ import io
 import re
 
 import pytest
-from callback_helpers import Scripted, loader
+import torch
+from callback_helpers import NO_DEFAULTS, Scripted, loader
 
-from callbacks import ProgressBar
+from callbacks import Callback, ProgressBar
 from trainer import Trainer
 
 
@@ -28,11 +29,12 @@ class _CountingTrainer(Trainer):
         return super().progress_bar_metrics
 
 
-def _fit(bar, epochs=1, n=80, val=True, trainer_cls=Trainer):
+def _fit(bar, epochs=1, n=80, val=True, trainer_cls=Trainer, module=None):
     trainer = trainer_cls(
         max_epochs=epochs, callbacks=[bar], logger=False, enable_checkpointing=False, num_sanity_val_steps=2
     )
-    trainer.fit(Scripted(prog_bar=True), loader(n, 4), loader(8, 4) if val else None)
+    module = Scripted(prog_bar=True) if module is None else module
+    trainer.fit(module, loader(n, 4), loader(8, 4) if val else None)
     return trainer
 
 
@@ -103,3 +105,98 @@ def test_default_bar_goes_to_stdout(capsys):
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ProgressBar(**kwargs)
+
+
+class _SaveAtBatch(Callback):
+    def __init__(self, batch_idx, path):
+        self.batch_idx, self.path = batch_idx, path
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if batch_idx == self.batch_idx:
+            trainer.save_checkpoint(self.path)
+
+
+def _bar_lines(out, prefix):
+    lines = [line for line in out.getvalue().splitlines() if line.startswith(prefix)]
+    return [re.search(r"(\d+)% (\d+)/(\d+)", line).group(1, 2, 3) for line in lines]
+
+
+def test_resumed_epoch_starts_at_the_resumed_batch_and_ends_at_100_percent(tmp_path):
+    path = str(tmp_path / "mid.ckpt")
+    Trainer(accelerator="cpu", max_epochs=1, callbacks=[_SaveAtBatch(13, path)], **NO_DEFAULTS).fit(Scripted(), loader(88, 4))
+    out = io.StringIO()
+    trainer = Trainer(accelerator="cpu", 
+        max_epochs=1,
+        callbacks=[ProgressBar(file=out, line_every_percent=25)],
+        logger=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(Scripted(), loader(88, 4), ckpt_path=path)  # 22 batches, resumed after 14
+    # the next line due after 14/22 (64 %) is the 75 % one; the bar ends full, not at 8/22
+    assert _bar_lines(out, "Epoch 0:") == [("77", "17", "22"), ("100", "22", "22")]
+
+
+class _Evaluated(Scripted):
+    def test_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self.net(x), y), prog_bar=True)
+
+    def predict_step(self, batch, batch_idx):
+        return self.net(batch[0])
+
+
+def test_standalone_evaluation_bars_have_totals_and_only_their_metrics():
+    out = io.StringIO()
+    trainer = Trainer(accelerator="cpu", callbacks=[ProgressBar(file=out)], logger=False, enable_checkpointing=False)
+    module = _Evaluated(prog_bar=True)
+    trainer.validate(module, loader(40, 4))
+    assert trainer.num_val_batches == [10]
+    trainer.test(module, [loader(12, 4), loader(8, 4)])
+    trainer.predict(module, loader(20, 4))
+    lines = out.getvalue().splitlines()
+    assert [re.search(r"^(\w+): (\d+)% (\d+)/(\d+)", line).groups() for line in lines] == [
+        ("Validation", "100", "10", "10"),
+        ("Testing", "100", "5", "5"),
+        ("Predicting", "100", "5", "5"),
+    ]
+    val_metrics = dict(re.findall(r"(\w+)=([-\d.e]+)", lines[0]))
+    assert set(val_metrics) == {"val_loss"}
+    shown = float(val_metrics["val_loss"])  # printed with 4 significant digits
+    assert shown == pytest.approx(float(trainer.callback_metrics["val_loss"]), rel=1e-3)
+    assert _shown(lines[1]) == ["test_loss/dataloader_idx_0", "test_loss/dataloader_idx_1"]
+    assert _shown(lines[2]) == []
+
+
+def _shown(line):
+    """The metric names a bar line shows, in order."""
+    return re.findall(r"([\w/]+)=", line.split("]", 1)[1])
+
+
+def test_training_bar_shows_no_duplicate_loss_and_evaluation_bars_no_training_metrics():
+    out = io.StringIO()
+    _fit(ProgressBar(file=out, line_every_percent=50), epochs=1)  # logs train_loss with prog_bar
+    lines = out.getvalue().splitlines()
+    epoch = [line for line in lines if line.startswith("Epoch 0:")]
+    assert [_shown(line) for line in epoch] == [["train_loss"], ["val_loss", "train_loss"]]
+    validation = [line for line in lines if line.startswith("Validation:")]
+    assert [_shown(line) for line in validation] == [["val_loss"]]
+
+    # a module that shows nothing itself still gets the loss training_step returned
+    out = io.StringIO()
+    _fit(ProgressBar(file=out, line_every_percent=50), epochs=1, module=Scripted(prog_bar=False))
+    lines = out.getvalue().splitlines()
+    assert [_shown(line) for line in lines if line.startswith("Epoch 0:")] == [["loss"], ["loss"]]
+    assert [_shown(line) for line in lines if line.startswith("Validation:")] == [[]]
+
+
+def test_epoch_stopped_by_max_steps_shows_where_it_stopped():
+    out = io.StringIO()
+    trainer = Trainer(accelerator="cpu", 
+        max_steps=5,
+        callbacks=[ProgressBar(file=out, line_every_percent=25)],
+        logger=False,
+        enable_checkpointing=False,
+    )
+    trainer.fit(Scripted(prog_bar=True), loader(32, 4))  # 8 batches: the epoch stops at 5
+    assert _bar_lines(out, "Epoch 0:") == [("25", "2", "8"), ("50", "4", "8"), ("62", "5", "8")]
+    assert _shown(out.getvalue().splitlines()[-1]) == ["train_loss"]

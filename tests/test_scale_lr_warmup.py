@@ -3,6 +3,9 @@ at every optimizer step equals the formulas of docs/large-batch.md, computed her
 ends at the *scaled* rate (W x base for the linear rule, sqrt(W) x base for "sqrt")."""
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
 import math
 from typing import Any
 
@@ -57,9 +60,12 @@ def _fits(rank: int, world_size: int) -> dict[str, Any]:
     for scale_lr in (True, "sqrt", False):
         module = WarmupRegression()
         trainer = Trainer(accelerator="cpu", max_steps=STEPS, scale_lr=scale_lr, **QUIET)
-        trainer.fit(module, loader(regression_data(64), 4))
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):
+            trainer.fit(module, loader(regression_data(64), 4))
         assert trainer.world_size == W and trainer.global_step == STEPS
         out[str(scale_lr)] = module.lrs
+        out[f"{scale_lr}-stdout"] = stdout.getvalue()
     return out
 
 
@@ -87,3 +93,13 @@ def test_warmup_reaches_the_scaled_rate_then_decays(lrs, scale_lr, factor):
     if scale_lr == "True":  # linear rule: exactly W times the unscaled schedule at every step
         for scaled, plain in zip(lrs[0]["True"], lrs[0]["False"]):
             assert scaled == pytest.approx([W * p for p in plain], rel=1e-6)
+
+
+@pytest.mark.parametrize("scale_lr, factor", [("True", W), ("sqrt", math.sqrt(W))])
+def test_message_shows_the_scaled_peak_not_the_warmup_start(lrs, scale_lr, factor):
+    message = [line for line in lrs[0][f"{scale_lr}-stdout"].splitlines() if "[lockstep] scale_lr=" in line]
+    assert len(message) == 1 and f"learning rate x{factor:g} for W={W}" in message[0]
+    shown = ast.literal_eval(message[0][message[0].rindex("[") :])
+    # the rates the warmup climbs to (W x base), not where it starts (START x W x base)
+    assert shown == pytest.approx([factor * base for base in BASE_LRS], rel=1e-12)
+    assert lrs[0]["False-stdout"] == "" and lrs[1][f"{scale_lr}-stdout"] == ""

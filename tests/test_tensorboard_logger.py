@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import os
 
 import pytest
+import torch
 from callback_helpers import NO_DEFAULTS, Recorder, Scripted, event_files, loader, read_event_dir, scalars
 
-from callbacks import Callback, LearningRateMonitor, TensorBoardLogger
+from callbacks import Callback, CSVLogger, LearningRateMonitor, TensorBoardLogger
 from trainer import Trainer
 
 
@@ -30,9 +32,9 @@ def test_explicit_version_and_name(tmp_path):
     )
 
 
-@pytest.mark.parametrize("version", [-1, 1.5, True])
-def test_bad_version_is_rejected(tmp_path, version):
-    with pytest.raises(ValueError, match=r"`version` must be None, a non-negative int or a str"):
+@pytest.mark.parametrize("version, error", [(-1, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_bad_version_is_rejected(tmp_path, version, error):
+    with pytest.raises(error, match=r"`version` must be None, a non-negative int or a str"):
         TensorBoardLogger(tmp_path, version=version)
 
 
@@ -163,3 +165,84 @@ def test_closed_on_exception_and_readable(tmp_path):
     assert logger._writer is None  # closed
     assert [s for s, _ in scalars(logger.log_dir)["train_loss"]] == [1, 2, 3, 4, 5]
     assert isinstance(recorder.exception, RuntimeError)
+
+
+def _two_loggers(**kwargs):
+    return [TensorBoardLogger(**kwargs), CSVLogger(**kwargs)]
+
+
+def test_tensorboard_and_csv_write_one_run_to_one_version(tmp_path):
+    for run in range(2):
+        loggers = _two_loggers()
+        trainer = Trainer(accelerator="cpu", 
+            max_epochs=1,
+            default_root_dir=tmp_path,
+            logger=loggers,
+            enable_progress_bar=False,
+            enable_checkpointing=False,
+        )
+        trainer.fit(Scripted(), loader(16, 8))
+        assert [lg.version for lg in loggers] == [run, run]
+    assert sorted(os.listdir(tmp_path / "logs")) == ["version_0", "version_1"]
+    for version in ("version_0", "version_1"):
+        files = sorted(os.listdir(tmp_path / "logs" / version))
+        assert [f for f in files if not f.startswith("events.")] == [
+            "hparams.json",
+            "metrics.csv",
+            "run_summary.txt",
+        ]
+        assert len([f for f in files if f.startswith("events.")]) == 1
+
+
+def test_loggers_in_different_directories_share_the_next_version_free_in_all(tmp_path):
+    for n in range(3):
+        (tmp_path / "a" / "logs" / f"version_{n}").mkdir(parents=True)
+    loggers = [
+        TensorBoardLogger(tmp_path / "a"),
+        CSVLogger(tmp_path / "b", name="csv"),
+        CSVLogger(tmp_path / "c", version="mine"),  # an explicit version stays
+    ]
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=loggers, enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(Scripted(), loader(16, 8))
+    assert [lg.version for lg in loggers] == [3, 3, "mine"]
+    assert os.path.isfile(tmp_path / "b" / "csv" / "version_3" / "metrics.csv")
+
+
+class _Tested(Scripted):
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+
+def test_validate_and_test_after_fit_log_into_the_fit_version_without_duplicate_points(tmp_path):
+    trainer = Trainer(accelerator="cpu", 
+        max_epochs=2,
+        default_root_dir=tmp_path,
+        logger=_two_loggers(),
+        log_every_n_steps=2,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+    )
+    module = _Tested()
+    trainer.fit(module, loader(32, 8), loader(16, 8))
+    [validated] = trainer.validate(module, loader(16, 8))
+    [tested] = trainer.test(module, loader(16, 8))
+
+    assert os.listdir(tmp_path / "logs") == ["version_0"]
+    log_dir = tmp_path / "logs" / "version_0"
+    assert len(event_files(log_dir)) == 3  # one per call: fit, validate, test (docs/logging.md)
+    values = scalars(log_dir)
+    # validate() after fit measures the same weights at the same step: one point, not two
+    assert [step for step, _ in values["val_loss"]] == [4, 8]
+    assert values["val_loss"][-1][1] == pytest.approx(validated["val_loss"], rel=1e-6)
+    assert values["test_loss"] == [(8, pytest.approx(tested["test_loss"], rel=1e-6))]
+    # every record carries `epoch`, one point per value: after fit the epoch counter is 2
+    assert values["epoch"] == [(2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0), (8, 2.0)]
+    for tag, points in values.items():
+        assert len(set(points)) == len(points), tag
+    # the CSV file of the same version holds every record, validate's and test's included
+    with open(log_dir / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    val_rows = [(int(r["step"]), r["epoch"]) for r in rows if r["val_loss"]]
+    assert val_rows == [(4, "0.0"), (8, "1.0"), (8, "2.0")]
+    assert [(int(r["step"]), r["epoch"]) for r in rows if r["test_loss"]] == [(8, "2.0")]

@@ -26,7 +26,10 @@ class Accelerator:
     @classmethod
     def from_flag(cls, accelerator: str) -> Accelerator:
         """Resolve the Trainer's ``accelerator`` argument; ``"auto"`` picks CUDA when available."""
-        if not isinstance(accelerator, str) or accelerator.lower() not in _ACCELERATORS:
+        if not isinstance(accelerator, str):
+            choices = ", ".join(map(repr, _ACCELERATORS))
+            raise TypeError(f"accelerator must be a str, one of {choices}; got {accelerator!r}")
+        if accelerator.lower() not in _ACCELERATORS:
             raise ValueError(
                 f"Unknown accelerator {accelerator!r}. Use one of {', '.join(map(repr, _ACCELERATORS))}."
             )

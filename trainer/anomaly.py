@@ -5,6 +5,8 @@ batched operation when values are read anyway: at logging steps and at epoch end
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -13,12 +15,17 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class NonFiniteLossCheck:
-    """Remembers recent losses and finds the first non-finite one on demand."""
+    """Remembers recent losses and finds the first non-finite one on demand.
+
+    Once a non-finite loss was found, `check_before_save` keeps failing until `reset`: the weights
+    that follow it must never be saved, not even by a save-on-crash callback.
+    """
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._losses: list[torch.Tensor] = []
         self._where: list[tuple[int, int, int]] = []  # (epoch, global step, batch index)
+        self._found: str | None = None  # the report of the first non-finite loss
 
     def record(self, loss: torch.Tensor, epoch: int, step: int, batch_idx: int) -> None:
         """Keep the (detached) ``loss`` until the next :meth:`check`."""
@@ -28,25 +35,52 @@ class NonFiniteLossCheck:
 
     def check(self) -> None:
         """Raise `NonFiniteLossError` naming the first bad step and batch since the last check."""
+        report = self._first_non_finite()
+        if report is not None:
+            self._found = report
+            raise NonFiniteLossError(report)
+
+    def check_before_save(self, strategy: Any) -> None:
+        """`check` on every rank together, before a checkpoint is written (one host sync).
+
+        Raises on every rank when any rank saw a non-finite loss: DDP averages gradients, so one
+        rank's NaN is in every rank's weights. When a check already failed in this fit it raises
+        again at once, without waiting for the other ranks.
+        """
+        report = self._found or self._first_non_finite()
+        if self._found is None and strategy.world_size > 1 and strategy.in_group:
+            bad = [(rank, r) for rank, r in enumerate(strategy.all_gather_object(report)) if r is not None]
+            if bad:
+                report = bad[0][1] if bad[0][0] == strategy.global_rank else f"On rank {bad[0][0]}: {bad[0][1]}"
+        if report is not None:
+            self._found = report
+            raise NonFiniteLossError(f"{report} No checkpoint is written after a non-finite loss.")
+
+    def _first_non_finite(self) -> str | None:
         if not self._losses:
-            return
+            return None
         finite = torch.isfinite(torch.stack(self._losses))
+        report = None
         if not bool(finite.all()):
             first = int((~finite).nonzero()[0, 0])
             epoch, step, batch_idx = self._where[first]
-            value = float(self._losses[first])
-            self.clear()
-            raise NonFiniteLossError(
-                f"The training loss is {value} at epoch {epoch}, global step {step}, batch index "
-                f"{batch_idx} (the first non-finite loss). Lower the learning rate, clip gradients "
-                "(gradient_clip_val), check the data of that batch, or use precision='32-true'."
+            report = (
+                f"The training loss is {float(self._losses[first])} at epoch {epoch}, global step {step}, "
+                f"batch index {batch_idx} (the first non-finite loss). Lower the learning rate, clip "
+                "gradients (gradient_clip_val), check the data of that batch, or use precision='32-true'."
             )
         self.clear()
+        return report
 
     def clear(self) -> None:
         """Forget the recorded losses."""
         self._losses.clear()
         self._where.clear()
+
+    def reset(self) -> None:
+        """Forget the losses and any non-finite loss found: a new fit starts."""
+        self.clear()
+        self._found = None
 
 
 class NonFiniteGradientError(FloatingPointError):

@@ -2,21 +2,34 @@
 
 A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the epoch, the
 global step, the position inside the epoch, every callback's state, the hyperparameters, the
-world size and accumulation it was made with, and each rank's RNG states together with the
-RNG states that decided the interrupted epoch's order (see `trainer.resume`).
+world size and accumulation it was made with, and each rank's RNG and loader-generator states
+together with the RNG states that decided the interrupted epoch's order (see `trainer.resume`).
+
+A checkpoint is always loaded to the CPU: RNG states must be CPU byte tensors, and
+``load_state_dict`` moves module and optimizer states to their parameters' devices.
 """
 from __future__ import annotations
 
+import enum
 import glob
+import numbers
 import os
-import tempfile
+import re
+import secrets
+import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
 from trainer.rank_zero import rank_zero_warn
-from trainer.resume import capture_rng_state, restore_rng_state, restore_sampler_seeds
+from trainer.resume import (
+    capture_generators,
+    capture_rng_state,
+    restore_generators,
+    restore_rng_state,
+    restore_sampler_seeds,
+)
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -33,28 +46,58 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
     """Write ``obj`` with ``torch.save`` so ``path`` is either the old file or the complete new one.
 
     The bytes go to a temporary file in the same directory, are fsync'ed, and the file is renamed
-    over ``path`` (atomic on POSIX); the directory is fsync'ed so the rename survives a crash.
+    over ``path`` (atomic on POSIX); the directory is fsync'ed so the rename survives a crash. The
+    file gets the mode of any new file (0o666 less the umask). An interrupt (Ctrl-C) during the
+    write removes the temporary file and is raised as itself, ``path`` untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp_file(path)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        interrupt = _interrupt_behind(err)
+        if interrupt is not None:
+            # torch's zip writer turns an interrupt inside its write callback into a
+            # RuntimeError ("enforce fail at inline_container.cc"): the user pressed Ctrl-C.
+            raise interrupt from None
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _create_temp_file(path: Path) -> tuple[int, str]:
+    # Not tempfile.mkstemp: its files are mode 0o600 whatever the umask.
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"Could not create a temporary file for {str(path)!r} in {str(path.parent)!r}.")
+
+
+def _interrupt_behind(err: BaseException) -> BaseException | None:
+    """The interrupt (an exception that is not an ``Exception``) ``err`` is or was raised during."""
+    current: BaseException | None = err
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        if not isinstance(current, Exception):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", weights_only: bool = True) -> dict[str, Any]:
@@ -64,16 +107,23 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", wei
     crafted file cannot run code. Pass ``weights_only=False`` only for files you trust.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"Checkpoint path {str(path)!r} is a directory, not a checkpoint file.")
     if not path.is_file():
         raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist.")
+    if not _looks_like_torch_file(path):
+        raise CheckpointError(
+            f"{str(path)!r} is not a Lockstep checkpoint: it is not a file written by torch.save."
+        )
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=weights_only)
     except Exception as err:
         if weights_only and _is_refused_pickle(err):
             raise CheckpointError(
-                f"Refused to load {str(path)!r}: it needs objects that are not safe to unpickle "
-                f"({_first_line(err)}). Loading it could run arbitrary code. If you trust the file, "
-                "pass weights_only=False (e.g. trainer.fit(..., ckpt_path=..., weights_only=False))."
+                f"Refused to load {str(path)!r}: it needs objects that are not safe to unpickle. "
+                f"torch.load(weights_only=True) says: {_weights_only_reason(err)} Loading it could run "
+                "arbitrary code. If you trust the file, pass weights_only=False to trainer.fit, validate, "
+                "test or predict (e.g. trainer.fit(..., ckpt_path=..., weights_only=False))."
             ) from err
         raise CheckpointError(
             f"Could not load checkpoint {str(path)!r}: {type(err).__name__}: {_first_line(err)}. "
@@ -84,14 +134,44 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", wei
     return ckpt
 
 
+# torch.save writes a zip archive holding `<name>/data.pkl`; the legacy format (torch < 1.6, or
+# _use_new_zipfile_serialization=False) is a pickle that starts with torch's magic number.
+_ZIP_START = b"PK\x03\x04"
+_LEGACY_MAGIC = (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+
+
+def _looks_like_torch_file(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if not head.startswith(_ZIP_START):
+        return head.startswith(b"\x80") and _LEGACY_MAGIC in head
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist())
+    except zipfile.BadZipFile:
+        return True  # a torch zip cut short: torch.load reports it as truncated
+
+
 def _is_refused_pickle(err: Exception) -> bool:
     import pickle
 
     return isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err).lower().replace(" ", "_")
 
 
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _weights_only_reason(err: Exception) -> str:
+    """torch's explanation of a weights-only refusal (which global, how to allow it), on one line."""
+    text = _ANSI_ESCAPE.sub("", str(err))
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1].split("Check the documentation of torch.load", 1)[0]
+    return " ".join(text.split())
+
+
 def _first_line(err: Exception) -> str:
-    text = str(err).strip()
+    text = _ANSI_ESCAPE.sub("", str(err)).strip()
     return text.splitlines()[0] if text else type(err).__name__
 
 
@@ -99,19 +179,19 @@ def dump_checkpoint(trainer: Trainer) -> dict[str, Any]:
     """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it)."""
     module = trainer.module
     loop = trainer.fit_loop
-    rank_state = {"epoch_state": loop.epoch_state, "rng": capture_rng_state()}
     checkpoint: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "state_dict": module.state_dict(),
         "optimizer_states": [opt.state_dict() for opt in trainer.optimizers],
+        "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
         "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
         "precision": trainer._precision.state_dict(),
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
-        "rank_states": _gather_rank_states(trainer, rank_state),
+        "rank_states": gather_rank_states(trainer),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
-        "hyper_parameters": dict(module.hparams),
+        "hyper_parameters": _weights_only_loadable(dict(module.hparams)),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
         "lr_scaled": trainer._lr_scaled,
@@ -121,13 +201,60 @@ def dump_checkpoint(trainer: Trainer) -> dict[str, Any]:
     return checkpoint
 
 
-def _gather_rank_states(trainer: Trainer, rank_state: dict[str, Any]) -> list[dict[str, Any] | None]:
+def _weights_only_loadable(value: Any) -> Any:
+    """``value`` with everything ``torch.load(weights_only=True)`` refuses turned into plain data.
+
+    Paths become strings, classes and functions their qualified names, enums ``"Class.NAME"``,
+    numbers of other types (NumPy) Python numbers, sets sorted lists, and any other object its
+    ``repr``: the run's own checkpoints always load without ``weights_only=False``.
+    """
+    if value is None or type(value) in (bool, int, float, complex, str, bytes, torch.dtype, torch.Size):
+        return value
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {_weights_only_loadable(k): _weights_only_loadable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):  # a namedtuple becomes a tuple
+        return (list if isinstance(value, list) else tuple)(_weights_only_loadable(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return sorted((_weights_only_loadable(v) for v in value), key=repr)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return f"{getattr(value, '__module__', None) or ''}.{value.__qualname__}".lstrip(".")
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):  # a str subclass
+        return str(value)
+    return repr(value)
+
+
+def gather_rank_states(trainer: Trainer) -> list[dict[str, Any] | None]:
+    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run)."""
     strategy = trainer.strategy
     if strategy.in_group:
-        return strategy.all_gather_object(rank_state)
-    # After the run (the group is gone) only this rank's state is known; the others resume
+        return strategy.all_gather_object(_rank_state(trainer))
+    if trainer.fit_loop.rank_states_at_end is not None:
+        return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
+    # Outside any fit (the group is gone) only this rank's state is known; the others resume
     # with the RNG states they have.
-    return [rank_state if r == trainer.global_rank else None for r in range(trainer.world_size)]
+    mine = _rank_state(trainer)
+    return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
+
+
+def _rank_state(trainer: Trainer) -> dict[str, Any]:
+    return {
+        "epoch_state": trainer.fit_loop.epoch_state,
+        "rng": capture_rng_state(),
+        # what decides the next epoch's order when the checkpoint is at an epoch boundary
+        "generators": capture_generators(trainer.train_dataloader),
+    }
 
 
 def check_compatible(
@@ -147,16 +274,35 @@ def check_compatible(
         states = checkpoint.get("optimizer_states", [])
         if len(states) != len(optimizers):
             problems.append(f"{len(states)} optimizer state(s) for {len(optimizers)} optimizer(s)")
+        saved_classes = checkpoint.get("optimizer_classes")
         for i, (opt, state) in enumerate(zip(optimizers, states)):
-            sizes = [len(g["params"]) for g in opt.param_groups]
-            saved_sizes = [len(g["params"]) for g in state.get("param_groups", [])]
-            if sizes != saved_sizes:
-                problems.append(f"optimizer {i} has parameter groups of sizes {sizes}, the checkpoint {saved_sizes}")
+            saved_class = saved_classes[i] if saved_classes and i < len(saved_classes) else None
+            problems += _optimizer_problems(i, opt, state, saved_class)
     if schedulers and len(checkpoint.get("lr_schedulers", [])) != len(schedulers):
         problems.append(f"{len(checkpoint.get('lr_schedulers', []))} scheduler state(s) for {len(schedulers)} scheduler(s)")
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise CheckpointError(f"Checkpoint {path!r} does not fit this run: {shown}. Nothing was loaded.")
+
+
+def _optimizer_problems(i: int, opt: Any, state: dict[str, Any], saved_class: str | None) -> list[str]:
+    """Why optimizer ``i``'s saved ``state`` cannot be loaded into ``opt`` (another class fails
+    only at the first step, e.g. ``KeyError: 'betas'`` for SGD's state in Adam)."""
+    name = type(opt).__qualname__
+    if saved_class is not None and saved_class != name:
+        return [f"optimizer {i} is {saved_class} in the checkpoint, {name} in this run"]
+    groups = state.get("param_groups", [])
+    sizes = [len(g["params"]) for g in opt.param_groups]
+    saved_sizes = [len(g["params"]) for g in groups]
+    if sizes != saved_sizes:
+        return [f"optimizer {i} has parameter groups of sizes {sizes}, the checkpoint {saved_sizes}"]
+    if saved_class is None:  # a checkpoint older than `optimizer_classes`: judge by the group keys
+        known = set().union(*(g.keys() for g in opt.param_groups))
+        foreign = sorted(set().union(*(g.keys() for g in groups)) - known)
+        if foreign:
+            return [f"optimizer {i}'s saved parameter groups have keys {foreign} that {name} does not use "
+                    "(a checkpoint of another optimizer class)"]
+    return []
 
 
 def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
@@ -201,6 +347,7 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         trainer._current_epoch = epoch + 1 if finished else epoch
         if mine is not None:
             restore_rng_state(mine["rng"])
+            restore_generators(trainer.train_dataloader, mine.get("generators", []))
             if mine.get("epoch_state") is not None:
                 restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
         return

@@ -5,13 +5,22 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 
-def as_loader_list(loaders: Any) -> list[Any]:
-    """A single loader, a list/tuple of loaders, or None, as a list."""
+def as_loader_list(loaders: Any, name: str) -> list[Any]:
+    """A single loader, a list/tuple of loaders, or None, as a list; ``name`` is the argument."""
     if loaders is None:
         return []
-    if isinstance(loaders, (list, tuple)):
-        return list(loaders)
-    return [loaders]
+    items = list(loaders) if isinstance(loaders, (list, tuple)) else [loaders]
+    for item in items:
+        check_loader(name, item)
+    return items
+
+
+def check_loader(name: str, loader: Any) -> None:
+    """A loader is a DataLoader or any iterable of batches (not a str, not a number)."""
+    if isinstance(loader, (str, bytes)) or not isinstance(loader, Iterable):
+        raise TypeError(
+            f"{name} must be a DataLoader or an iterable of batches, got {type(loader).__name__}"
+        )
 
 
 def check_limit(name: str, limit: int | float | None) -> None:
@@ -44,7 +53,14 @@ def num_batches(loader: Any, limit: int | float | None, what: str) -> int | None
             if limit == 1.0:
                 return None
             raise ValueError(f"limit_{what}_batches={limit} is a fraction, but the {what} loader has no length")
-        return int(length * limit) if limit < 1.0 else length
+        if limit >= 1.0:
+            return length
+        if 0.0 < limit and int(length * limit) == 0:  # a fraction meant to run some batches runs none
+            raise ValueError(
+                f"limit_{what}_batches={limit} of the {length} batches of the {what} dataloader rounds "
+                f"down to 0 batches. Use at least 1/{length}, or an int number of batches."
+            )
+        return int(length * limit)
     return limit if length is None else min(limit, length)
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, ContextManager
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.arguments import check_bool, check_number
 from trainer.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.strategy import NO_CONTEXT
 
@@ -87,10 +88,18 @@ class DDPStrategy(ProcessGroupStrategy):
         ddp_comm_hook: str | Callable[..., Any] | None = None,
         ddp_comm_state: Any = None,
     ) -> None:
-        if ddp_comm_hook is not None and not callable(ddp_comm_hook) and ddp_comm_hook not in COMM_HOOKS:
-            raise ValueError(
-                f"ddp_comm_hook must be one of {COMM_HOOKS} or a callable, got {ddp_comm_hook!r}"
-            )
+        if ddp_comm_hook is not None and not callable(ddp_comm_hook):
+            bad_hook = f"ddp_comm_hook must be one of {COMM_HOOKS} or a callable, got {ddp_comm_hook!r}"
+            if not isinstance(ddp_comm_hook, str):
+                raise TypeError(bad_hook)
+            if ddp_comm_hook not in COMM_HOOKS:
+                raise ValueError(bad_hook)
+        # DDP reads these with `if`: a truthy "no" would silently switch them on
+        check_bool("gradient_as_bucket_view", gradient_as_bucket_view)
+        check_bool("find_unused_parameters", find_unused_parameters)
+        check_bool("static_graph", static_graph)
+        check_bool("broadcast_buffers", broadcast_buffers)
+        check_number("bucket_cap_mb", bucket_cap_mb, minimum=0)
         super().__init__(timeout=timeout, process_group_backend=process_group_backend)
         self.ddp_kwargs = {
             "bucket_cap_mb": bucket_cap_mb,

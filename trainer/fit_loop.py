@@ -13,6 +13,7 @@ import torch
 
 from trainer.accumulation import AccumulationWindows
 from trainer.anomaly import check_finite_gradients
+from trainer.checkpoint import gather_rank_states
 from trainer.data import iterate_with_lookahead
 from trainer.loss_normalization import ItemMeanNormalizer
 from trainer.resume import capture_epoch_state, resumed_epoch
@@ -34,6 +35,7 @@ class FitLoop:
         self._normalizer = ItemMeanNormalizer()
         self.epoch_state: dict[str, Any] | None = None  # RNG states that decide this epoch's order
         self.resume_from: dict[str, Any] | None = None  # set by a mid-epoch checkpoint restore
+        self.rank_states_at_end: list[dict[str, Any] | None] | None = None  # every rank's, after a DDP fit
 
     @property
     def done(self) -> bool:
@@ -47,8 +49,13 @@ class FitLoop:
 
     def run(self) -> None:
         """Train until done."""
+        self.rank_states_at_end = None
         while not self.done:
             self.run_epoch()
+        if self.trainer.world_size > 1:
+            # a save_checkpoint after fit runs when the process group is gone: keep every rank's
+            # state as the loop leaves it, so that checkpoint resumes every rank exactly
+            self.rank_states_at_end = gather_rank_states(self.trainer)
 
     def run_epoch(self) -> None:
         """One training epoch, its validation runs, and the epoch-end hooks."""
@@ -101,7 +108,13 @@ class FitLoop:
                 "The train dataloader produced no batches this epoch. Check the dataset, the "
                 "sampler and drop_last."
             )
-        self.epoch_finished = True  # also when max_steps or should_stop ended it early
+        stopped = t.should_stop if t.world_size == 1 else t._agreed_stop
+        if not self.epoch_finished and not stopped:
+            # max_steps ended the run inside the epoch: the epoch is not over (no epoch-end hooks,
+            # same epoch and position), so a checkpoint written now resumes at the next batch.
+            t._loss_check.check()
+            return
+        self.epoch_finished = True  # also when should_stop ended it early
         self._epoch_end()
 
     def _train_batch(
@@ -214,6 +227,8 @@ def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:
 
 
 def _describe(output: Any) -> str:
+    if isinstance(output, Mapping) and "loss" in output:
+        return f"a dict whose 'loss' is a {type(output['loss']).__name__}, not a tensor"
     if isinstance(output, Mapping):
         return f"a dict without 'loss' (keys {sorted(map(str, output))})"
     return f"an object of type {type(output).__name__}"

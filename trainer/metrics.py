@@ -52,6 +52,7 @@ class MetricStore:
         self.in_step = False  # inside a batch: `log` defaults to on_step for training
         self.dataloader_suffix = ""
         self._entries: dict[str, _Entry] = {}
+        self.aggregates: dict[str, torch.Tensor] = {}  # what `epoch_values` last returned
         self._batch: Any = None
         self._batch_size: int | None = None
 
@@ -134,6 +135,7 @@ class MetricStore:
             out[key + "_epoch" if e.on_step else key] = value
             if e.on_step:
                 out[key] = value
+        self.aggregates = out
         return out
 
     def _agree_on_entries(self, entries: dict[str, _Entry], strategy: Strategy) -> dict[str, _Entry]:
@@ -152,6 +154,7 @@ class MetricStore:
     def reset(self) -> None:
         """Forget everything (a new epoch or evaluation run)."""
         self._entries.clear()
+        self.aggregates = {}
         self._batch = None
         self._batch_size = None
 

@@ -9,6 +9,8 @@ from typing import Any, Callable
 import torch
 from torch.optim import Optimizer
 
+from trainer.rank_zero import rank_zero_warn
+
 _INTERVALS = ("step", "epoch")
 
 
@@ -21,6 +23,9 @@ class LRSchedulerConfig:
     frequency: int = 1
     monitor: str | None = None
     name: str | None = None
+    strict: bool = True  # a missing monitor is an error (True) or a warning and a skipped step
+    # the monitored value the scheduler last stepped on: the same object means nothing new was logged
+    last_monitored: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
     def is_plateau(self) -> bool:
@@ -79,18 +84,25 @@ def _scheduler_config(entry: Any, default_monitor: str | None = None) -> LRSched
     if isinstance(entry, Mapping):
         if "scheduler" not in entry:
             raise ValueError(f"An lr_scheduler dict needs a 'scheduler' key; got keys {sorted(entry)}.")
-        unknown = set(entry) - {f.name for f in dataclasses.fields(LRSchedulerConfig)} - {"strict"}
+        unknown = set(entry) - {f.name for f in dataclasses.fields(LRSchedulerConfig) if f.init}
         if unknown:
             raise ValueError(f"Unknown lr_scheduler keys {sorted(unknown)}.")
-        cfg = LRSchedulerConfig(**{k: v for k, v in entry.items() if k != "strict"})
+        cfg = LRSchedulerConfig(**entry)
     else:
         cfg = LRSchedulerConfig(scheduler=entry)
     if cfg.monitor is None:
         cfg.monitor = default_monitor
     if cfg.interval not in _INTERVALS:
         raise ValueError(f"lr_scheduler 'interval' must be 'step' or 'epoch', got {cfg.interval!r}.")
-    if not isinstance(cfg.frequency, int) or cfg.frequency < 1:
+    if isinstance(cfg.frequency, bool) or not isinstance(cfg.frequency, int):
+        raise TypeError(f"lr_scheduler 'frequency' must be an int >= 1, got {cfg.frequency!r}.")
+    if cfg.frequency < 1:
         raise ValueError(f"lr_scheduler 'frequency' must be an int >= 1, got {cfg.frequency!r}.")
+    for key in ("monitor", "name"):
+        if getattr(cfg, key) is not None and not isinstance(getattr(cfg, key), str):
+            raise TypeError(f"lr_scheduler {key!r} must be None or a str, got {getattr(cfg, key)!r}.")
+    if not isinstance(cfg.strict, bool):
+        raise TypeError(f"lr_scheduler 'strict' must be a bool, got {cfg.strict!r}.")
     if not hasattr(cfg.scheduler, "step"):
         raise TypeError(f"lr_scheduler {type(cfg.scheduler).__name__} has no step() method.")
     if cfg.is_plateau and cfg.monitor is None:
@@ -103,6 +115,8 @@ def _scheduler_config(entry: Any, default_monitor: str | None = None) -> LRSched
 
 def lr_scale_factor(scale_lr: bool | str, world_size: int) -> float:
     """The LR multiplier for ``scale_lr``: W (linear, Goyal et al. 2017), sqrt(W), or 1."""
+    if scale_lr is not None and not isinstance(scale_lr, (bool, str)):
+        raise TypeError(f"scale_lr must be False, True, 'linear' or 'sqrt'; got {scale_lr!r}.")
     if scale_lr is False or scale_lr is None:
         return 1.0
     if scale_lr is True or scale_lr == "linear":
@@ -142,26 +156,56 @@ def clip_gradients(params: list[torch.Tensor], value: float, algorithm: str) -> 
         torch.nn.utils.clip_grad_value_(params, value)
 
 
+@dataclasses.dataclass
+class SchedulerMetrics:
+    """What a ``ReduceLROnPlateau`` reads: the logged values, and whether validation may still add some."""
+
+    values: Mapping[str, Any]
+    validation_pending: bool  # validation is on but has not run yet in this fit
+
+
 def step_schedulers(
     configs: Iterable[LRSchedulerConfig],
     interval: str,
     count: int,
-    metrics: Callable[[], Mapping[str, Any]],
+    metrics: Callable[[], SchedulerMetrics],
 ) -> None:
     """Step every scheduler with ``interval`` whose ``frequency`` divides ``count``.
 
-    ``metrics`` is called only when a ``ReduceLROnPlateau`` needs its monitored value.
+    ``metrics`` is called only when a ``ReduceLROnPlateau`` needs its monitored value. Such a
+    scheduler steps only when its monitor holds a value logged since its last step: with
+    ``check_val_every_n_epoch=2`` a validation metric is new every second epoch, and stepping on
+    the old value in between would count the same result twice towards ``patience``.
     """
     for cfg in configs:
         if cfg.interval != interval or count % cfg.frequency:
             continue
         if cfg.is_plateau:
-            values = metrics()
-            if cfg.monitor not in values:
-                raise KeyError(
-                    f"ReduceLROnPlateau monitors {cfg.monitor!r}, which was not logged. "
-                    f"Logged metrics: {sorted(values)}."
-                )
-            cfg.scheduler.step(float(values[cfg.monitor]))
+            value = _new_monitored_value(cfg, metrics())
+            if value is not None:
+                cfg.scheduler.step(float(value))
         else:
             cfg.scheduler.step()
+
+
+def _new_monitored_value(cfg: LRSchedulerConfig, metrics: SchedulerMetrics) -> Any:
+    """The monitor's value if it was logged since the scheduler's last step, else None."""
+    if cfg.monitor in metrics.values:
+        value = metrics.values[cfg.monitor]
+        if value is cfg.last_monitored:
+            return None
+        cfg.last_monitored = value
+        return value
+    if metrics.validation_pending:  # it may be a validation metric: validation has not run yet
+        return None
+    message = (
+        f"ReduceLROnPlateau monitors {cfg.monitor!r}, which was not logged (validation has run, or "
+        f"there is none). Logged metrics: {sorted(metrics.values)}."
+    )
+    if cfg.strict:
+        raise ValueError(
+            f"{message} Log it with self.log({cfg.monitor!r}, ...), fix the scheduler's 'monitor', or "
+            "set 'strict': False in the scheduler dict to skip the step instead."
+        )
+    rank_zero_warn(f"{message} The scheduler does not step ('strict': False).")
+    return None

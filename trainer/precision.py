@@ -22,6 +22,12 @@ _NO_AUTOCAST = contextlib.nullcontext()  # stateless and reusable: no allocation
 
 def normalize_precision(precision: Any) -> str:
     """Map the Trainer's ``precision`` argument to one of ``SUPPORTED_PRECISIONS``."""
+    # bool is an int and 32.0 == 32: neither may pass as a precision by accident
+    if isinstance(precision, bool) or not isinstance(precision, (str, int)):
+        raise TypeError(
+            f"precision must be a str or an int, one of {', '.join(map(repr, SUPPORTED_PRECISIONS))}; "
+            f"got {precision!r}"
+        )
     try:
         return _ALIASES[precision]
     except (KeyError, TypeError):

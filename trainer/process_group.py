@@ -6,6 +6,7 @@ sharding dataloaders, and the collectives the Trainer and callbacks use.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 from typing import Any, TypeVar
 
@@ -13,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainer.arguments import check_str
 from trainer.cluster_environment import ClusterEnvironment, detect_cluster_environment
 from trainer.failure_notes import explain_failure
 from trainer.rendezvous import fresh_store, mark_group_joined
@@ -39,10 +41,16 @@ class ProcessGroupStrategy(Strategy):
         process_group_backend: str | None = None,
     ) -> None:
         super().__init__()
+        bad_timeout = f"timeout must be a positive number of seconds or a timedelta, got {timeout!r}"
         if not isinstance(timeout, datetime.timedelta):
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-                raise ValueError(f"timeout must be a positive number of seconds or a timedelta, got {timeout!r}")
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(bad_timeout)
+            if not (math.isfinite(timeout) and timeout > 0):  # NaN would pass `timeout <= 0`
+                raise ValueError(bad_timeout)
             timeout = datetime.timedelta(seconds=timeout)
+        elif timeout <= datetime.timedelta(0):
+            raise ValueError(bad_timeout)
+        check_str("process_group_backend", process_group_backend, allow_none=True)
         self.timeout = timeout
         self.process_group_backend = process_group_backend
         self.sync_batchnorm = False

@@ -1,11 +1,16 @@
-"""Exact mid-epoch resume: the random state that decides an epoch's order, and fast-forwarding.
+"""Exact resume: the random state that decides an epoch's order, and fast-forwarding.
 
 At each epoch start the fit loop captures the RNG states that shuffling will draw from (torch's
 global generator and any generator the loader or its sampler owns). A checkpoint saves them
-with the number of batches already trained. Resuming restores them, builds the epoch's loader
-again so it produces the *same* order, skips the trained batches at the index level (no data
-is loaded for them), and then restores the RNG states of the moment of the checkpoint so the
-rest of training draws what the uninterrupted run drew.
+with the number of batches already trained, and the RNG and loader-generator states of the
+moment it was written. Resuming mid-epoch restores the epoch-start states, builds the epoch's
+loader again so it produces the *same* order, skips the trained batches at the index level (no
+data is loaded for them), and then restores the RNG states of the moment of the checkpoint so
+the rest of training draws what the uninterrupted run drew. Resuming at an epoch boundary
+restores the states of the moment of the checkpoint, which decide the next epoch's order.
+
+RNG states are always restored from CPU byte tensors, whatever device the checkpoint's tensors
+were loaded to: torch, CUDA and generator ``set_state`` accept nothing else.
 """
 from __future__ import annotations
 
@@ -32,18 +37,24 @@ def capture_rng_state() -> dict[str, Any]:
     return state
 
 
+def _cpu_bytes(state: torch.Tensor) -> torch.Tensor:
+    return state.detach().to(device="cpu", dtype=torch.uint8)
+
+
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Undo :func:`capture_rng_state`."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(_cpu_bytes(state["torch"]))
     if "numpy" in state:
         import numpy as np
 
         kind, keys, pos, has_gauss, gauss_np = state["numpy"]
-        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, gauss_np))
+        np.random.set_state((kind, keys.detach().cpu().numpy().astype("uint32"), pos, has_gauss, gauss_np))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        # a checkpoint from a machine with more GPUs: the devices this one has get their states
+        for index, device_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(_cpu_bytes(device_state), index)
 
 
 def loader_generators(loader: Any) -> list[torch.Generator]:
@@ -72,7 +83,7 @@ def capture_epoch_state(loader: Any) -> dict[str, Any]:
     """What decides this epoch's order: RNG states, the loader's generators, sampler seeds."""
     return {
         "rng": capture_rng_state(),
-        "generators": [g.get_state() for g in loader_generators(loader)],
+        "generators": capture_generators(loader),
         "sampler_seeds": [s.seed for s in _seeded_samplers(loader)],
     }
 
@@ -80,9 +91,19 @@ def capture_epoch_state(loader: Any) -> dict[str, Any]:
 def restore_epoch_state(loader: Any, state: dict[str, Any]) -> None:
     """Put the RNGs and sampler seeds back to where they were when the epoch started."""
     restore_rng_state(state["rng"])
-    for gen, saved in zip(loader_generators(loader), state["generators"]):
-        gen.set_state(saved)
+    restore_generators(loader, state["generators"])
     restore_sampler_seeds(loader, state)
+
+
+def capture_generators(loader: Any) -> list[torch.Tensor]:
+    """The states of the generators ``loader`` draws its order from, as of now."""
+    return [g.get_state() for g in loader_generators(loader)]
+
+
+def restore_generators(loader: Any, states: list[torch.Tensor]) -> None:
+    """Undo :func:`capture_generators` on the same kind of loader."""
+    for gen, saved in zip(loader_generators(loader), states):
+        gen.set_state(_cpu_bytes(saved))
 
 
 def restore_sampler_seeds(loader: Any, state: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.accelerator import Accelerator
+from trainer.arguments import check_int
 from trainer.cluster_environment import detect_cluster_environment
 from trainer.strategy import SingleDeviceStrategy, Strategy
 
@@ -18,11 +19,13 @@ STRATEGY_NAMES = ("auto", "single_device", "ddp", "ddp_spawn", "allreduce")
 
 def parse_devices(devices: Any) -> int | str:
     """``"auto"`` or a positive process count per node."""
+    if isinstance(devices, bool) or not isinstance(devices, (int, str)):
+        raise TypeError(f"devices must be 'auto' or an int >= 1 (processes per node), got {devices!r}")
     if devices == "auto":
         return "auto"
     if isinstance(devices, str) and devices.isdigit():
         devices = int(devices)
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+    if not isinstance(devices, int) or devices < 1:
         raise ValueError(f"devices must be 'auto' or an int >= 1 (processes per node), got {devices!r}")
     return devices
 
@@ -40,8 +43,9 @@ def select_strategy(
     from trainer.process_group import ProcessGroupStrategy
 
     per_node = parse_devices(devices)
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
-        raise ValueError(f"num_nodes must be an int >= 1, got {num_nodes!r}")
+    check_int("num_nodes", num_nodes, minimum=1)
+    if not isinstance(strategy, (Strategy, str)):
+        raise TypeError(f"strategy must be a str or a Strategy instance, got {strategy!r}")
     if not isinstance(strategy, Strategy) and strategy not in STRATEGY_NAMES:
         raise ValueError(
             f"Unknown strategy {strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy."

@@ -7,10 +7,12 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from callbacks._file_logger import fix_log_versions
 from callbacks.callback import Callback
 from callbacks.logger import Logger
 from trainer.accelerator import Accelerator
 from trainer.anomaly import NonFiniteLossCheck
+from trainer.arguments import check_bool, check_int, check_number, check_path, check_str
 from trainer.checkpoint import (
     atomic_save,
     check_compatible,
@@ -21,7 +23,7 @@ from trainer.checkpoint import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from trainer.data import as_loader_list, check_limit, loader_batch_size, num_batches
+from trainer.data import as_loader_list, check_limit, check_loader, loader_batch_size, num_batches
 from trainer.evaluation_loop import EvaluationLoop
 from trainer.fit_loop import FitLoop
 from trainer.hooks import HookDispatcher
@@ -29,6 +31,7 @@ from trainer.metrics import MetricStore
 from trainer.module import TrainModule
 from trainer.optimization import (
     LRSchedulerConfig,
+    SchedulerMetrics,
     lr_scale_factor,
     optimizer_parameters,
     parse_optimizers,
@@ -90,41 +93,9 @@ class Trainer:
         channels_last: bool = False,
         pin_memory: bool = True,
     ) -> None:
-        _check_int("max_steps", max_steps, minimum=-1)
-        if max_epochs is not None:
-            _check_int("max_epochs", max_epochs, minimum=-1)
+        _check_arguments(locals())  # first statement: locals() holds exactly the arguments
         if max_epochs is None and max_steps == -1:
             max_epochs = 1000  # Lightning's default when neither limit is given
-        _check_int("accumulate_grad_batches", accumulate_grad_batches, minimum=1)
-        _check_int("log_every_n_steps", log_every_n_steps, minimum=1)
-        _check_int("num_sanity_val_steps", num_sanity_val_steps, minimum=-1)
-        if check_val_every_n_epoch is not None:
-            _check_int("check_val_every_n_epoch", check_val_every_n_epoch, minimum=1)
-        _check_val_check_interval(val_check_interval)
-        for name, limit in (
-            ("limit_train_batches", limit_train_batches),
-            ("limit_val_batches", limit_val_batches),
-            ("limit_test_batches", limit_test_batches),
-            ("limit_predict_batches", limit_predict_batches),
-        ):
-            check_limit(name, limit)
-        if gradient_clip_val is not None and (
-            isinstance(gradient_clip_val, bool)
-            or not isinstance(gradient_clip_val, (int, float))
-            or gradient_clip_val < 0
-        ):
-            raise ValueError(f"gradient_clip_val must be None or a number >= 0, got {gradient_clip_val!r}")
-        if gradient_clip_algorithm not in ("norm", "value"):
-            raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {gradient_clip_algorithm!r}")
-        lr_scale_factor(scale_lr, 1)  # validates the flag
-        if not isinstance(sync_batchnorm, bool):
-            raise TypeError(f"sync_batchnorm must be a bool, got {sync_batchnorm!r}")
-        if deterministic not in (True, False, "warn"):
-            raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
-        speed_flags = {"compile": compile, "channels_last": channels_last, "pin_memory": pin_memory}
-        for flag_name, flag in speed_flags.items():
-            if not isinstance(flag, bool):
-                raise TypeError(f"{flag_name} must be a bool, got {flag!r}")
         self.compile = compile  # torch.compile the module (in place) before the strategy wraps it
         self.channels_last = channels_last  # module and 4-D batches in torch.channels_last
         self.pin_memory = pin_memory  # CUDA: pin train/val loaders that do not pin yet
@@ -187,7 +158,6 @@ class Trainer:
         self._active_metrics = self._train_metrics
         self._optimizer_params: list[list[torch.Tensor]] = []
         self._eval_progress_bar_keys: list[str] = []
-        self._epoch_logged_at_step = -1
         self.num_test_batches: list[int | None] = []
         self.num_predict_batches: list[int | None] = []
         self._last_loss: torch.Tensor | None = None
@@ -197,6 +167,7 @@ class Trainer:
         self._preemption = PreemptionWatch()
         self._hooks: HookDispatcher = HookDispatcher(self, TrainModule(), [])
         self._lr_scaled = False
+        self._validated_in_fit = False  # a plateau scheduler's missing monitor may still come
 
     # -- read-only state ----------------------------------------------------------------------
     @property
@@ -273,12 +244,23 @@ class Trainer:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        """The training loss and every ``prog_bar=True`` value, read from the device now."""
+        """What the progress bar shows, read from the device now.
+
+        During an evaluation run: that run's ``prog_bar=True`` values (latest batch, then the
+        run's aggregate). Otherwise: the training loss as ``loss`` (unless the module shows its
+        own ``loss`` or ``train_loss``), the training ``prog_bar=True`` values and the last
+        evaluation's.
+        """
+        run = self._active_metrics
+        if not run.training:
+            values = {**run.current_values(), **run.aggregates}
+            return {key: float(values[key]) for key in run.progress_bar_keys() if key in values}
+        train_keys = self._train_metrics.progress_bar_keys()
         out: dict[str, float] = {}
-        if self._last_loss is not None:
+        if self._last_loss is not None and not {"loss", "train_loss"} & set(train_keys):
             out["loss"] = float(self._last_loss)
         current = {**self._train_metrics.current_values(), **self._callback_metrics}
-        for key in [*self._train_metrics.progress_bar_keys(), *self._eval_progress_bar_keys]:
+        for key in [*train_keys, *self._eval_progress_bar_keys]:
             if key in current:
                 out[key] = float(current[key])
         return out
@@ -309,7 +291,7 @@ class Trainer:
 
     @property
     def num_val_batches(self) -> list[int | None]:
-        """Batches per validation loader (after ``limit_val_batches``)."""
+        """Batches per validation loader of ``fit`` or the last ``validate`` (after ``limit_val_batches``)."""
         return [num_batches(dl, self.limit_val_batches, "val") for dl in self.val_dataloaders]
 
     @property
@@ -339,6 +321,8 @@ class Trainer:
         allows checkpoints with arbitrary pickled objects: only for files you trust.
         """
         _check_module(model, training=True)
+        check_bool("weights_only", weights_only)  # torch.load would take "no" as True
+        check_path("ckpt_path", ckpt_path)
         self._run(
             "fit",
             model,
@@ -351,30 +335,42 @@ class Trainer:
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
-        """Run ``validation_step`` over the validation data; one metric dict per loader."""
-        return self._evaluate("validate", model, dataloaders, ckpt_path)
+        """Run ``validation_step`` over the validation data; one metric dict per loader.
+
+        ``ckpt_path`` loads the weights first; ``weights_only=False`` allows checkpoints with
+        arbitrary pickled objects: only for files you trust.
+        """
+        return self._evaluate("validate", model, dataloaders, ckpt_path, weights_only)
 
     def test(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
-        """Run ``test_step`` over the test data; one metric dict per loader."""
-        return self._evaluate("test", model, dataloaders, ckpt_path)
+        """Run ``test_step`` over the test data; one metric dict per loader (see `validate`)."""
+        return self._evaluate("test", model, dataloaders, ckpt_path, weights_only)
 
     def predict(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
+        weights_only: bool = True,
     ) -> list[Any]:
-        """Run ``predict_step`` and return its outputs (a list per loader when several)."""
-        return self._evaluate("predict", model, dataloaders, ckpt_path)
+        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
+        return self._evaluate("predict", model, dataloaders, ckpt_path, weights_only)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
-        """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically."""
+        """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically.
+
+        Raises `NonFiniteLossError` instead when a training loss since the last check was not
+        finite: the weights that follow it are never saved.
+        """
+        self._loss_check.check_before_save(self._strategy)
         checkpoint = self._dump_checkpoint()
         if self.is_global_zero:
             atomic_save(checkpoint, filepath)
@@ -383,6 +379,8 @@ class Trainer:
     # -- the run --------------------------------------------------------------------------------
     def _run(self, fn: str, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
         if self._strategy.launcher is not None:
+            # spawned workers inherit the loggers: one version for every call of this Trainer
+            fix_log_versions(self, self.loggers, broadcast=False)
             return self._strategy.launcher.launch(self, fn, args)
         self._module = model
         model._trainer = self
@@ -430,16 +428,19 @@ class Trainer:
             )
         if isinstance(loader, (list, tuple)):
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
+        check_loader("fit(train_dataloaders=...)", loader)
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
         install_worker_seeding(self.train_dataloader, self.global_rank)
         self._train_length_known = _has_length(self.train_dataloader)
         self._count_training_batches()
         val_source = val if val is not None else model.val_dataloader()
-        self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in as_loader_list(val_source)]
+        val_loaders = as_loader_list(val_source, "fit(val_dataloaders=...)")
+        self.val_dataloaders = [self._strategy.process_dataloader(dl, "validate") for dl in val_loaders]
         if self.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
             for dl in (self.train_dataloader, *self.val_dataloaders):
                 self._strategy.accelerator.pin_loader_memory(dl)
         self._prepare_module_for_speed(model)
+        _check_trainable(model)
 
         self._strategy.setup_module(model)
         self.optimizers, self.lr_scheduler_configs = parse_optimizers(model.configure_optimizers())
@@ -450,6 +451,8 @@ class Trainer:
         self._grad_check_params = list(model.named_parameters()) if check else None
         self._current_epoch = 0
         self._global_step = 0
+        self._loss_check.reset()
+        self._validated_in_fit = False
         if ckpt_path is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
             ckpt_path = "last" if self._strategy.broadcast(find_last_checkpoint(self)) else None
         if ckpt_path is not None:
@@ -480,17 +483,22 @@ class Trainer:
         self.save_checkpoint(path)
         raise Preempted(signum, path)
 
-    def _evaluate(self, stage: str, model: TrainModule | None, loaders: Any, ckpt_path: Any) -> Any:
+    def _evaluate(
+        self, stage: str, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool
+    ) -> Any:
         if model is None:
             if self._module is None:
                 raise ValueError(f"trainer.{stage}() needs a model: pass one, or call fit first.")
             model = self._module
         _check_module(model, training=False, stage=stage)
+        check_path("ckpt_path", ckpt_path)
+        check_bool("weights_only", weights_only)  # torch.load would take "no" as True
         hook_stage = {"validate": "val", "test": "test", "predict": "predict"}[stage]
 
         def body() -> Any:
             source = loaders if loaders is not None else getattr(model, f"{hook_stage}_dataloader")()
-            dataloaders = [self._strategy.process_dataloader(dl, stage) for dl in as_loader_list(source)]
+            given = as_loader_list(source, f"trainer.{stage}(dataloaders=...)")
+            dataloaders = [self._strategy.process_dataloader(dl, stage) for dl in given]
             if not dataloaders:
                 raise ValueError(
                     f"No {stage} data: pass dataloaders to trainer.{stage}(...) or define "
@@ -499,20 +507,23 @@ class Trainer:
             self._prepare_module_for_speed(model)
             self._strategy.setup_module(model)
             if ckpt_path is not None:
-                self._load_weights(ckpt_path)
+                self._load_weights(ckpt_path, weights_only)
             limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches}.get(
                 stage, self.limit_predict_batches
             )
-            if stage in ("test", "predict"):
+            if stage == "validate":  # `num_val_batches` (the progress bar's total) reads them
+                self.val_dataloaders = dataloaders
+            else:
                 counts = [num_batches(dl, limit, stage) for dl in dataloaders]
                 setattr(self, f"num_{stage}_batches", counts)
             return EvaluationLoop(self, stage).run(dataloaders, limit)
 
-        return self._run(stage, model, body, (model, loaders, ckpt_path))
+        return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only))
 
     def _run_validation_in_fit(self) -> None:
         self.state.stage = "validate"
         EvaluationLoop(self, "validate").run(self.val_dataloaders, self.limit_val_batches)
+        self._validated_in_fit = True
         self.state.stage = "fit"
         self.should_stop = self._strategy.reduce_boolean_decision(self.should_stop, all=False)
         self._agreed_stop = self.should_stop
@@ -536,6 +547,13 @@ class Trainer:
             return None, False
         interval = self.val_check_interval
         if isinstance(interval, int):
+            n = self.num_training_batches
+            if n is not None and interval > n:  # validation would never run
+                raise ValueError(
+                    f"val_check_interval={interval} is more than the {n} training batches of an epoch "
+                    "(after limit_train_batches), so validation would never run. Use an int <= "
+                    f"{n}, a float fraction of the epoch, or limit_val_batches=0 to turn validation off."
+                )
             return interval, False
         every_epoch = self.check_val_every_n_epoch
         if every_epoch is not None and (self.current_epoch + 1) % every_epoch != 0:
@@ -569,8 +587,8 @@ class Trainer:
             if not is_compiled(model):  # a second fit keeps the first compile's caches
                 compile_module(model)
 
-    def _metrics_for_schedulers(self) -> dict[str, torch.Tensor]:
-        return self.callback_metrics
+    def _metrics_for_schedulers(self) -> SchedulerMetrics:
+        return SchedulerMetrics(self.callback_metrics, not self._validated_in_fit and self._val_enabled())
 
     def _log_step_metrics(self) -> None:
         if self.loggers:
@@ -585,9 +603,7 @@ class Trainer:
         if not values or not self.loggers or not self.is_global_zero:
             return
         numbers = {k: float(v) for k, v in values.items()}
-        if self._epoch_logged_at_step != self.global_step:  # once per step is enough
-            numbers["epoch"] = float(self.current_epoch)
-            self._epoch_logged_at_step = self.global_step
+        numbers["epoch"] = float(self.current_epoch)  # every record: CSV rows group by it
         self._logged_metrics.update(numbers)
         for lg in self.loggers:
             lg.log_metrics(numbers, step=self.global_step)
@@ -610,8 +626,12 @@ class Trainer:
         scale_learning_rates(self.optimizers, self.lr_scheduler_configs, factor)
         self._lr_scaled = factor != 1.0
         if self._lr_scaled and self.is_global_zero:
-            lrs = [group["lr"] for opt in self.optimizers for group in opt.param_groups]
-            print(f"[lockstep] scale_lr={self.scale_lr!r}: learning rate x{factor:g} for W={self.world_size} -> {lrs}")
+            # the schedules' base rates (the peak of a warmup), not a warmup's current start rate
+            lrs = [group.get("initial_lr", group["lr"]) for opt in self.optimizers for group in opt.param_groups]
+            print(
+                f"[lockstep] scale_lr={self.scale_lr!r}: learning rate x{factor:g} for "
+                f"W={self.world_size} -> base rates {lrs}"
+            )
 
     # -- checkpoints ------------------------------------------------------------------------------
     def _dump_checkpoint(self) -> dict[str, Any]:
@@ -619,14 +639,14 @@ class Trainer:
 
     def _load_weights(self, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:
         path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
-        checkpoint = load_checkpoint(path, map_location=self._strategy.root_device, weights_only=weights_only)
+        checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
         check_compatible(checkpoint, path, self.module, [], [])
         self.module.load_state_dict(checkpoint["state_dict"])
         return checkpoint
 
     def _restore(self, ckpt_path: Any, weights_only: bool = True) -> None:
         path = self._strategy.broadcast(resolve_checkpoint_path(self, ckpt_path))
-        checkpoint = load_checkpoint(path, map_location=self._strategy.root_device, weights_only=weights_only)
+        checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
         restore_checkpoint(self, checkpoint, path)
 
 
@@ -650,11 +670,48 @@ def _record_for_elastic_agent(exc: BaseException) -> None:
         pass
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+_FLAGS = (
+    "sync_batchnorm",
+    "enable_progress_bar",
+    "enable_checkpointing",
+    "use_distributed_sampler",
+    "detect_non_finite_loss",
+    "detect_non_finite_grads",
+    "compile",
+    "channels_last",
+    "pin_memory",
+)
+
+
+def _check_arguments(args: Mapping[str, Any]) -> None:
+    """The checks of `Trainer`'s own arguments (devices, strategy, accelerator and precision are
+    checked where they are parsed)."""
+    check_int("max_steps", args["max_steps"], minimum=-1)
+    if args["max_epochs"] is not None:
+        check_int("max_epochs", args["max_epochs"], minimum=-1)
+    check_int("accumulate_grad_batches", args["accumulate_grad_batches"], minimum=1)
+    check_int("log_every_n_steps", args["log_every_n_steps"], minimum=1)
+    check_int("num_sanity_val_steps", args["num_sanity_val_steps"], minimum=-1)
+    if args["check_val_every_n_epoch"] is not None:
+        check_int("check_val_every_n_epoch", args["check_val_every_n_epoch"], minimum=1)
+    _check_val_check_interval(args["val_check_interval"])
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
+        check_limit(name, args[name])
+    # a NaN clip value turns every gradient into NaN at the first step
+    check_number("gradient_clip_val", args["gradient_clip_val"], minimum=0, allow_none=True)
+    algorithm = args["gradient_clip_algorithm"]
+    check_str("gradient_clip_algorithm", algorithm)
+    if algorithm not in ("norm", "value"):
+        raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {algorithm!r}")
+    lr_scale_factor(args["scale_lr"], 1)  # validates the flag
+    for name in _FLAGS:
+        check_bool(name, args[name])
+    deterministic = args["deterministic"]
+    if not isinstance(deterministic, (bool, str)):
+        raise TypeError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
+    if deterministic not in (True, False, "warn"):
+        raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
+    check_path("default_root_dir", args["default_root_dir"])
 
 
 def _check_val_check_interval(value: Any) -> None:
@@ -679,6 +736,17 @@ def _check_module(model: Any, training: bool, stage: str = "fit") -> None:
             raise NotImplementedError(
                 f"{type(model).__name__} does not define {name}(), which trainer.{stage}() needs."
             )
+
+
+def _check_trainable(model: TrainModule) -> None:
+    """Before any step: a model with nothing to train fails later with a misleading message."""
+    params = list(model.parameters())
+    if not any(p.requires_grad for p in params):
+        what = f"all {len(params)} of its parameters have requires_grad=False" if params else "it has none"
+        raise ValueError(
+            f"No parameter of {type(model).__name__} requires grad ({what}): there is nothing to train. "
+            "Unfreeze the parameters to train (p.requires_grad_(True)) before trainer.fit."
+        )
 
 
 def _make_loggers(logger: Any, root: str) -> list[Logger]:

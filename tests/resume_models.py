@@ -55,25 +55,25 @@ def straight_and_resumed(
     ``stop="max_steps"``: the first fit ends by ``max_steps=stop_step`` and
     ``trainer.save_checkpoint`` writes the checkpoint after it.
     """
-    kw = {"max_epochs": 2, "accumulate_grad_batches": 2, **QUIET, **trainer_kw}
+    kw = {"max_epochs": 2, "accumulate_grad_batches": 2, "accelerator": "cpu", **QUIET, **trainer_kw}
     seed_everything(0)
     straight = Noisy()
-    Trainer(accelerator="cpu", **kw).fit(straight, make_loader(own_generator))
+    Trainer(**kw).fit(straight, make_loader(own_generator))
 
     seed_everything(0)
     first = Noisy()
     path = f"{tmp}/mid.ckpt"
     if stop == "crash":
         try:
-            Trainer(accelerator="cpu", **kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator))
+            Trainer(**kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator))
         except KeyboardInterrupt:
             pass
     else:
-        stopped = Trainer(accelerator="cpu", **{**kw, "max_steps": stop_step})
+        stopped = Trainer(**{**kw, "max_steps": stop_step})
         stopped.fit(first, make_loader(own_generator))
         stopped.save_checkpoint(path)
     seed_everything(99)  # a fresh process: nothing but the checkpoint decides what happens next
     resumed = Noisy()
-    trainer = Trainer(accelerator="cpu", **kw)
+    trainer = Trainer(**kw)
     trainer.fit(resumed, make_loader(own_generator), ckpt_path=path)
     return [p.detach().clone() for p in straight.parameters()], [p.detach().clone() for p in resumed.parameters()], trainer.global_step

@@ -29,14 +29,34 @@ def _is_cuda_mark(decorator: ast.expr) -> bool:
     return ".mark.cuda" in ast.unparse(decorator)
 
 
-def _names_accelerator(call: ast.Call) -> bool:
-    for keyword in call.keywords:
-        if keyword.arg == "accelerator":
-            return True
-        if keyword.arg is None and isinstance(keyword.value, ast.Dict):  # **{"accelerator": ..., ...}
-            if any(isinstance(k, ast.Constant) and k.value == "accelerator" for k in keyword.value.keys):
-                return True
+def _dict_names_accelerator(value: ast.expr, dicts: dict[str, ast.expr]) -> bool:
+    """``{"accelerator": ...}``, or a dict display or name (assigned one in scope) that unpacks one."""
+    if isinstance(value, ast.Name) and value.id in dicts:
+        return _dict_names_accelerator(dicts[value.id], {k: v for k, v in dicts.items() if k != value.id})
+    if isinstance(value, ast.Dict):
+        return any(
+            (isinstance(k, ast.Constant) and k.value == "accelerator") or (k is None and _dict_names_accelerator(v, dicts))
+            for k, v in zip(value.keys, value.values)
+        )
     return False
+
+
+def _names_accelerator(call: ast.Call, dicts: dict[str, ast.expr]) -> bool:
+    return any(
+        keyword.arg == "accelerator" or (keyword.arg is None and _dict_names_accelerator(keyword.value, dicts))
+        for keyword in call.keywords
+    )
+
+
+def _dict_assignments(scope: ast.AST) -> dict[str, ast.expr]:
+    """``name = {...}`` assignments anywhere in ``scope`` (a function, with its nested bodies)."""
+    return {
+        target.id: node.value
+        for node in ast.walk(scope)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
 
 
 def trainers_left_on_auto(source: str, filename: str) -> list[str]:
@@ -52,22 +72,27 @@ def trainers_left_on_auto(source: str, filename: str) -> list[str]:
                 return []
     found: list[str] = []
 
-    def visit(node: ast.AST, scope: str) -> None:
+    def visit(node: ast.AST, scope: str, dicts: dict[str, ast.expr]) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 if any(_is_cuda_mark(d) for d in child.decorator_list):
                     continue
-                visit(child, child.name if not scope else f"{scope}.{child.name}")
+                inner = {**dicts, **_dict_assignments(child)} if not isinstance(child, ast.ClassDef) else dicts
+                visit(child, child.name if not scope else f"{scope}.{child.name}", inner)
                 continue
             if isinstance(child, ast.Call):
                 func = child.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-                if name == "Trainer" and not _names_accelerator(child):
+                if name == "Trainer" and not _names_accelerator(child, dicts):
                     if (filename, scope.split(".")[0]) not in AUTO_ON_PURPOSE:
                         found.append(f"{filename}:{child.lineno} ({scope or 'module'})")
-            visit(child, scope)
+            visit(child, scope, dicts)
 
-    visit(tree, "")
+    module_dicts = {
+        t.id: n.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+        for t in n.targets if isinstance(t, ast.Name)
+    }
+    visit(tree, "", module_dicts)
     return found
 
 
@@ -99,6 +124,10 @@ class TestD:
         t = trainer.Trainer()
 def helper(**kw):
     return Trainer(**{**QUIET, **kw})
+def helper2(**kw):
+    options = {"accelerator": "cpu", **kw}
+    Trainer(**options)
+    Trainer(**{**options, "max_steps": 2})
 '''
     assert trainers_left_on_auto(source, "x.py") == ["x.py:5 (test_a)", "x.py:14 (TestD.test_e)", "x.py:16 (helper)"]
     assert trainers_left_on_auto("import pytest\npytestmark = [pytest.mark.cuda]\nTrainer()\n", "y.py") == []

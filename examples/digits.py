@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sync-batchnorm", action="store_true")
     parser.add_argument("--root", default="digits_run", help="default_root_dir (logs, checkpoints)")
     parser.add_argument("--result-json", default=None, help="write the final metrics here (rank 0)")
+    parser.add_argument("--resume", default=None, help="fit(ckpt_path=...): 'last', 'best' or a checkpoint file")
     args = parser.parse_args(argv)
 
     # Set explicitly: OMP_NUM_THREADS set after `import torch` may come too late to count.
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         model,
         DataLoader(train, batch_size=args.batch_size, shuffle=True),
         DataLoader(val, batch_size=256),
+        ckpt_path=args.resume,
     )
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if trainer.is_global_zero:

@@ -186,13 +186,15 @@ def test_a_failing_worker_ends_the_run_fast_with_its_error(tmp_path, launcher):
     proc, seconds = _launch(tmp_path, *extra, *fail, launcher=launcher, timeout=90)
     assert proc.returncode != 0
     assert seconds < 60, f"the run took {seconds:.0f}s: the surviving rank was not stopped"
-    cause = _root_cause(proc.stderr)
+    if launcher == "torchrun":
+        cause = _root_cause(proc.stderr)
+        assert re.search(r"rank\s*: 1 \(local_rank: 1\)", cause)
+    else:  # the Trainer's launcher reports the root cause itself
+        cause = proc.stderr[proc.stderr.index("[lockstep] worker rank"):]
+        assert cause.startswith("[lockstep] worker rank 1 failed with exit code 1: RuntimeError: boom on rank 1\n")
     assert "RuntimeError: boom on rank 1" in cause
-    assert re.search(r"rank\s*: 1 \(local_rank: 1\)", cause)
-    assert "To enable traceback" not in cause  # the Trainer wrote TORCHELASTIC_ERROR_FILE
+    assert "Traceback (most recent call last)" in cause  # the Trainer wrote TORCHELASTIC_ERROR_FILE
     assert "END pid=" not in proc.stdout and "FIT_DONE" not in proc.stdout
-    if launcher == "python":
-        assert "[lockstep] worker rank 1 failed with exit code 1" in proc.stderr
 
 
 def _launcher_mismatch(rank, world_size):
@@ -250,11 +252,11 @@ def test_workers_rerun_python_dash_m_as_a_module(monkeypatch):
     monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr(sys, "argv", ["/src/pkg/train.py", "--devices", "2"])
     main.__spec__ = importlib.machinery.ModuleSpec("pkg.train", None)
-    assert _worker_args() == ["-u", "-m", "pkg.train", "--devices", "2"]
+    assert _worker_args() == ["-m", "pkg.train", "--devices", "2"]
     main.__spec__ = importlib.machinery.ModuleSpec("pkg.__main__", None)  # python -m pkg
-    assert _worker_args() == ["-u", "-m", "pkg", "--devices", "2"]
+    assert _worker_args() == ["-m", "pkg", "--devices", "2"]
     main.__spec__ = None  # python /src/pkg/train.py
-    assert _worker_args() == ["-u", "/src/pkg/train.py", "--devices", "2"]
+    assert _worker_args() == ["/src/pkg/train.py", "--devices", "2"]
 
 
 @pytest.mark.timeout(60)

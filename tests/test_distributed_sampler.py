@@ -86,6 +86,26 @@ def test_unpadded_shards_cover_the_dataset_exactly_once(n, world_size, shuffle):
     assert isinstance(samplers[0], DistributedSampler)
 
 
+@pytest.mark.parametrize("n", [0, 1, 5, 7, 10, 21])
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_contiguous_shards_concatenated_in_rank_order_are_the_index_order(n, world_size, shuffle):
+    def samplers(contiguous):
+        return [
+            UnpaddedDistributedSampler(_Range(n), world_size, r, shuffle=shuffle, seed=3,
+                                       contiguous=contiguous)
+            for r in range(world_size)
+        ]
+
+    blocks = [list(s) for s in samplers(contiguous=True)]
+    strided = [list(s) for s in samplers(contiguous=False)]
+    order = [i for r in range(max(n, 1)) for shard in strided for i in shard[r : r + 1]]  # the sampled order
+    assert [i for block in blocks for i in block] == order
+    assert [len(s) for s in samplers(contiguous=True)] == [len(b) for b in blocks]
+    assert max(map(len, blocks)) - min(map(len, blocks)) <= 1 and len(blocks[0]) >= len(blocks[-1])
+    assert list(UnpaddedDistributedSampler(_Range(21), 2, 1, contiguous=True)) == list(range(11, 21))
+
+
 def test_unpadded_set_epoch_reshuffles_consistently_across_ranks():
     samplers = [UnpaddedDistributedSampler(_Range(9), 2, r, shuffle=True) for r in range(2)]
     epoch0 = [list(s) for s in samplers]

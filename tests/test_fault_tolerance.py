@@ -88,6 +88,42 @@ def test_sigusr1_single_process_saves_exits_75_and_resumes(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
 
 
+_DOUBLE_SIGNAL = """
+import signal, sys, time
+sys.path.insert(0, {repo!r})
+import trainer.preemption as preemption
+from callbacks import Callback
+from tests.resume_models import Noisy, make_loader
+from trainer import Trainer
+
+preemption.REPEAT_WINDOW_S = 0.5
+
+class Twice(Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == 3 and trainer.fit_loop.batches_done % 2 == 0:
+            signal.raise_signal(signal.SIGTERM)
+            time.sleep({gap})
+            signal.raise_signal(signal.SIGTERM)
+
+Trainer(max_epochs=2, accumulate_grad_batches=2, default_root_dir={root!r}, accelerator="cpu",
+        logger=False, enable_progress_bar=False, callbacks=[Twice()]).fit(Noisy(), make_loader())
+"""
+
+
+@pytest.mark.parametrize("gap, expected", [(0.0, PREEMPTION_EXIT_CODE), (0.8, -signal.SIGTERM)],
+                         ids=["same-request-twice", "asked-again-later"])
+def test_a_signal_delivered_twice_at_once_still_saves(tmp_path, gap, expected):
+    # SLURM signals every process of a step and torch's agent forwards the signal to its workers:
+    # one request arrives twice. Only a repeat after the window means "stop now, do not save".
+    import subprocess
+    import sys
+
+    script = _DOUBLE_SIGNAL.format(repo=str(REPO_ROOT), gap=gap, root=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == expected, proc.stderr[-2000:]
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file() == (expected == PREEMPTION_EXIT_CODE)
+
+
 class _Boom(Regression):
     def training_step(self, batch, batch_idx):
         if self.global_rank == 1 and self.global_step == 3:
@@ -110,5 +146,8 @@ def test_a_raising_rank_makes_the_others_fail_naming_it(tmp_path):
     (kind0, text0, took0), (kind1, text1, _) = run_ranks(_failing_rank, world_size=2, init_group=False, timeout=90)
     assert (kind1, text1) == ("RuntimeError", "boom on rank 1")
     assert kind0 == "RankFailedError"
-    assert text0.startswith("Rank 1 failed: RuntimeError: boom on rank 1. Rank 0 stopped because")
+    assert text0.startswith(
+        "Rank 1 failed at epoch 0, global step 3, batch index 3: RuntimeError: boom on rank 1. "
+        "Rank 0 stopped (at epoch 0, global step 3, batch index 3) because"
+    ), text0
     assert took0 < 30  # well within the process-group timeout: no hang

@@ -10,6 +10,9 @@ from trainer.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from trainer.seed import seed_everything
 from trainer.strategy import SingleDeviceStrategy, Strategy
 from trainer.trainer import Trainer
+from trainer.worker_process import adopt_launcher_from_env
+
+adopt_launcher_from_env()  # in a worker of `Trainer(devices=N)`: die with the launcher, whole lines
 
 __version__ = "0.1.0"
 

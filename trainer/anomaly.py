@@ -40,15 +40,16 @@ class NonFiniteLossCheck:
             self._found = report
             raise NonFiniteLossError(report)
 
-    def check_before_save(self, strategy: Any) -> None:
+    def check_before_save(self, strategy: Any, agree: bool = True) -> None:
         """`check` on every rank together, before a checkpoint is written (one host sync).
 
         Raises on every rank when any rank saw a non-finite loss: DDP averages gradients, so one
         rank's NaN is in every rank's weights. When a check already failed in this fit it raises
-        again at once, without waiting for the other ranks.
+        again at once, without waiting for the other ranks. ``agree=False`` (a save while the run
+        fails, when the other ranks may be gone): this rank's losses only, no collective.
         """
         report = self._found or self._first_non_finite()
-        if self._found is None and strategy.world_size > 1 and strategy.in_group:
+        if agree and self._found is None and strategy.world_size > 1 and strategy.in_group:
             bad = [(rank, r) for rank, r in enumerate(strategy.all_gather_object(report)) if r is not None]
             if bad:
                 report = bad[0][1] if bad[0][0] == strategy.global_rank else f"On rank {bad[0][0]}: {bad[0][1]}"

@@ -175,8 +175,11 @@ def _first_line(err: Exception) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def dump_checkpoint(trainer: Trainer) -> dict[str, Any]:
-    """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it)."""
+def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
+    """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it).
+
+    ``gather=False``: no collective; ``rank_states`` holds only this rank's entry.
+    """
     module = trainer.module
     loop = trainer.fit_loop
     checkpoint: dict[str, Any] = {
@@ -189,7 +192,7 @@ def dump_checkpoint(trainer: Trainer) -> dict[str, Any]:
         "epoch": trainer.current_epoch,
         "global_step": trainer.global_step,
         "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
-        "rank_states": gather_rank_states(trainer),
+        "rank_states": gather_rank_states(trainer, gather),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "hyper_parameters": _weights_only_loadable(dict(module.hparams)),
         "world_size": trainer.world_size,
@@ -235,15 +238,16 @@ def _weights_only_loadable(value: Any) -> Any:
     return repr(value)
 
 
-def gather_rank_states(trainer: Trainer) -> list[dict[str, Any] | None]:
-    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run)."""
+def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
+    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run;
+    ``gather=False``: none, and only this rank's entry unless the fit loop has every rank's)."""
     strategy = trainer.strategy
-    if strategy.in_group:
+    if gather and strategy.in_group:
         return strategy.all_gather_object(_rank_state(trainer))
     if trainer.fit_loop.rank_states_at_end is not None:
         return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
-    # Outside any fit (the group is gone) only this rank's state is known; the others resume
-    # with the RNG states they have.
+    # Outside any fit (the group is gone) or while the run fails, only this rank's state is
+    # known; the others resume with the RNG states they have.
     mine = _rank_state(trainer)
     return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
 
@@ -352,6 +356,15 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
                 restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
         return
     trainer._current_epoch = epoch
+    if same_world and any(s is None or s.get("epoch_state") is None for s in rank_states):
+        # Every rank must make the same choice, or one resumes mid-epoch while another restarts
+        # the epoch and they wait in different collectives.
+        rank_zero_warn(
+            "The checkpoint holds the interrupted epoch's order for only some ranks (written by "
+            "save_checkpoint while the run was failing, or outside a fit): the epoch restarts "
+            "from its first batch on every rank."
+        )
+        return
     if mine is None or mine.get("epoch_state") is None:
         return  # the epoch restarts from its first batch (warned above)
     accumulate = int(checkpoint.get("accumulate_grad_batches", 1))

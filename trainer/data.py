@@ -35,6 +35,15 @@ def check_limit(name: str, limit: int | float | None) -> None:
         raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")
 
 
+def has_length(loader: Any) -> bool:
+    """Whether ``len(loader)`` works."""
+    try:
+        len(loader)
+    except TypeError:
+        return False
+    return True
+
+
 def num_batches(loader: Any, limit: int | float | None, what: str) -> int | None:
     """Batches to draw from ``loader`` this epoch, or None when it has no length and no int limit."""
     try:
@@ -65,7 +74,7 @@ def num_batches(loader: Any, limit: int | float | None, what: str) -> int | None
 
 
 def iterate_with_lookahead(
-    loader: Iterable[Any], limit: int | None, start: int = 0
+    loader: Iterable[Any], limit: int | None, start: int = 0, rank: int | None = None, epoch: int = 0
 ) -> Iterator[tuple[int, Any, bool]]:
     """Yield ``(batch_idx, batch, is_last)``; the epoch's end is learned one batch ahead.
 
@@ -73,7 +82,9 @@ def iterate_with_lookahead(
     ``limit`` the epoch's total number of batches.
 
     Knowing the last batch before running it lets its accumulation window sync and step even
-    when the loader has no length.
+    when the loader has no length. With ``rank`` (several processes), a loader that ends before
+    ``limit`` raises `short_loader_error` instead of ending the epoch on this rank alone: the
+    other ranks would wait in the next collective for a rank that never joins it.
     """
     if limit is not None and start >= limit:
         return
@@ -81,6 +92,8 @@ def iterate_with_lookahead(
     try:
         current = next(it)
     except StopIteration:
+        if rank is not None and limit is not None:
+            raise short_loader_error("train", rank, start, limit, epoch) from None
         return
     idx = start
     while True:
@@ -90,11 +103,28 @@ def iterate_with_lookahead(
         try:
             upcoming = next(it)
         except StopIteration:
+            if rank is not None and limit is not None:
+                # raised before this batch runs, so no rank enters the step's all-reduce alone
+                raise short_loader_error("train", rank, idx + 1, limit, epoch) from None
             yield idx, current, True
             return
         yield idx, current, False
         current = upcoming
         idx += 1
+
+
+def short_loader_error(
+    what: str, rank: int, yielded: int, expected: int, epoch: int | None = None
+) -> ValueError:
+    """The error of a rank whose ``what`` dataloader yielded ``yielded`` of ``expected`` batches."""
+    when = f" of epoch {epoch}" if epoch is not None else ""
+    return ValueError(
+        f"Rank {rank}: the {what} dataloader ended before batch_idx {yielded}{when}: it yielded "
+        f"{yielded} batches, fewer batches than len() announced ({expected}). Every rank plans the "
+        "epoch on len(), so a rank that runs out early would leave the others waiting in a "
+        "collective it never joins. Make the loader's __len__ match what it yields (or remove "
+        "__len__: the ranks then agree batch by batch when to stop)."
+    )
 
 
 def loader_batch_size(loader: Any) -> int | None:

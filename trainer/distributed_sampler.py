@@ -49,6 +49,10 @@ class UnpaddedDistributedSampler(DistributedSampler):
     then count each sample once. Ranks can therefore run a different number of batches; code that
     runs a collective per batch must not use it. ``shuffle`` permutes with ``seed + epoch``
     (call ``set_epoch``) identically on every rank.
+
+    ``contiguous=True`` gives rank ``r`` the ``r``-th of ``num_replicas`` consecutive blocks of
+    the index list instead (the first ``len % num_replicas`` blocks one longer), so the ranks'
+    outputs concatenated in rank order are in the list's order (what ``predict`` returns).
     """
 
     def __init__(
@@ -58,6 +62,7 @@ class UnpaddedDistributedSampler(DistributedSampler):
         rank: int,
         shuffle: bool = False,
         seed: int = 0,
+        contiguous: bool = False,
     ) -> None:
         if not isinstance(num_replicas, int) or num_replicas < 1:
             raise ValueError(
@@ -70,7 +75,11 @@ class UnpaddedDistributedSampler(DistributedSampler):
             )
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
         self.total_size = len(dataset)  # type: ignore[arg-type]
-        self.num_samples = len(range(rank, self.total_size, num_replicas))
+        self.contiguous = contiguous
+        base, extra = divmod(self.total_size, num_replicas)
+        self._block_start = rank * base + min(rank, extra)
+        strided = len(range(rank, self.total_size, num_replicas))
+        self.num_samples = base + int(rank < extra) if contiguous else strided
 
     def __iter__(self) -> Iterator[int]:
         if self.shuffle:
@@ -79,6 +88,8 @@ class UnpaddedDistributedSampler(DistributedSampler):
             indices = torch.randperm(self.total_size, generator=generator).tolist()
         else:
             indices = list(range(self.total_size))
+        if self.contiguous:
+            return iter(indices[self._block_start : self._block_start + self.num_samples])
         return iter(indices[self.rank :: self.num_replicas])
 
     def __len__(self) -> int:
@@ -93,12 +104,14 @@ def distribute_dataloader(
     shuffle: bool | None = None,
     seed: int = 0,
     evaluation: bool = False,
+    contiguous: bool = False,
 ) -> DataLoader:
     """Return a DataLoader that yields only this rank's shard of ``dataloader``'s data.
 
     The new loader uses a ``DistributedSampler`` (training: every rank gets the same number of
     samples, padding with a few repeated ones) or, with ``evaluation=True``, an
-    ``UnpaddedDistributedSampler`` (each sample exactly once). ``shuffle=None`` keeps the
+    ``UnpaddedDistributedSampler`` (each sample exactly once; ``contiguous=True``: in consecutive
+    blocks, for ``predict``). ``shuffle=None`` keeps the
     original order type: a ``RandomSampler`` shuffles, a ``SequentialSampler`` does not. Batch
     size, ``drop_last``, a plain ``BatchSampler``'s settings and every other DataLoader argument
     (workers, ``collate_fn``, pinning, ``generator``, ...) are kept.
@@ -135,7 +148,8 @@ def distribute_dataloader(
     sampler: DistributedSampler
     if evaluation:
         sampler = UnpaddedDistributedSampler(
-            dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed
+            dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed,
+            contiguous=contiguous,
         )
     else:
         sampler = DistributedSampler(

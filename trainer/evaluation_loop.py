@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.data import num_batches
+from trainer.data import has_length, num_batches, short_loader_error
 from trainer.metrics import MetricStore
 
 if TYPE_CHECKING:
@@ -45,9 +45,11 @@ class EvaluationLoop:
                     self.metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if multiple else ""
                     extra = (dl_idx,) if multiple else ()
                     limit_n = self._batches(loader, limit)
+                    seen = 0
                     for batch_idx, batch in enumerate(loader):
                         if limit_n is not None and batch_idx >= limit_n:
                             break
+                        seen += 1
                         batch = t._move_batch(batch)
                         self.metrics.set_batch(batch)
                         hooks.call(f"on_{p}_batch_start", batch, batch_idx, dl_idx)
@@ -56,6 +58,10 @@ class EvaluationLoop:
                         if self.stage == "predict":
                             predictions[dl_idx].append(output)
                         hooks.call(f"on_{p}_batch_end", output, batch, batch_idx, dl_idx)
+                    if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
+                        # Samples would be missing from the metrics unnoticed, and a step that runs
+                        # a collective of its own would leave the peers waiting in it.
+                        raise short_loader_error(p, t.global_rank, seen, limit_n)
                 self.metrics.dataloader_suffix = ""
                 hooks.call_module(f"on_{p}_epoch_end")
                 values = self.metrics.epoch_values(t.strategy, sync_all=t.world_size > 1)
@@ -68,6 +74,8 @@ class EvaluationLoop:
         finally:
             module.train(was_training)
         if self.stage == "predict":
+            if t.world_size > 1:
+                predictions = _gather_predictions(t, dataloaders, predictions)
             return predictions[0] if not multiple else predictions
         return _split_by_loader(values, len(dataloaders))
 
@@ -77,6 +85,38 @@ class EvaluationLoop:
             n = num_batches(loader, limit, "val")
             return _cap(n, self.trainer.num_sanity_val_steps)
         return num_batches(loader, limit, self.prefix if self.prefix != "validation" else "val")
+
+
+def _gather_predictions(trainer: Trainer, loaders: list[Any], mine: list[list[Any]]) -> list[list[Any]]:
+    """Every rank's predictions on every rank, per loader, rank 0's first (tensors on the CPU).
+
+    The Trainer shards predict loaders in consecutive blocks, so rank order is dataset order and
+    every sample appears once; a loader it did not shard keeps its own sampler's order.
+    """
+    from trainer.accelerator import move_to_device
+
+    per_rank = trainer.strategy.all_gather_object(move_to_device(mine, torch.device("cpu")))
+    foreign = [i for i, dl in enumerate(loaders) if not _in_consecutive_blocks(dl)]
+    if foreign:
+        from trainer.rank_zero import rank_zero_warn
+
+        rank_zero_warn(
+            f"predict: dataloader(s) {foreign} were not sharded by the Trainer (a sampler of "
+            "yours, an IterableDataset or use_distributed_sampler=False), so their predictions "
+            f"are returned rank by rank (rank 0's first), not in dataset order, and a sample that "
+            "your sampler gives several ranks appears several times."
+        )
+    return [[out for rank_outputs in per_rank for out in rank_outputs[i]] for i in range(len(loaders))]
+
+
+def _in_consecutive_blocks(loader: Any) -> bool:
+    from trainer.distributed_sampler import UnpaddedDistributedSampler
+
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    return any(
+        isinstance(s, UnpaddedDistributedSampler) and s.contiguous
+        for s in (getattr(loader, "sampler", None), getattr(batch_sampler, "sampler", None))
+    )
 
 
 def _cap(n: int | None, cap: int) -> int:

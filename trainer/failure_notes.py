@@ -1,55 +1,127 @@
-"""Naming the rank that failed: a note in the rendezvous store that the other ranks read."""
+"""Naming the rank that failed: notes in the rendezvous store that the other ranks read.
+
+A rank's failure is either its own (an error in the model, the data, a callback: the root cause)
+or a *collective* failure: a collective that broke or timed out because a peer did not take part
+(a consequence). Every failing rank writes a note (rank, kind, wall time, where it was, the
+error) before it leaves the group. A rank whose collective broke waits briefly for a peer's own
+failure and then raises `RankFailedError` naming that peer, its step and batch, and its error.
+"""
 from __future__ import annotations
 
+import json
+import os
 import time
+import traceback
 from typing import Any
 
-_FAILURE_KEY = "lockstep/failure"
+import torch
+
+_COUNT_KEY = "lockstep/failures"
+_NOTE_KEY = "lockstep/failure/{}"
 _PEER_NOTE_WAIT_S = 3.0
+# After naming the peer that failed, a rank leaves a little later than that peer, so a launcher
+# that reports the first worker to exit (torch's elastic agent, torch.multiprocessing.spawn)
+# reports the peer with its own traceback, not this rank's broken collective.
+_DEFER_EXIT_S = 1.0
+# Where a collective's error is raised from: torch itself, or this package's own calls of it.
+_COLLECTIVE_CALLERS = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (torch.__file__, __file__))
+# What a collective that lost its peer raises (gloo, NCCL, the store, torch's wrappers).
+_COLLECTIVE_WORDS = (
+    "connection closed", "connection reset", "reset by peer", "broken pipe", "timed out", "timeout",
+    "gloo", "nccl", "socket", "closed by peer", "network", "store",
+)
 
 
 class RankFailedError(RuntimeError):
-    """Another rank failed, so this rank's collective could not complete."""
+    """Another rank failed, so this rank's collective could not complete.
 
-
-def _looks_like_peer_loss(exc: BaseException) -> bool:
-    text = f"{type(exc).__name__} {exc}".lower()
-    return any(w in text for w in ("connection", "timed out", "timeout", "closed", "reset by peer", "distbackend", "gloo", "nccl"))
-
-
-def read_failure_note(store: Any) -> tuple[int, str] | None:
-    try:
-        if not store.check([_FAILURE_KEY]):
-            return None
-        rank, _, text = store.get(_FAILURE_KEY).decode().partition("|")
-        return int(rank), text
-    except Exception:
-        return None
-
-
-def explain_failure(store: Any, rank: int, exc: BaseException) -> BaseException | None:
-    """A `RankFailedError` naming the peer that failed first, or None when this rank was first.
-
-    The first rank to fail writes its error to the store before it leaves the group; a rank
-    whose collective then breaks finds that note (waiting briefly when its error looks like a
-    lost peer) and reports *that* rank's error instead of an anonymous "connection closed".
+    Attributes: ``rank`` (the rank that failed), ``where`` (its epoch, step and batch) and
+    ``cause`` (its error as ``"Type: message"``).
     """
-    deadline = time.monotonic() + (_PEER_NOTE_WAIT_S if _looks_like_peer_loss(exc) else 0.0)
-    while True:
-        note = read_failure_note(store)
-        if note is not None:
-            failed, text = note
-            if failed == rank:
-                return None
-            return RankFailedError(
-                f"Rank {failed} failed: {text}. Rank {rank} stopped because the collective "
-                "it was waiting in could not complete without that rank."
-            )
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.05)
+
+    def __init__(self, message: str, rank: int = -1, where: str = "", cause: str = "") -> None:
+        super().__init__(message)
+        self.rank, self.where, self.cause = rank, where, cause
+
+    def __reduce__(self) -> Any:  # picklable with its fields (spawned workers hand errors back)
+        return (type(self), (str(self), self.rank, self.where, self.cause))
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised by a collective (or the store), not by the rank's own code.
+
+    torch raises these as ``DistError`` subclasses, or as a plain ``RuntimeError`` (gloo) from
+    torch's code or from this package's ``work.wait()``; a user's own ``TimeoutError`` or
+    ``RuntimeError("timeout")`` raised in its own code is the rank's own failure.
+    """
+    dist_error = getattr(torch.distributed, "DistError", None)
+    if dist_error is not None and isinstance(exc, dist_error):
+        return True
+    if type(exc) is not RuntimeError:
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    inner = os.path.abspath(frames[-1].filename) if frames else ""
+    text = str(exc).lower()
+    return inner.startswith(_COLLECTIVE_CALLERS) and any(w in text for w in _COLLECTIVE_WORDS)
+
+
+def read_failure_notes(store: Any) -> list[dict[str, Any]]:
+    """Every note written so far, first failure first."""
     try:
-        store.set(_FAILURE_KEY, f"{rank}|{type(exc).__name__}: {exc}".splitlines()[0][:2000])
+        count = int(store.add(_COUNT_KEY, 0))
+        notes = [json.loads(store.get(_NOTE_KEY.format(i)).decode()) for i in range(count)]
+    except Exception:  # the store may be gone with the rank that hosted it
+        return []
+    return sorted(notes, key=lambda n: (n["time"], n["rank"]))
+
+
+def _write_note(store: Any, rank: int, own: bool, where: str, exc: BaseException) -> None:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000] if str(exc) else type(exc).__name__
+    note = {"rank": rank, "own": own, "time": time.time(), "where": where, "error": text}
+    try:
+        # Numbered by the store's counter: notes of ranks failing at once never overwrite each other.
+        index = int(store.add(_COUNT_KEY, 1)) - 1
+        store.set(_NOTE_KEY.format(index), json.dumps(note))
     except Exception:  # the store may be gone with the rank that hosted it
         pass
+
+
+def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, where: str) -> BaseException | None:
+    """A `RankFailedError` naming the peer whose own failure came first, or None to raise ``exc``.
+
+    ``where`` is this rank's position (``"epoch 0, global step 3, batch index 3"``). A rank
+    failing on its own writes its note and raises its error. A rank whose collective broke waits
+    up to a few seconds (or until every peer has written a note) for a peer's own failure;
+    without one (a peer was killed, or is stalled and this rank's collective timed out) it
+    raises its own error.
+    """
+    own = not is_collective_failure(exc)
+    if own:
+        _write_note(store, rank, True, where, exc)
+        return None
+    deadline = time.monotonic() + _PEER_NOTE_WAIT_S
+    while True:
+        notes = [n for n in read_failure_notes(store) if n["rank"] != rank]
+        peers = [n for n in notes if n["own"]]
+        if peers:
+            first = peers[0]
+            _write_note(store, rank, False, where, exc)
+            time.sleep(_DEFER_EXIT_S)
+            return RankFailedError(
+                f"Rank {first['rank']} failed at {first['where']}: {first['error']}. Rank {rank} stopped "
+                f"(at {where}) because the collective it was waiting in could not complete without that rank.",
+                rank=first["rank"],
+                where=first["where"],
+                cause=first["error"],
+            )
+        if time.monotonic() >= deadline or len({n["rank"] for n in notes}) == world_size - 1:
+            break  # waited long enough, or every peer has already said why it stopped
+        time.sleep(0.05)
+    if notes and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback
+        exc.add_note(
+            f"[lockstep] rank {notes[0]['rank']} had already stopped at {notes[0]['where']} because its "
+            f"collective failed ({notes[0]['error'][:200]}): a rank that never reaches a collective "
+            "(stalled, or on another code path) makes the others' collectives time out."
+        )
+    _write_note(store, rank, False, where, exc)
     return None

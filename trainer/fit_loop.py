@@ -88,7 +88,10 @@ class FitLoop:
         # decided once per epoch: CPU batches already are where they train (unless channels_last)
         self._move_batches = prefetcher is None and (t.strategy.root_device.type != "cpu" or t.channels_last)
         seen = 0
-        for batch_idx, batch, is_last in iterate_with_lookahead(source, t.num_training_batches, start):
+        rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
+        for batch_idx, batch, is_last in iterate_with_lookahead(
+            source, t.num_training_batches, start, rank, t.current_epoch
+        ):
             if t._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
                 is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
             self.batch_idx = batch_idx

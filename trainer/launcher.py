@@ -11,15 +11,20 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import signal
 import socket
 import sys
 import tempfile
+import threading
 import types
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
+
+from trainer.preemption import PREEMPTION_EXIT_CODE
+from trainer.worker_process import LAUNCHER_PID_ENV, adopt_launcher
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -79,30 +84,99 @@ class ElasticLauncher:
             monitor_interval=0.1,
             start_method="spawn",
         )
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+
+        os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers die with this process
+        # SLURM's pre-emption signal reaches the workers themselves, which save and exit 75; its
+        # default action would end this process first, and its workers with it (a handler, not
+        # SIG_IGN, which the workers would inherit).
+        usr1 = getattr(signal, "SIGUSR1", None)
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(usr1, _ignore) if usr1 and on_main_thread else None
         try:
             elastic_launch(config, entrypoint=sys.executable)(*_worker_args())
         except ChildFailedError as err:
-            rank, failure = err.get_first_failure()
-            print(
-                f"[lockstep] worker rank {rank} failed with exit code {failure.exitcode}:\n{err.format_msg()}",
-                file=sys.stderr,
-                flush=True,
+            sys.exit(_report_failed_workers(err.failures))
+        except (SignalException, KeyboardInterrupt) as err:
+            # The agent has already passed the signal on to the workers and waited for them.
+            signum = getattr(err, "sigval", signal.SIGINT)
+            saved = ", after saving last.ckpt if they were training (as on pre-emption)" if signum == signal.SIGTERM else ""
+            _say(
+                f"[lockstep] Stopped by {signal.Signals(signum).name}: the workers were stopped too{saved} "
+                f"(exit code {128 + signum})."
             )
-            sys.exit(failure.exitcode if failure.exitcode > 0 else 1)
+            sys.exit(128 + signum)
+        finally:
+            os.environ.pop(LAUNCHER_PID_ENV, None)
+            if previous is not None:
+                signal.signal(usr1, previous)
         sys.exit(0)
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    pass
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def _report_failed_workers(failures: dict[int, Any]) -> int:
+    """Report the root cause of a failed run once, with its traceback; return the exit code.
+
+    torch's agent names the worker with the earliest failure time, in whole seconds, so a rank
+    that only stopped because its peer failed (``RankFailedError``) is often named instead of
+    the peer. Here a worker's own error comes first, then a worker ended by a signal, then a
+    broken collective; among equals the earliest, then the lowest rank.
+    """
+    codes = {f.exitcode for f in failures.values()}
+    if PREEMPTION_EXIT_CODE in codes and codes <= {PREEMPTION_EXIT_CODE, -signal.SIGTERM}:
+        # Rank 0 said what it saved, and where; the agent may have stopped a slower rank itself.
+        _say(f"[lockstep] The run was pre-empted: exit code {PREEMPTION_EXIT_CODE}.")
+        return PREEMPTION_EXIT_CODE
+
+    def text(failure: Any) -> str:
+        message = failure.message
+        return message.get("message", "") if isinstance(message, dict) else str(message)
+
+    def priority(failure: Any) -> int:
+        info = failure.error_file_data.get("message", {})
+        info = info.get("extraInfo", {}) if isinstance(info, dict) else {}
+        if "py_callstack" not in info:
+            return 1  # ended by a signal (an outside SIGKILL, or the agent's own) or without a report
+        if info.get("lockstep_collective_failure") or text(failure).startswith("RankFailedError"):
+            return 2  # a broken collective: the consequence of another rank's failure
+        return 0  # the worker's own error
+
+    # Then the earliest: a rank killed from outside is seen at once, while its peers' collectives
+    # report their break seconds later (they wait for a note the killed rank never writes).
+    order = sorted(failures, key=lambda r: (priority(failures[r]), failures[r].timestamp, r))
+    root = failures[order[0]]
+    lines = [f"[lockstep] worker rank {order[0]} failed with exit code {root.exitcode}: {text(root)}"]
+    callstack = root.error_file_data.get("message", {})
+    if isinstance(callstack, dict) and callstack.get("extraInfo", {}).get("py_callstack"):
+        lines.append(callstack["extraInfo"]["py_callstack"].rstrip())
+    for rank in order[1:]:
+        first = text(failures[rank]).splitlines()[0] if text(failures[rank]) else ""
+        lines.append(f"[lockstep] worker rank {rank} also stopped (exit code {failures[rank].exitcode}): {first}")
+    _say("\n".join(lines))
+    return root.exitcode if root.exitcode > 0 else 1
 
 
 def _worker_args() -> list[str]:
     """The interpreter arguments that re-run this program in a worker.
 
     ``python -m pkg.train`` must stay ``-m pkg.train``: re-running the module's file as a script
-    would break its relative imports (``from .model import Net``).
+    would break its relative imports (``from .model import Net``). Not ``-u``: unbuffered output
+    writes a line's text and newline apart, so two workers' lines interleave; the workers make
+    their output line-buffered instead (`trainer.worker_process`).
     """
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is not None and spec.name and spec.name != "__main__":
         name = spec.name[: -len(".__main__")] if spec.name.endswith(".__main__") else spec.name
-        return ["-u", "-m", name, *sys.argv[1:]]
-    return ["-u", *sys.argv]
+        return ["-m", name, *sys.argv[1:]]
+    return list(sys.argv)
 
 
 class SpawnLauncher:
@@ -124,7 +198,7 @@ class SpawnLauncher:
         with tempfile.TemporaryDirectory(prefix="lockstep-spawn-") as out:
             mp.start_processes(
                 _spawned_worker,
-                args=(payload, port, self.nprocs, out),
+                args=(payload, port, self.nprocs, out, os.getpid()),
                 nprocs=self.nprocs,
                 start_method="spawn",
                 join=True,
@@ -195,7 +269,8 @@ def _pickle_for_workers(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str) -> None:
+def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str, launcher_pid: int) -> None:
+    adopt_launcher(launcher_pid)
     trainer, fn, args = pickle.loads(payload)
     os.environ.update(
         {

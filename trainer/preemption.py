@@ -6,8 +6,13 @@ previous step, which has long finished, so all ranks act at the same step one st
 """
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import subprocess
+import sys
 import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -16,6 +21,9 @@ import torch.distributed as dist
 
 PREEMPTION_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later" -- relaunch with ckpt_path="last"
 PREEMPTION_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGUSR1", None)) if s)
+# A repeat of the same signal sooner than this is the same request delivered twice: SLURM signals
+# every process of a step, and torch's agent forwards what it received to its workers as well.
+REPEAT_WINDOW_S = 2.0
 
 
 class Preempted(SystemExit):
@@ -33,11 +41,35 @@ class Preempted(SystemExit):
         )
 
 
+def announce_preemption(preempted: Preempted) -> None:
+    """On global rank 0: say what was saved, where, and the exit code; under SLURM, requeue the job.
+
+    ``#SBATCH --requeue`` alone requeues a job only when SLURM itself pre-empts it, and no exit
+    code requeues a job unless the cluster sets ``RequeueExit``: so a pre-empted job that runs
+    under SLURM (``SLURM_JOB_ID`` set) asks for its requeue with ``scontrol requeue``.
+    """
+    lines = [f"[lockstep] {preempted}"]
+    job = os.environ.get("SLURM_JOB_ID")
+    scontrol = shutil.which("scontrol")
+    if job and scontrol is None:
+        lines.append(f"[lockstep] SLURM job {job}: scontrol not found, the job is not requeued.")
+    elif job:
+        try:
+            done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=30)
+            result = "requeued" if done.returncode == 0 else f"not requeued: {(done.stderr or done.stdout).strip()}"
+        except (OSError, subprocess.TimeoutExpired) as err:
+            result = f"not requeued: {err}"
+        lines.append(f"[lockstep] SLURM job {job}: `scontrol requeue {job}`: {result}.")
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()
+
+
 class PreemptionWatch:
     """Installs the signal handlers for the length of a fit and answers "stop now?" per step."""
 
     def __init__(self) -> None:
         self.signum = 0
+        self._signalled_at = 0.0
         self._previous: dict[int, Any] = {}
         self._flag: torch.Tensor | None = None
         self._work: Any = None
@@ -60,12 +92,16 @@ class PreemptionWatch:
             self._work = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
         if self.signum == signum:
-            # Asked twice (e.g. a launcher that is tearing the group down): stop waiting for the
-            # step boundary and let the signal do what it does by default.
+            if now - self._signalled_at < REPEAT_WINDOW_S:
+                return  # one request that reached this process twice (SLURM and the agent)
+            # Asked again later (e.g. a launcher that is tearing the group down): stop waiting for
+            # the step boundary and let the signal do what it does by default.
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
         self.signum = signum
+        self._signalled_at = now
 
     def agreed(self, world_size: int, group: Any = None) -> int:
         """The signal every rank agrees to act on now (0: none). Call once per optimizer step.

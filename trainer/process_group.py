@@ -106,12 +106,15 @@ class ProcessGroupStrategy(Strategy):
         self._store = fresh_store(self.global_rank, self.world_size, self.timeout)
         return self._store
 
-    def on_failure(self, exc: BaseException) -> BaseException | None:
-        """Name the rank that failed first (see `trainer.failure_notes`)."""
+    def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
+        """Name the rank whose own failure came first (see `trainer.failure_notes`)."""
         store = getattr(self, "_store", None)
-        if store is None or self.world_size == 1 or isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        if store is None or self.world_size == 1 or not isinstance(exc, Exception):
             return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
-        return explain_failure(store, self.global_rank, exc)
+        clearer = explain_failure(store, self.global_rank, self.world_size, exc, where)
+        if clearer is None and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback
+            exc.add_note(f"[lockstep] rank {self.global_rank} failed at {where}")
+        return clearer
 
     def teardown(self) -> None:
         """Destroy the group this strategy created (also after an exception)."""
@@ -131,7 +134,8 @@ class ProcessGroupStrategy(Strategy):
         return module
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """Shard ``dataloader`` across ranks (exactly once each for evaluation)."""
+        """Shard ``dataloader`` across ranks (exactly once each for evaluation; for predict in
+        consecutive blocks, so the gathered predictions are in dataset order)."""
         if not self.use_distributed_sampler or self.world_size == 1:
             return dataloader
         from trainer.distributed_sampler import distribute_dataloader
@@ -142,6 +146,7 @@ class ProcessGroupStrategy(Strategy):
             rank=self.global_rank,
             seed=int(os.environ.get("LOCKSTEP_GLOBAL_SEED", 0)),
             evaluation=stage != "fit",
+            contiguous=stage == "predict",
         )
 
     def agree_on_batch_count(self, num_batches: int | None) -> tuple[int | None, bool]:

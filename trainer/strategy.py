@@ -65,8 +65,9 @@ class Strategy:
     def setup_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
         """See the optimizers once they exist (no-op here)."""
 
-    def on_failure(self, exc: BaseException) -> BaseException | None:
-        """Called when the run raised on this rank; may return a clearer error to raise instead."""
+    def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
+        """Called when the run raised on this rank at ``where`` (its epoch, step and batch); may
+        return a clearer error to raise instead."""
         return None
 
     def teardown(self) -> None:

@@ -23,7 +23,14 @@ from trainer.checkpoint import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from trainer.data import as_loader_list, check_limit, check_loader, loader_batch_size, num_batches
+from trainer.data import (
+    as_loader_list,
+    check_limit,
+    check_loader,
+    has_length,
+    loader_batch_size,
+    num_batches,
+)
 from trainer.evaluation_loop import EvaluationLoop
 from trainer.fit_loop import FitLoop
 from trainer.hooks import HookDispatcher
@@ -38,7 +45,7 @@ from trainer.optimization import (
     scale_learning_rates,
 )
 from trainer.precision import Precision, normalize_precision
-from trainer.preemption import Preempted, PreemptionWatch
+from trainer.preemption import Preempted, PreemptionWatch, announce_preemption
 from trainer.seed import install_worker_seeding
 from trainer.strategy import Strategy
 from trainer.strategy_selection import select_strategy
@@ -50,6 +57,7 @@ class TrainerState:
 
     fn: str | None = None
     stage: str | None = None
+    failing: bool = False  # the run raised (set before on_exception, kept until the next run)
 
 
 class Trainer:
@@ -165,6 +173,7 @@ class Trainer:
         self.detect_non_finite_grads = detect_non_finite_grads
         self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
         self._preemption = PreemptionWatch()
+        self._in_training_loop = False
         self._hooks: HookDispatcher = HookDispatcher(self, TrainModule(), [])
         self._lr_scaled = False
         self._validated_in_fit = False  # a plateau scheduler's missing monitor may still come
@@ -369,7 +378,16 @@ class Trainer:
 
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.
+
+        While a run with several processes is failing (from ``on_exception``), the other ranks may
+        be gone, so no collective runs: global rank 0 checks its own losses and writes its own
+        state (the other ranks' ``rank_states`` are None); every other rank returns without writing.
         """
+        if self.state.failing and self.world_size > 1:
+            if self.is_global_zero:
+                self._loss_check.check_before_save(self._strategy, agree=False)
+                atomic_save(dump_checkpoint(self, gather=False), filepath)
+            return
         self._loss_check.check_before_save(self._strategy)
         checkpoint = self._dump_checkpoint()
         if self.is_global_zero:
@@ -387,6 +405,7 @@ class Trainer:
         self.state = TrainerState(fn=fn, stage=fn)
         self.should_stop = False
         self._agreed_stop = False
+        self._in_training_loop = False
         self._hooks = HookDispatcher(self, model, self.callbacks)
         try:
             self._strategy.setup_environment()
@@ -397,15 +416,26 @@ class Trainer:
             self._hooks.call("setup", fn)
             result = body()
         except BaseException as exc:
-            clearer = self._strategy.on_failure(exc)
+            self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
+            clearer = self._strategy.on_failure(exc, self._position())
             _record_for_elastic_agent(clearer or exc)
-            self._hooks.call_callbacks("on_exception", exc)
-            self._finish(fn, "failed")
+            try:
+                self._hooks.call_callbacks("on_exception", exc)
+            finally:  # a callback that raises must not keep this rank in the group
+                self._finish(fn, "failed")
             if clearer is not None:
                 raise clearer from exc
             raise
         self._finish(fn, "success")
         return result
+
+    def _position(self) -> str:
+        """Where the run is, for error messages: the epoch, global step and, training, the batch."""
+        where = f"epoch {self.current_epoch}, global step {self.global_step}"
+        stage = self.state.stage
+        if stage == "fit" and self._in_training_loop:
+            return f"{where}, batch index {self.fit_loop.batch_idx}"
+        return f"{where}, in {stage} outside the training loop" if stage == "fit" else f"{where}, in {stage}"
 
     def _finish(self, fn: str, status: str) -> None:
         try:
@@ -431,7 +461,7 @@ class Trainer:
         check_loader("fit(train_dataloaders=...)", loader)
         self.train_dataloader = self._strategy.process_dataloader(loader, "fit")
         install_worker_seeding(self.train_dataloader, self.global_rank)
-        self._train_length_known = _has_length(self.train_dataloader)
+        self._train_length_known = has_length(self.train_dataloader)
         self._count_training_batches()
         val_source = val if val is not None else model.val_dataloader()
         val_loaders = as_loader_list(val_source, "fit(val_dataloaders=...)")
@@ -471,17 +501,22 @@ class Trainer:
         self._hooks.call("on_train_start")
         self.model.train()
         self._preemption.install()
+        self._in_training_loop = True  # stays True when the loop raises: errors name the batch
         try:
             self.fit_loop.run()
         finally:
             self._preemption.uninstall()
+        self._in_training_loop = False
         self._hooks.call("on_train_end")
         self._hooks.call("on_fit_end")
 
     def _save_and_exit_for_preemption(self, signum: int) -> None:
         path = preemption_checkpoint_path(self)
         self.save_checkpoint(path)
-        raise Preempted(signum, path)
+        preempted = Preempted(signum, path)
+        if self.is_global_zero:
+            announce_preemption(preempted)
+        raise preempted
 
     def _evaluate(
         self, stage: str, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool
@@ -650,22 +685,27 @@ class Trainer:
         restore_checkpoint(self, checkpoint, path)
 
 
-def _has_length(loader: Any) -> bool:
-    try:
-        len(loader)
-    except TypeError:
-        return False
-    return True
-
-
 def _record_for_elastic_agent(exc: BaseException) -> None:
     """Under torch's elastic agent, write the traceback where the agent reports it from."""
     if "TORCHELASTIC_ERROR_FILE" not in os.environ or not isinstance(exc, Exception):
         return
-    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+    import json
+    import time
+    import traceback
 
+    # torch's ErrorHandler.record_exception writes the traceback of the exception being handled,
+    # which for a RankFailedError is the broken collective's, not the error it reports: write
+    # the same file (torch's documented format) with ``exc``'s own traceback and cause.
+    from trainer.failure_notes import RankFailedError, is_collective_failure
+
+    callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    info = {"py_callstack": callstack, "timestamp": str(int(time.time()))}
+    # For the Trainer's launcher: a broken collective is a consequence, the rank's own error a cause.
+    info["lockstep_collective_failure"] = isinstance(exc, RankFailedError) or is_collective_failure(exc)
+    data = {"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}
     try:
-        ErrorHandler().record_exception(exc)
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump(data, f)
     except Exception:  # the original exception matters more than its report
         pass
 

@@ -230,7 +230,7 @@ def test_validate_and_test_after_fit_log_into_the_fit_version_without_duplicate_
 
     assert os.listdir(tmp_path / "logs") == ["version_0"]
     log_dir = tmp_path / "logs" / "version_0"
-    assert len(event_files(log_dir)) == 3  # one per call: fit, validate, test (docs/logging.md)
+    assert len(event_files(log_dir)) == 1  # validate and test append to the fit's file (docs/logging.md)
     values = scalars(log_dir)
     # validate() after fit measures the same weights at the same step: one point, not two
     assert [step for step, _ in values["val_loss"]] == [4, 8]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
@@ -34,8 +35,10 @@ class TensorBoardLogger(_FileLogger):
         version: ``None`` picks the next free ``version_N``; an int gives ``version_<int>``; a
             str is used as the directory name.
 
-    Each Trainer call (``fit``, then ``validate``/``test``) adds one event file to the same
-    version directory; TensorBoard reads them as one run. Hyperparameters are written into the
+    A Trainer's calls (``fit``, then ``validate``/``test``) write into one event file, which
+    stays open (flushed at the end of each call) until an exception or the logger's end: a new
+    file per call could sort before the earlier ones (TensorBoard names files by the second and a
+    per-process counter, so ``.10`` sorts before ``.9``) and show later points first. Hyperparameters are written into the
     event file (not ``add_hparams``, which makes a sub-run per call). A point equal to the last
     one written for its tag (same step, same value) is not written again. View with
     ``tensorboard --logdir <save_dir>/<name>``.
@@ -64,6 +67,7 @@ class TensorBoardLogger(_FileLogger):
 
             os.makedirs(self.log_dir, exist_ok=True)
             self._writer = SummaryWriter(log_dir=self.log_dir)
+            weakref.finalize(self, self._writer.close)  # at the logger's end or the interpreter's
         return self._writer
 
     # -- Logger API -------------------------------------------------------------------------
@@ -105,8 +109,8 @@ class TensorBoardLogger(_FileLogger):
         self.experiment.add_text(tag, text.replace("\n", "  \n"), global_step=0)
 
     def finalize(self, status: str) -> None:
-        """Flush and close the event file."""
-        self._close()
+        """Flush the event file; it stays open for a later ``validate``/``test`` of the Trainer."""
+        self._flush()
 
     def state_dict(self) -> dict[str, Any]:
         """The last point of each tag, with the directory it is in.
@@ -135,14 +139,14 @@ class TensorBoardLogger(_FileLogger):
         self._close()
 
     def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        self._close()
+        self._flush()
 
     def _flush(self) -> None:
         if self._writer is not None:
             self._writer.flush()
 
     def _close(self) -> None:
-        # a later call (e.g. `validate` after `fit`) reopens a new event file in the same dir
+        # after an exception: a later call opens a new event file in the same directory
         if self._writer is not None:
             self._writer.close()
             self._writer = None

@@ -111,6 +111,7 @@ def total_steps(trainer: Trainer) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", default="auto", help="processes on this machine (default: auto)")
+    parser.add_argument("--accelerator", default="auto", help="cpu, cuda or auto (default: CUDA if there is one GPU per process, else CPU)")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches (A)")
     parser.add_argument("--max-epochs", type=int, default=12)
     parser.add_argument("--batch-size", type=int, default=32, help="micro batch per process (b)")
@@ -130,7 +131,13 @@ def main(argv: list[str] | None = None) -> None:
     seed_everything(0)
     train, val = digits_datasets()
     devices = args.devices if args.devices == "auto" else int(args.devices)
+    accelerator = args.accelerator
+    if accelerator == "auto" and devices != "auto" and 0 < torch.cuda.device_count() < devices:
+        # the README's `--devices 2` demo on a one-GPU machine: two CPU processes rather than an error
+        print(f"[digits] --devices {devices} but {torch.cuda.device_count()} CUDA device(s): training on the CPU")
+        accelerator = "cpu"
     trainer = Trainer(
+        accelerator=accelerator,
         max_epochs=args.max_epochs,
         devices=devices,
         strategy=args.strategy,

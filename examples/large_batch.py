@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--devices", type=int, default=1, help="processes on this machine (W)")
+    parser.add_argument("--accelerator", default="auto", help="cpu, cuda or auto (default: CUDA if available)")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches (A)")
     parser.add_argument("--batch-size", type=int, default=32, help="micro batch per process (b)")
     parser.add_argument("--max-epochs", type=int, default=3)
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     seed_everything(0)
     train, val = make_sequences(args.train_size, seed=1), make_sequences(512, seed=2)
     trainer = Trainer(
+        accelerator=args.accelerator,
         max_epochs=args.max_epochs,
         devices=args.devices,
         accumulate_grad_batches=args.accumulate,

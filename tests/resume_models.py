@@ -55,7 +55,7 @@ def straight_and_resumed(
     ``stop="max_steps"``: the first fit ends by ``max_steps=stop_step`` and
     ``trainer.save_checkpoint`` writes the checkpoint after it.
     """
-    kw = {"max_epochs": 2, "accumulate_grad_batches": 2, **QUIET, **trainer_kw}
+    kw = {"max_epochs": 2, "accumulate_grad_batches": 2, "accelerator": "cpu", **QUIET, **trainer_kw}
     seed_everything(0)
     straight = Noisy()
     Trainer(**kw).fit(straight, make_loader(own_generator))

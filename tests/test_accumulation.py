@@ -11,7 +11,7 @@ from trainer.accumulation import AccumulationWindows
 
 
 def _fit(module, dataset, batch_size, accumulate, epochs=2, **kw):
-    trainer = Trainer(max_epochs=epochs, accumulate_grad_batches=accumulate, **QUIET, **kw)
+    trainer = Trainer(accelerator="cpu", max_epochs=epochs, accumulate_grad_batches=accumulate, **QUIET, **kw)
     trainer.fit(module, loader(dataset, batch_size))
     return trainer
 
@@ -69,7 +69,7 @@ def test_unknown_length_loader_last_window_is_true_mean():
     data = regression_data(n=40)
     module = _PlainSGD()
     reference = _PlainSGD()
-    trainer = Trainer(max_epochs=1, accumulate_grad_batches=3, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, accumulate_grad_batches=3, **QUIET)
     trainer.fit(module, torch.utils.data.DataLoader(_Stream(data), batch_size=None))
     assert trainer.global_step == 2
     assert trainer.num_training_batches is None
@@ -110,7 +110,7 @@ def test_optimizer_steps_and_backward_counts():
 def test_unknown_length_with_a_larger_int_limit_still_corrects_the_last_window():
     data = regression_data(40)
     module, reference = _PlainSGD(), _PlainSGD()
-    trainer = Trainer(max_epochs=1, accumulate_grad_batches=3, limit_train_batches=100, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, accumulate_grad_batches=3, limit_train_batches=100, **QUIET)
     trainer.fit(module, torch.utils.data.DataLoader(_Stream(data), batch_size=None))
     x, y = data.tensors
     _manual_sgd(reference, [(x[:24], y[:24]), (x[24:], y[24:])], lr=0.1)

@@ -25,7 +25,7 @@ from trainer import AllReduceStrategy, DDPStrategy, Trainer, TrainModule
 
 
 def _fit(module, data=None, **kw):
-    trainer = Trainer(max_epochs=1, **{**QUIET, **kw})
+    trainer = Trainer(accelerator="cpu", max_epochs=1, **{**QUIET, **kw})
     trainer.fit(module, data if data is not None else loader(regression_data(16), 4))
     return trainer
 
@@ -60,7 +60,7 @@ def test_module_without_configure_optimizers():
 
 def test_not_a_train_module():
     with pytest.raises(TypeError, match="needs a TrainModule subclass instance, got Linear"):
-        Trainer(**QUIET).fit(torch.nn.Linear(1, 1))
+        Trainer(accelerator="cpu", **QUIET).fit(torch.nn.Linear(1, 1))
 
 
 class Returns(Regression):
@@ -109,17 +109,17 @@ def test_dict_with_loss_is_fine():
 @pytest.mark.parametrize("value", [0, -1])
 def test_accumulate_grad_batches_below_one(value):
     with pytest.raises(ValueError, match=f"accumulate_grad_batches must be >= 1, got {value}"):
-        Trainer(accumulate_grad_batches=value, **QUIET)
+        Trainer(accelerator="cpu", accumulate_grad_batches=value, **QUIET)
 
 
 def test_accumulate_grad_batches_not_int():
     with pytest.raises(TypeError, match="accumulate_grad_batches must be an int, got 2.0"):
-        Trainer(accumulate_grad_batches=2.0, **QUIET)
+        Trainer(accelerator="cpu", accumulate_grad_batches=2.0, **QUIET)
 
 
 def test_unknown_precision():
     with pytest.raises(ValueError, match=r"Unknown precision 'fp8'\. Use one of '32-true', 'bf16-mixed', '16-mixed'"):
-        Trainer(precision="fp8", **QUIET)
+        Trainer(accelerator="cpu", precision="fp8", **QUIET)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
@@ -142,7 +142,7 @@ def test_cuda_accelerator_without_cuda():
 def test_no_train_dataloader():
     with pytest.raises(ValueError, match=r"No training data: pass train_dataloaders to trainer.fit\(...\) or "
                        r"define Regression.train_dataloader\(\)"):
-        Trainer(**QUIET).fit(Regression())
+        Trainer(accelerator="cpu", **QUIET).fit(Regression())
 
 
 def test_empty_dataloader():
@@ -191,7 +191,7 @@ def test_no_work_before_errors():
 )
 def test_bad_trainer_arguments(kwargs, error, message):
     with pytest.raises(error, match=message):
-        Trainer(**{**QUIET, **kwargs})
+        Trainer(**{"accelerator": "cpu", **QUIET, **kwargs})
 
 
 def test_bad_configure_optimizers_return():
@@ -237,7 +237,7 @@ def test_several_val_loaders_need_dataloader_idx():
     data = loader(regression_data(8), 4)
     with pytest.raises(TypeError, match=r"validation_step is called with \(batch, batch_idx, dataloader_idx\) when "
                        r"there are several dataloaders \(2 here\); add a `dataloader_idx=0` parameter"):
-        Trainer(**QUIET).validate(OneArg(), [data, data])
+        Trainer(accelerator="cpu", **QUIET).validate(OneArg(), [data, data])
 
 
 # -- D11: every argument's type and range, also the ones a truthy value or NaN slipped through ----
@@ -258,7 +258,7 @@ _TRAINER_FLAGS = [
 @pytest.mark.parametrize("value", ["no", 1, None])
 def test_trainer_flags_must_be_bools(name, value):
     with pytest.raises(TypeError, match=rf"{name} must be a bool \(True or False\), got {value!r}"):
-        Trainer(**{**QUIET, name: value})
+        Trainer(**{"accelerator": "cpu", **QUIET, name: value})
 
 
 @pytest.mark.parametrize(
@@ -325,12 +325,12 @@ def test_trainer_flags_must_be_bools(name, value):
 )
 def test_bad_trainer_argument_types_and_values(kwargs, error, message):
     with pytest.raises(error, match=message):
-        Trainer(**{**QUIET, **kwargs})
+        Trainer(**{"accelerator": "cpu", **QUIET, **kwargs})
 
 
 def test_fit_weights_only_must_be_a_bool():
     with pytest.raises(TypeError, match=r"weights_only must be a bool \(True or False\), got 'no'"):
-        Trainer(max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), weights_only="no")
+        Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), weights_only="no")
 
 
 @pytest.mark.parametrize(
@@ -544,7 +544,7 @@ def test_val_check_interval_longer_than_the_epoch(limit_train_batches, interval,
         ValueError,
         match=f"val_check_interval={interval} is more than the {batches} training " "batches of an epoch",
     ):
-        Trainer(
+        Trainer(accelerator="cpu", 
             max_epochs=1,
             val_check_interval=interval,
             limit_train_batches=limit_train_batches,
@@ -557,7 +557,7 @@ def test_val_check_interval_longer_than_the_epoch(limit_train_batches, interval,
 def test_val_check_interval_equal_to_the_epoch_validates():
     module = CountsValidation()
     data = loader(regression_data(16), 4)
-    Trainer(max_epochs=2, val_check_interval=4, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
+    Trainer(accelerator="cpu", max_epochs=2, val_check_interval=4, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
     assert (module.train_steps, module.val_steps) == (8, 8)
 
 
@@ -573,7 +573,7 @@ def test_limit_val_batches_fraction_rounding_to_zero():
         match=r"limit_val_batches=0.1 of the 4 batches of the val dataloader rounds "
         r"down to 0 batches. Use at least 1/4, or an int number of batches",
     ):
-        Trainer(max_epochs=1, limit_val_batches=0.1, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
+        Trainer(accelerator="cpu", max_epochs=1, limit_val_batches=0.1, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
     assert module.train_steps == 0
 
 
@@ -586,13 +586,13 @@ def test_limit_test_batches_fraction_rounding_to_zero():
     with pytest.raises(
         ValueError, match="limit_test_batches=0.2 of the 4 batches of the test dataloader rounds"
     ):
-        Trainer(limit_test_batches=0.2, **QUIET).test(Regression(), loader(regression_data(16), 4))
+        Trainer(accelerator="cpu", limit_test_batches=0.2, **QUIET).test(Regression(), loader(regression_data(16), 4))
 
 
 def test_limit_val_batches_zero_still_turns_validation_off():
     module = CountsValidation()
     data = loader(regression_data(16), 4)
-    Trainer(max_epochs=1, limit_val_batches=0.0, **QUIET).fit(module, data, data)
+    Trainer(accelerator="cpu", max_epochs=1, limit_val_batches=0.0, **QUIET).fit(module, data, data)
     assert (module.train_steps, module.val_steps) == (4, 0)
 
 
@@ -615,13 +615,13 @@ def test_plateau_scheduler_steps_only_on_validation_epochs():
     """check_val_every_n_epoch=2: val_loss exists from epoch 2 on; step on each new value only."""
     module = PlateauOn()
     data = loader(regression_data(16), 4)
-    Trainer(max_epochs=5, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
+    Trainer(accelerator="cpu", max_epochs=5, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
     assert module.plateau.last_epoch == 2  # after epochs 2 and 4, not on the stale values of 3 and 5
 
 
 def test_plateau_scheduler_missing_monitor_is_a_clear_error():
     data = loader(regression_data(16), 4)
-    trainer = Trainer(max_epochs=3, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=3, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET)
     with pytest.raises(
         ValueError,
         match=r"ReduceLROnPlateau monitors 'val_acc', which was not logged .*"
@@ -642,7 +642,7 @@ def test_plateau_scheduler_not_strict_warns_and_skips():
     with pytest.warns(
         UserWarning, match=r"monitors 'val_acc', which was not logged.*does not step \('strict': False\)"
     ):
-        Trainer(max_epochs=2, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
+        Trainer(accelerator="cpu", max_epochs=2, num_sanity_val_steps=0, **QUIET).fit(module, data, data)
     assert module.plateau.last_epoch == 0
 
 
@@ -705,4 +705,4 @@ def test_trainer_doc_lists_every_argument():
 )
 def test_bad_entry_point_arguments(call, error, message):
     with pytest.raises(error, match=message):
-        call(Trainer(max_epochs=1, **QUIET), Regression(), loader(regression_data(8), 4))
+        call(Trainer(accelerator="cpu", max_epochs=1, **QUIET), Regression(), loader(regression_data(8), 4))

@@ -22,7 +22,7 @@ def _logger_and_checkpoint(rank, world_size, root):
 
     ckpt = ModelCheckpoint(monitor="train_metric", save_top_k=1, save_last=True)
     loggers = [TensorBoardLogger(), CSVLogger()]  # one version for both, agreed by both ranks
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=3, default_root_dir=root, log_every_n_steps=1, callbacks=[ckpt], logger=loggers
     )
     # train_metric is not synced: rank 0 ranks epoch 1 best, rank 1 would pick epoch 2
@@ -82,14 +82,14 @@ def _decisions(rank, world_size):
         ("val_metric", Scripted(val_script=script)),
     ):
         stopper = EarlyStopping(monitor, patience=2)
-        trainer = Trainer(max_epochs=8, callbacks=[stopper], num_sanity_val_steps=0, **NO_DEFAULTS)
+        trainer = Trainer(accelerator="cpu", max_epochs=8, callbacks=[stopper], num_sanity_val_steps=0, **NO_DEFAULTS)
         trainer.fit(module, loader(32, 8), loader(16, 8) if monitor == "val_metric" else None)
         results.append(
             (monitor, stopper.stopped_epoch, trainer.current_epoch, stopper.best_score, stopper.wait_count)
         )
 
     # a bad monitor is found on rank 0, which decides alone: every rank must raise, none may hang
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=1,
         callbacks=[ModelCheckpoint(monitor="val_acc")],
         **{**NO_DEFAULTS, "enable_checkpointing": True},

@@ -105,8 +105,9 @@ def test_refusal_keeps_torchs_explanation_without_escape_codes(tmp_path):
     with pytest.raises(CheckpointError) as info:
         _resume(tmp_path / "custom.ckpt")
     message = str(info.value)
-    assert "Unsupported global: GLOBAL pathlib.PurePosixPath" in message
-    assert "add_safe_globals" in message and "weights_only=False" in message
+    assert "pathlib.PurePosixPath" in message and "weights_only=False" in message
+    if hasattr(torch.serialization, "add_safe_globals"):  # torch >= 2.4 explains how to allow it
+        assert "Unsupported global: GLOBAL pathlib.PurePosixPath" in message and "add_safe_globals" in message
     assert "\x1b" not in message and "\n" not in message
 
 

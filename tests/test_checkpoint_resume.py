@@ -116,7 +116,7 @@ def test_cuda_resume_is_bitwise(tmp_path, position):
 def test_checkpoint_contents(tmp_path):
     from tests.resume_models import Noisy, make_loader
 
-    t = Trainer(max_epochs=1, accumulate_grad_batches=2, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, accumulate_grad_batches=2, **QUIET)
     t.fit(Noisy(), make_loader())
     t.save_checkpoint(tmp_path / "c.ckpt")
     ckpt = torch.load(tmp_path / "c.ckpt", weights_only=True)
@@ -142,12 +142,12 @@ def test_malicious_pickle_is_refused_and_not_executed(tmp_path):
     torch.save({"state_dict": {}, "payload": exploit}, path)
     assert not marker.exists()
     with pytest.raises(CheckpointError, match=r"Refused to load .*evil.ckpt.*not safe to unpickle.*weights_only=False"):
-        Trainer(max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=path)
+        Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=path)
     assert not marker.exists()
 
 
 def test_trusted_checkpoint_with_custom_objects_loads_with_opt_in(tmp_path):
-    t = Trainer(max_epochs=1, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     module = Regression()
     t.fit(module, loader(regression_data(8), 4))
     t.save_checkpoint(tmp_path / "c.ckpt")
@@ -155,14 +155,14 @@ def test_trusted_checkpoint_with_custom_objects_loads_with_opt_in(tmp_path):
     ckpt["extra"] = pickle.loads(pickle.dumps(range(3)))  # a `range` is not a weights-only type
     torch.save(ckpt, tmp_path / "custom.ckpt")
     with pytest.raises(CheckpointError, match="Refused to load"):
-        Trainer(max_epochs=2, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "custom.ckpt")
-    t2 = Trainer(max_epochs=2, **QUIET)
+        Trainer(accelerator="cpu", max_epochs=2, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "custom.ckpt")
+    t2 = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
     t2.fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "custom.ckpt", weights_only=False)
     assert t2.global_step == 4
 
 
 def test_truncated_checkpoint_names_the_file_and_loads_nothing(tmp_path):
-    t = Trainer(max_epochs=1, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     t.fit(Regression(), loader(regression_data(8), 4))
     t.save_checkpoint(tmp_path / "good.ckpt")
     data = (tmp_path / "good.ckpt").read_bytes()
@@ -170,26 +170,26 @@ def test_truncated_checkpoint_names_the_file_and_loads_nothing(tmp_path):
     module = Regression(seed=3)
     before = [p.detach().clone() for p in module.parameters()]
     with pytest.raises(CheckpointError, match=r"Could not load checkpoint .*cut.ckpt.*truncated or corrupt"):
-        Trainer(max_epochs=2, **QUIET).fit(module, loader(regression_data(8), 4), ckpt_path=tmp_path / "cut.ckpt")
+        Trainer(accelerator="cpu", max_epochs=2, **QUIET).fit(module, loader(regression_data(8), 4), ckpt_path=tmp_path / "cut.ckpt")
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
 
 
 def test_checkpoint_of_another_model_loads_nothing(tmp_path):
-    t = Trainer(max_epochs=1, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     t.fit(Regression(features=4), loader(regression_data(8), 4))
     t.save_checkpoint(tmp_path / "c.ckpt")
     other = Regression(features=3)
     before = [p.detach().clone() for p in other.parameters()]
     with pytest.raises(CheckpointError, match=r"does not fit this run: 'net.0.weight' has shape \(8, 4\), the module \(8, 3\).*Nothing was loaded"):
-        Trainer(max_epochs=2, **QUIET).fit(other, loader(regression_data(8, features=3), 4), ckpt_path=tmp_path / "c.ckpt")
+        Trainer(accelerator="cpu", max_epochs=2, **QUIET).fit(other, loader(regression_data(8, features=3), 4), ckpt_path=tmp_path / "c.ckpt")
     assert all(torch.equal(a, b) for a, b in zip(before, other.parameters()))
 
 
 def test_missing_checkpoint_and_last_without_any(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
-        Trainer(max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "nope.ckpt")
+        Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(Regression(), loader(regression_data(8), 4), ckpt_path=tmp_path / "nope.ckpt")
     with pytest.raises(ValueError, match="ckpt_path='last' but there is no last checkpoint"):
-        Trainer(max_epochs=1, default_root_dir=tmp_path, **QUIET).fit(
+        Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, **QUIET).fit(
             Regression(), loader(regression_data(8), 4), ckpt_path="last"
         )
 
@@ -202,7 +202,7 @@ def test_non_finite_gradient_check_names_the_parameter():
             if self.global_step == 2:
                 self.net[2].bias.grad.fill_(float("inf"))
 
-    t = Trainer(max_epochs=1, detect_non_finite_grads=True, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, detect_non_finite_grads=True, **QUIET)
     with pytest.raises(NonFiniteGradientError, match=r"parameter 'net.2.bias' on rank 0 at epoch 0, global step 2, "
                        r"after the accumulation window ending at batch index 2"):
         t.fit(BadGrad(), loader(regression_data(32), 4))
@@ -211,11 +211,11 @@ def test_non_finite_gradient_check_names_the_parameter():
 def _scaled_run_and_resume(rank, world_size, tmp):
     torch.set_num_threads(1)
     kw = dict(scale_lr=True, **QUIET)
-    t = Trainer(max_epochs=1, **kw)
+    t = Trainer(accelerator="cpu", max_epochs=1, **kw)
     t.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4))
     t.save_checkpoint(f"{tmp}/w2.ckpt")
     lr_after_fit = t.optimizers[0].param_groups[0]["lr"]
-    resumed = Trainer(max_epochs=2, **kw)
+    resumed = Trainer(accelerator="cpu", max_epochs=2, **kw)
     resumed.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4), ckpt_path=f"{tmp}/w2.ckpt")
     return lr_after_fit, resumed.optimizers[0].param_groups[0]["lr"]
 
@@ -225,7 +225,7 @@ def _scaled_run_and_resume(rank, world_size, tmp):
 def test_lr_scaling_is_not_applied_twice_and_world_size_may_change(tmp_path):
     results = run_ranks(_scaled_run_and_resume, world_size=2, args=(str(tmp_path),), init_group=False, timeout=100)
     assert results == [(0.1, 0.1), (0.1, 0.1)]  # scaled once for W=2, not again on resume
-    t = Trainer(max_epochs=2, scale_lr=True, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, scale_lr=True, **QUIET)
     with pytest.warns(UserWarning, match=r"Resuming a checkpoint made with world size 2 on world size 1: the "
                       r"module, optimizer and scheduler states are restored \(the learning rates as saved, not "
                       r"scaled again\), but the data order changes"):

@@ -56,7 +56,7 @@ def _train_with_counting_hook(rank: int, world_size: int) -> dict[str, Any]:
 
     record = _Record()
     strategy = DDPStrategy(bucket_cap_mb=1000, ddp_comm_hook=_counting_allreduce, ddp_comm_state=record)
-    trainer = Trainer(max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, strategy=strategy, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, strategy=strategy, **QUIET)
     module = _Counted(record)
     trainer.fit(module, loader(regression_data(SAMPLES), MICRO_BATCH))
     return {
@@ -85,7 +85,7 @@ def test_one_allreduce_per_optimizer_step_including_the_short_last_window():
     reference = Regression("sgd")
     from trainer import Trainer
 
-    Trainer(max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, **QUIET).fit(
+    Trainer(accelerator="cpu", max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE, **QUIET).fit(
         reference, loader(regression_data(SAMPLES), 2 * MICRO_BATCH)
     )
     for r in results:

@@ -96,7 +96,7 @@ class LRRecorder(Regression):
 def _lr_run(scale_lr: Any, schedule: str, batch_size: int) -> dict[str, Any]:
     module = LRRecorder(schedule)
     out = io.StringIO()
-    trainer = Trainer(max_steps=LR_STEPS, scale_lr=scale_lr, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_steps=LR_STEPS, scale_lr=scale_lr, **QUIET)
     with contextlib.redirect_stdout(out):
         trainer.fit(module, loader(regression_data(2 * LR_STEPS * 4), batch_size))
     group = trainer.optimizers[0].param_groups[0]
@@ -114,21 +114,21 @@ def _data_checks(rank: int, world_size: int) -> dict[str, Any]:
 
     # 1. shuffled training shards, and sync_dist logging
     module = Recorder()
-    trainer = Trainer(max_epochs=INDEX_EPOCHS, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=INDEX_EPOCHS, **QUIET)
     trainer.fit(module, DataLoader(IndexData(), batch_size=INDEX_BATCH, shuffle=True))
     out["seen"] = module.seen
     out["synced"] = float(trainer.callback_metrics["synced"])
     out["local"] = float(trainer.callback_metrics["local"])
 
     # 2. exact evaluation: 37 samples over 2 ranks, no padded duplicates counted
-    [metrics] = Trainer(**QUIET).validate(Regression(), loader(regression_data(VAL_SAMPLES), VAL_BATCH))
+    [metrics] = Trainer(accelerator="cpu", **QUIET).validate(Regression(), loader(regression_data(VAL_SAMPLES), VAL_BATCH))
     out["val_loss"] = metrics["val_loss"]
 
     # 3. a user's sampler gives the ranks 5 and 3 validation batches: no per-batch collective
     uneven = DataLoader(regression_data(40), batch_size=VAL_BATCH, sampler=FirstN(UNEVEN_VAL[rank]))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer = Trainer(**QUIET)
+        trainer = Trainer(accelerator="cpu", **QUIET)
         [metrics] = trainer.validate(Regression(), uneven)
     out["uneven_val_loss"] = metrics["val_loss"]
     out["warnings"] = [str(w.message) for w in caught]
@@ -167,7 +167,7 @@ def test_sync_dist_reduces_training_logs_across_ranks(ranks):
 
 
 def _single_validate(dataset) -> float:
-    [metrics] = Trainer(**QUIET).validate(Regression(), loader(dataset, VAL_BATCH))
+    [metrics] = Trainer(accelerator="cpu", **QUIET).validate(Regression(), loader(dataset, VAL_BATCH))
     return metrics["val_loss"]
 
 
@@ -220,7 +220,7 @@ def _uneven_training(rank: int, world_size: int) -> dict[str, Any]:
     data = DataLoader(regression_data(32), batch_size=4, sampler=FirstN(n, start))
     # A short process-group timeout: if ranks disagree on the batch count, the run fails in 20 s
     # (a collective waiting for a peer that never comes) instead of hanging for 30 minutes.
-    trainer = Trainer(max_epochs=2, use_distributed_sampler=False, strategy=DDPStrategy(timeout=20), **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, use_distributed_sampler=False, strategy=DDPStrategy(timeout=20), **QUIET)
     module = Regression("sgd")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -241,7 +241,7 @@ def test_uneven_training_batches_from_a_custom_sampler_do_not_hang():
     # Step k averages rank 0's batch k and rank 1's batch k: one process with those 8 samples.
     batches = [list(range(4 * k, 4 * k + 4)) + list(range(20 + 4 * k, 24 + 4 * k)) for k in range(3)]
     reference = Regression("sgd")
-    Trainer(max_epochs=2, **QUIET).fit(reference, DataLoader(regression_data(32), batch_sampler=batches))
+    Trainer(accelerator="cpu", max_epochs=2, **QUIET).fit(reference, DataLoader(regression_data(32), batch_sampler=batches))
     for r in (r0, r1):
         for a, b in zip(r["params"], params_of(reference)):
             assert (a - b).abs().max().item() <= 1e-5

@@ -31,7 +31,7 @@ class BNNet(TrainModule):
 
 
 def _single(module, batch_size, accumulate):
-    Trainer(max_epochs=2, accumulate_grad_batches=accumulate, **QUIET).fit(module, loader(regression_data(64), batch_size))
+    Trainer(accelerator="cpu", max_epochs=2, accumulate_grad_batches=accumulate, **QUIET).fit(module, loader(regression_data(64), batch_size))
     return params_of(module) + [b.clone() for b in module.buffers()]
 
 
@@ -47,7 +47,7 @@ def _ddp_runs(rank: int, world_size: int) -> dict[str, list[torch.Tensor]]:
         ("ddp-syncbn", BNNet, {"sync_batchnorm": True}),
     ]:
         module = make()
-        trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, **QUIET, **kw)
+        trainer = Trainer(accelerator="cpu", max_epochs=2, accumulate_grad_batches=2, **QUIET, **kw)
         trainer.fit(module, loader(data, 4))
         assert trainer.world_size == 2 and trainer.global_step == 8
         out[name] = params_of(module) + [b.clone() for b in module.buffers()]

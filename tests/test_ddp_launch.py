@@ -34,7 +34,7 @@ def reference():
     from trainer import Trainer
 
     module = Regression("sgd")
-    trainer = Trainer(max_epochs=2, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
     trainer.fit(module, loader(regression_data(32), 8))
     return {"params": params_of(module), "global_step": trainer.global_step}
 
@@ -204,10 +204,10 @@ def _launcher_mismatch(rank, world_size):
     errors = {}
     for kwargs in ({"devices": 3}, {"num_nodes": 2}, {"strategy": "single_device"}):
         try:
-            Trainer(**kwargs, **QUIET)
+            Trainer(accelerator="cpu", **kwargs, **QUIET)
         except Exception as err:  # noqa: BLE001 - the test checks type and message
             errors[str(kwargs)] = (type(err).__name__, str(err))
-    adopted = Trainer(devices="auto", strategy="ddp_spawn", **QUIET)  # under a launcher: no spawning
+    adopted = Trainer(accelerator="cpu", devices="auto", strategy="ddp_spawn", **QUIET)  # under a launcher: no spawning
     return errors, adopted.world_size, adopted.strategy.launcher is None
 
 

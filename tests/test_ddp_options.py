@@ -39,7 +39,7 @@ def _train_variants(rank: int, world_size: int) -> dict[str, Any]:
     out = {}
     for name, kwargs in _variants().items():
         strategy = DDPStrategy(**kwargs)
-        trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, strategy=strategy, **QUIET)
+        trainer = Trainer(accelerator="cpu", max_epochs=2, accumulate_grad_batches=2, strategy=strategy, **QUIET)
         module = Regression("adamw", lr=0.01)
         trainer.fit(module, loader(regression_data(64), 4))
         hook = strategy.model._get_ddp_logging_data().get("comm_hook", "")  # type: ignore[union-attr]

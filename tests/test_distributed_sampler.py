@@ -1,6 +1,7 @@
 """Sharding of DataLoaders; ranks are simulated by building the sampler with rank=0/1 in-process."""
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import warnings
 
@@ -166,8 +167,10 @@ def test_every_dataloader_setting_survives():
     settings = dict(
         batch_size=3, num_workers=2, collate_fn=_collate, pin_memory=True, drop_last=True, timeout=7.0,
         worker_init_fn=_worker_init, multiprocessing_context="spawn", generator=generator,
-        persistent_workers=True, prefetch_factor=5, in_order=False,
+        persistent_workers=True, prefetch_factor=5,
     )
+    if "in_order" in inspect.signature(DataLoader.__init__).parameters:  # torch >= 2.6
+        settings["in_order"] = False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pin_memory_device is deprecated in recent torch
         loader = DataLoader(_Range(10), shuffle=True, pin_memory_device="cpu", **settings)

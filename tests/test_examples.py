@@ -14,7 +14,7 @@ SCRIPT = str(REPO_ROOT / "examples" / "digits.py")
 def _run(tmp_path, *args, devices="1"):
     out = tmp_path / "result.json"
     proc = run_script(
-        [SCRIPT, "--devices", devices, "--root", str(tmp_path / "run"), "--result-json", str(out), *args],
+        [SCRIPT, "--accelerator", "cpu", "--devices", devices, "--root", str(tmp_path / "run"), "--result-json", str(out), *args],
         launcher="python",
         timeout=240,
     )

@@ -74,15 +74,15 @@ def test_sigusr1_single_process_saves_exits_75_and_resumes(tmp_path):
     kw = dict(max_epochs=2, accumulate_grad_batches=2, default_root_dir=str(tmp_path), **QUIET)
     seed_everything(0)
     straight = Noisy()
-    Trainer(**kw).fit(straight, make_loader())
+    Trainer(accelerator="cpu", **kw).fit(straight, make_loader())
     seed_everything(0)
     with pytest.raises(SystemExit) as info:
-        Trainer(**kw, callbacks=[_SignalAt()]).fit(Noisy(), make_loader())
+        Trainer(accelerator="cpu", **kw, callbacks=[_SignalAt()]).fit(Noisy(), make_loader())
     assert info.value.code == PREEMPTION_EXIT_CODE
     assert "Pre-empted by SIGUSR1" in str(info.value) and (tmp_path / "checkpoints" / "last.ckpt").is_file()
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers are given back
     resumed = Noisy()
-    t = Trainer(**kw)
+    t = Trainer(accelerator="cpu", **kw)
     t.fit(resumed, make_loader(), ckpt_path="last")
     assert t.global_step == 24
     assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
@@ -135,7 +135,7 @@ def _failing_rank(rank, world_size):
     torch.set_num_threads(1)
     started = time.monotonic()
     try:
-        Trainer(max_epochs=3, strategy=DDPStrategy(timeout=30), **QUIET).fit(_Boom(), loader(regression_data(64), 4))
+        Trainer(accelerator="cpu", max_epochs=3, strategy=DDPStrategy(timeout=30), **QUIET).fit(_Boom(), loader(regression_data(64), 4))
     except Exception as err:  # noqa: BLE001 - the test inspects what each rank saw
         return type(err).__name__, str(err), time.monotonic() - started
     return "no error", "", time.monotonic() - started

@@ -39,7 +39,7 @@ def test_max_steps_stops_mid_epoch_without_ending_the_epoch(tmp_path):
 
     ends = EpochEnds()
     saves = ModelCheckpoint(dirpath=tmp_path)
-    t = Trainer(max_steps=5, callbacks=[ends, saves], **{**QUIET, "enable_checkpointing": True})
+    t = Trainer(accelerator="cpu", max_steps=5, callbacks=[ends, saves], **{**QUIET, "enable_checkpointing": True})
     t.fit(Regression(), loader(regression_data(32), 4))  # 8 batches per epoch
     # the epoch is not over: no epoch-end hooks, same epoch, and the position is kept ...
     assert t.global_step == 5 and t.current_epoch == 0 and ends.ends == []
@@ -48,25 +48,25 @@ def test_max_steps_stops_mid_epoch_without_ending_the_epoch(tmp_path):
     assert os.path.basename(saves.best_model_path) == "epoch=0-step=5.ckpt"
     ckpt = torch.load(saves.best_model_path, weights_only=True)
     assert ckpt["epoch"] == 0 and ckpt["loops"]["fit_loop"] == {"batches_done": 5, "epoch_finished": False}
-    t2 = Trainer(max_steps=10, callbacks=[ends], **QUIET)
+    t2 = Trainer(accelerator="cpu", max_steps=10, callbacks=[ends], **QUIET)
     t2.fit(Regression(), loader(regression_data(32), 4), ckpt_path=saves.best_model_path)
     assert t2.global_step == 10 and t2.current_epoch == 1 and ends.ends == [0]  # epoch 0 ends once, at batch 8
 
 
 def test_max_epochs_default_and_limits():
-    t = Trainer(max_epochs=2, limit_train_batches=3, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, limit_train_batches=3, **QUIET)
     t.fit(Regression(), loader(regression_data(32), 4))
     assert t.global_step == 6
-    t = Trainer(max_epochs=1, limit_train_batches=0.5, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, limit_train_batches=0.5, **QUIET)
     t.fit(Regression(), loader(regression_data(32), 4))
     assert t.global_step == 4
-    assert Trainer(**QUIET).max_epochs == 1000
+    assert Trainer(accelerator="cpu", **QUIET).max_epochs == 1000
 
 
 def test_sanity_check_and_validation_schedule():
     m = Recorder()
     data = regression_data(32)
-    t = Trainer(max_epochs=2, val_check_interval=0.5, num_sanity_val_steps=1, limit_val_batches=2, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, val_check_interval=0.5, num_sanity_val_steps=1, limit_val_batches=2, **QUIET)
     t.fit(m, loader(data, 4), loader(data, 8))
     vals = [e for e in m.events if e[0] == "val"]
     # sanity (1 batch), then after batches 4 and 8 of each epoch
@@ -79,11 +79,11 @@ def test_sanity_check_and_validation_schedule():
 def test_check_val_every_n_epoch_and_int_interval():
     m = Recorder()
     data = regression_data(32)
-    t = Trainer(max_epochs=4, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=4, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET)
     t.fit(m, loader(data, 4), loader(data, 8))
     assert [e[1] for e in m.events if e[0] == "val"] == [1, 3]
     m = Recorder()
-    t = Trainer(max_epochs=1, val_check_interval=3, num_sanity_val_steps=0, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, val_check_interval=3, num_sanity_val_steps=0, **QUIET)
     t.fit(m, loader(data, 4), loader(data, 8))
     assert [e[2] for e in m.events if e[0] == "val"] == [2, 5]
 
@@ -102,7 +102,7 @@ class Scheduled(Regression):
 @pytest.mark.parametrize("interval, frequency, expected_steps", [("step", 1, 8), ("step", 4, 2), ("epoch", 1, 2)])
 def test_scheduler_interval_and_frequency(interval, frequency, expected_steps):
     m = Scheduled(interval, frequency)
-    t = Trainer(max_epochs=2, accumulate_grad_batches=2, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, accumulate_grad_batches=2, **QUIET)
     t.fit(m, loader(regression_data(32), 4))  # 8 batches/epoch, A=2 -> 4 steps/epoch
     assert t.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.5**expected_steps)
 
@@ -113,7 +113,7 @@ def test_tuple_and_list_formats():
             opt = torch.optim.SGD(self.parameters(), lr=1.0)
             return [opt], [torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.1)]
 
-    t = Trainer(max_epochs=2, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
     t.fit(Tuple(), loader(regression_data(16), 4))
     assert t.lr_scheduler_configs[0].interval == "epoch"
     assert t.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.01)
@@ -127,7 +127,7 @@ def test_plateau_scheduler_uses_monitored_metric():
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val_loss"}}
 
     data = regression_data(16)
-    t = Trainer(max_epochs=3, num_sanity_val_steps=0, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=3, num_sanity_val_steps=0, **QUIET)
     t.fit(Plateau(), loader(data, 4), loader(data, 4))
     assert t.optimizers[0].param_groups[0]["lr"] < 1e-6  # no improvement with a tiny LR -> reduced
 
@@ -150,11 +150,11 @@ class GradProbe(Regression):
 def test_gradient_clipping_by_norm_and_value():
     data = loader(regression_data(16) , 4)
     m = GradProbe()
-    Trainer(max_epochs=1, gradient_clip_val=0.01, **QUIET).fit(m, data)
+    Trainer(accelerator="cpu", max_epochs=1, gradient_clip_val=0.01, **QUIET).fit(m, data)
     assert max(m.norms) > 0.01  # before clipping (hook runs before the clip)
     assert max(m.norms_after) <= 0.01 + 1e-6
     m = GradProbe()
-    Trainer(max_epochs=1, gradient_clip_val=0.001, gradient_clip_algorithm="value", **QUIET).fit(m, data)
+    Trainer(accelerator="cpu", max_epochs=1, gradient_clip_val=0.001, gradient_clip_algorithm="value", **QUIET).fit(m, data)
     assert max(m.max_abs) <= 0.001 + 1e-9
 
 
@@ -175,7 +175,7 @@ class Weighted(Regression):
 def test_metric_aggregation_is_weighted_by_batch_size():
     data = regression_data(10)
     x = data.tensors[0]
-    t = Trainer(max_epochs=1, num_sanity_val_steps=0, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, num_sanity_val_steps=0, **QUIET)
     t.fit(Weighted(), loader(data, 4), loader(data, 4))  # batches of 4, 4, 2
     m = t.callback_metrics
     expected = (x[0, 0] * 4 + x[4, 0] * 4 + x[8, 0] * 2) / 10
@@ -190,7 +190,7 @@ def test_metric_aggregation_is_weighted_by_batch_size():
 def test_validate_test_predict_return_values():
     data = regression_data(12)
     m = Regression()
-    t = Trainer(max_epochs=1, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     t.fit(m, loader(data, 4))
     x, y = data.tensors
     with torch.no_grad():
@@ -208,7 +208,7 @@ def test_validate_test_predict_return_values():
 def test_save_hyperparameters_and_module_properties():
     m = Regression(optimizer="adamw", lr=0.01)
     assert m.hparams == {"optimizer": "adamw", "lr": 0.01, "features": 4, "seed": 0}
-    t = Trainer(max_epochs=1, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     t.fit(m, loader(regression_data(8), 4))
     assert (m.trainer is t, m.global_rank, m.local_rank, m.world_size, m.current_epoch, m.global_step) == (True, 0, 0, 1, 1, 2)
     assert m.device == torch.device("cpu")
@@ -225,7 +225,7 @@ def test_bf16_mixed_on_cpu_trains():
             return super().training_step(batch, batch_idx)
 
     m = Probe()
-    t = Trainer(max_epochs=2, precision="bf16-mixed", **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, precision="bf16-mixed", **QUIET)
     t.fit(m, loader(regression_data(32), 8))
     assert dtypes[0] == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in m.parameters())
@@ -235,14 +235,14 @@ def test_bf16_mixed_on_cpu_trains():
 def test_checkpoint_save_and_resume_at_epoch_boundary(tmp_path):
     data = regression_data(32)
     straight = Regression(optimizer="adamw")
-    Trainer(max_epochs=2, **QUIET).fit(straight, loader(data, 8))
+    Trainer(accelerator="cpu", max_epochs=2, **QUIET).fit(straight, loader(data, 8))
 
     first = Regression(optimizer="adamw")
-    t1 = Trainer(max_epochs=1, **QUIET)
+    t1 = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     t1.fit(first, loader(data, 8))
     t1.save_checkpoint(tmp_path / "e1.ckpt")
     resumed = Regression(optimizer="adamw", seed=123)  # different init: everything comes from the file
-    t2 = Trainer(max_epochs=2, **QUIET)
+    t2 = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
     t2.fit(resumed, loader(data, 8), ckpt_path=tmp_path / "e1.ckpt")
     assert t2.global_step == 8 and t2.current_epoch == 2
     for a, b in zip(straight.parameters(), resumed.parameters()):
@@ -259,9 +259,9 @@ def test_checkpoint_written_at_epoch_end_resumes_at_the_next_epoch(tmp_path):
 
     data = regression_data(32)
     straight = Regression(optimizer="adamw")
-    Trainer(max_epochs=2, callbacks=[SaveAfterFirstEpoch()], **QUIET).fit(straight, loader(data, 8))
+    Trainer(accelerator="cpu", max_epochs=2, callbacks=[SaveAfterFirstEpoch()], **QUIET).fit(straight, loader(data, 8))
     resumed = Regression(optimizer="adamw", seed=5)
-    t = Trainer(max_epochs=2, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
     t.fit(resumed, loader(data, 8), ckpt_path=tmp_path / "epoch0.ckpt")
     assert t.global_step == 8
     for a, b in zip(straight.parameters(), resumed.parameters()):
@@ -276,7 +276,7 @@ def test_plateau_monitor_at_the_top_level_of_the_dict():
             return {"optimizer": opt, "lr_scheduler": sched, "monitor": "val_loss"}
 
     data = regression_data(16)
-    t = Trainer(max_epochs=2, num_sanity_val_steps=0, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, num_sanity_val_steps=0, **QUIET)
     t.fit(Plateau(), loader(data, 4), loader(data, 4))
     assert t.lr_scheduler_configs[0].monitor == "val_loss"
 

@@ -472,7 +472,7 @@ def test_hook_order_fit_validate_test_predict():
     events: list[str] = []
     module, recorder = RecordingModule(events), Recorder(events)
     train, val = _loader(6), _loader(4)  # 3 training batches, 2 validation batches
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=2,
         limit_train_batches=3,
         accumulate_grad_batches=2,
@@ -508,7 +508,7 @@ def test_hook_order_fit_validate_test_predict():
 def test_epoch_metrics_reach_callbacks_but_not_the_module_hook():
     events: list[str] = []
     module, recorder = RecordingModule(events), Recorder(events)
-    trainer = Trainer(max_epochs=1, callbacks=[recorder], **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, callbacks=[recorder], **QUIET)
     trainer.fit(module, _loader(4))
     assert module.seen_at_epoch_end == [False]
     assert recorder.seen_at_epoch_end == [True]
@@ -517,7 +517,7 @@ def test_epoch_metrics_reach_callbacks_but_not_the_module_hook():
 def test_exception_in_training_step_calls_on_exception_then_teardown_and_reraises():
     events: list[str] = []
     module, recorder = RecordingModule(events, fail_at=1), Recorder(events)
-    trainer = Trainer(max_epochs=2, num_sanity_val_steps=0, callbacks=[recorder], **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, num_sanity_val_steps=0, callbacks=[recorder], **QUIET)
     with pytest.raises(RuntimeError, match="boom") as info:
         trainer.fit(module, _loader(6))
     assert recorder.exception is info.value
@@ -585,7 +585,7 @@ class PlainModule(TrainModule):
 def test_only_overridden_hooks_are_dispatched():
     cb, plain = OnlyBatchEnd(), Callback()
     module = PlainModule()
-    trainer = Trainer(max_epochs=2, callbacks=[cb, plain], **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[cb, plain], **QUIET)
     table = HookDispatcher(trainer, module, [cb, plain])
     assert {n for n in CALLBACK_HOOKS if table._callbacks[n]} == {"on_train_batch_end"}
     assert len(table._callbacks["on_train_batch_end"]) == 1  # `plain` overrides nothing

@@ -14,7 +14,7 @@ SCRIPT = str(REPO_ROOT / "examples" / "large_batch.py")
 def test_large_batch_example_runs(tmp_path):
     out = tmp_path / "result.json"
     proc = run_script(
-        [SCRIPT, "--devices", "1", "--accumulate", "2", "--max-epochs", "2",
+        [SCRIPT, "--accelerator", "cpu", "--devices", "1", "--accumulate", "2", "--max-epochs", "2",
          "--root", str(tmp_path / "run"), "--result-json", str(out)],
         launcher="python",
         timeout=100,

@@ -127,7 +127,7 @@ def reference(
 
 
 def fit(module: TokenRegressor, micro: int, accumulate: int, **kwargs: Any) -> Trainer:
-    trainer = Trainer(max_epochs=EPOCHS, accumulate_grad_batches=accumulate, **QUIET, **kwargs)
+    trainer = Trainer(accelerator="cpu", max_epochs=EPOCHS, accumulate_grad_batches=accumulate, **QUIET, **kwargs)
     trainer.fit(module, DataLoader(sequence_data(), batch_size=micro, shuffle=False))
     return trainer
 

@@ -18,7 +18,7 @@ TRAIN, VAL = (16, 8), (8, 8)
 
 def _fit(ckpt, module, epochs, tmp_path=None, val=True, **kwargs):
     opts = {**NO_DEFAULTS, "enable_checkpointing": True, "num_sanity_val_steps": 0, **kwargs}
-    trainer = Trainer(max_epochs=epochs, callbacks=[ckpt], default_root_dir=tmp_path, **opts)
+    trainer = Trainer(accelerator="cpu", max_epochs=epochs, callbacks=[ckpt], default_root_dir=tmp_path, **opts)
     trainer.fit(module, loader(*TRAIN), loader(*VAL) if val else None)
     return trainer
 
@@ -130,7 +130,7 @@ def test_validation_metric_is_ranked_at_each_validation(tmp_path):
     ckpt = ModelCheckpoint(
         dirpath=tmp_path, monitor="val_metric", save_top_k=2, filename="{step}-{val_metric:.1f}"
     )
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=1,
         callbacks=[ckpt],
         val_check_interval=2,
@@ -159,7 +159,7 @@ def test_monitor_missing_lists_available_keys(tmp_path):
 
 # -- without a monitor ----------------------------------------------------------------------------
 def test_default_callback_keeps_latest_in_log_dir(tmp_path):
-    trainer = Trainer(max_epochs=2, default_root_dir=tmp_path, enable_progress_bar=False)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, default_root_dir=tmp_path, enable_progress_bar=False)
     trainer.fit(Scripted(), loader(*TRAIN))
     ckpt = trainer.checkpoint_callback
     assert isinstance(ckpt, ModelCheckpoint)
@@ -170,7 +170,7 @@ def test_default_callback_keeps_latest_in_log_dir(tmp_path):
 
 
 def test_without_logger_saves_under_root(tmp_path):
-    trainer = Trainer(max_epochs=1, default_root_dir=tmp_path, logger=False, enable_progress_bar=False)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, logger=False, enable_progress_bar=False)
     trainer.fit(Scripted(), loader(*TRAIN))
     assert _files(os.path.join(str(tmp_path), "checkpoints")) == ["epoch=0-step=2.ckpt"]
 
@@ -184,7 +184,7 @@ def test_every_n_train_steps(tmp_path):
 
 def test_every_n_train_steps_saves_once_per_step_with_accumulation(tmp_path):
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, every_n_epochs=0, save_top_k=-1)
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=1,
         callbacks=[ckpt],
         accumulate_grad_batches=2,
@@ -228,7 +228,7 @@ class _PoisonCheckpointsFrom(Callback):
 
 def test_crash_mid_write_keeps_previous_checkpoints(tmp_path):
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, every_n_epochs=0, save_last=True)
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=3,
         callbacks=[_PoisonCheckpointsFrom(6), ckpt],
         **{**NO_DEFAULTS, "enable_checkpointing": True},
@@ -256,7 +256,7 @@ def test_state_dict_round_trip_and_resume(tmp_path):
 
     # resume: the restored top-k keeps ranking against the first run's files
     resumed = ModelCheckpoint(dirpath=tmp_path, monitor="val_metric", save_top_k=2, save_last=True)
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=6,
         callbacks=[resumed],
         num_sanity_val_steps=0,
@@ -288,7 +288,7 @@ def test_state_from_another_directory_keeps_only_best_path(tmp_path):
 
 def test_second_fit_of_same_trainer_saves_again(tmp_path):
     ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)
-    trainer = Trainer(max_epochs=1, callbacks=[ckpt], **{**NO_DEFAULTS, "enable_checkpointing": True})
+    trainer = Trainer(accelerator="cpu", max_epochs=1, callbacks=[ckpt], **{**NO_DEFAULTS, "enable_checkpointing": True})
     trainer.fit(Scripted(), loader(*TRAIN))
     trainer.fit(Scripted(), loader(*TRAIN))
     assert _files(tmp_path) == ["epoch=0-step=2-v1.ckpt", "epoch=0-step=2.ckpt"]

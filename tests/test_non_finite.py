@@ -31,7 +31,7 @@ class NanAt(Regression):
 
 def test_nan_loss_names_step_and_batch():
     module = NanAt(bad_batch=5)
-    trainer = Trainer(max_epochs=3, accumulate_grad_batches=2, log_every_n_steps=100, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=3, accumulate_grad_batches=2, log_every_n_steps=100, **QUIET)
     # 16 batches per epoch, A=2: epoch 1 batch 5 runs before global step 8 + 2 = 10
     with pytest.raises(NonFiniteLossError, match="The training loss is nan at epoch 1, global step 10, batch index 5"):
         trainer.fit(module, loader(regression_data(64), 4))
@@ -41,7 +41,7 @@ def test_nan_loss_names_step_and_batch():
 
 def test_check_is_read_at_logging_steps():
     module = NanAt(bad_batch=1)
-    trainer = Trainer(max_epochs=3, log_every_n_steps=4, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=3, log_every_n_steps=4, **QUIET)
     with pytest.raises(NonFiniteLossError, match="global step 17, batch index 1"):
         trainer.fit(module, loader(regression_data(64), 4))
     assert module.seen == 16 + 4  # stopped at the first logging step after the NaN
@@ -59,7 +59,7 @@ def test_inf_loss_and_disable():
 
 
 def test_detection_can_be_turned_off():
-    trainer = Trainer(max_epochs=2, detect_non_finite_loss=False, **QUIET)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, detect_non_finite_loss=False, **QUIET)
     trainer.fit(NanAt(bad_batch=0), loader(regression_data(16), 4))
     assert trainer.global_step == 8
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["compile", "channels_last", "pin_memory"])
 def test_flags_must_be_bools(name):
     with pytest.raises(TypeError, match=name):
-        Trainer(**{name: 1}, **QUIET)
+        Trainer(accelerator="cpu", **{name: 1}, **QUIET)
 
 
 def _is_channels_last(x: torch.Tensor) -> bool:
@@ -59,8 +59,8 @@ def _images() -> DataLoader:
 
 def test_channels_last_converts_module_and_4d_batches_and_trains_alike():
     plain, converted = ConvNet(), ConvNet()
-    Trainer(max_epochs=2, **QUIET).fit(plain, _images())
-    t = Trainer(max_epochs=2, channels_last=True, num_sanity_val_steps=0, **QUIET)
+    Trainer(accelerator="cpu", max_epochs=2, **QUIET).fit(plain, _images())
+    t = Trainer(accelerator="cpu", max_epochs=2, channels_last=True, num_sanity_val_steps=0, **QUIET)
     t.fit(converted, _images(), _images())
     conv_weight = converted.net[0].weight
     assert conv_weight.is_contiguous(memory_format=torch.channels_last) and not conv_weight.is_contiguous()
@@ -87,8 +87,8 @@ def test_compile_compiles_the_module_in_place_and_trains_alike():
         pytest.skip(reason)
     data = regression_data(32)
     eager, compiled = Regression(), Regression()
-    Trainer(max_epochs=1, **QUIET).fit(eager, loader(data, 8))
-    t = Trainer(max_epochs=1, compile=True, **QUIET)
+    Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(eager, loader(data, 8))
+    t = Trainer(accelerator="cpu", max_epochs=1, compile=True, **QUIET)
     t.fit(compiled, loader(data, 8))
     assert is_compiled(compiled) and t.module is compiled
     assert set(compiled.state_dict()) == set(eager.state_dict())  # in place: no "_orig_mod." prefix
@@ -97,5 +97,5 @@ def test_compile_compiles_the_module_in_place_and_trains_alike():
 
 def test_compile_is_off_by_default():
     module = Regression()
-    Trainer(max_epochs=1, **QUIET).fit(module, loader(regression_data(8), 4))
+    Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(module, loader(regression_data(8), 4))
     assert not is_compiled(module)

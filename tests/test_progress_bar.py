@@ -88,7 +88,7 @@ def test_refresh_rate_zero_disables_the_bar():
 
 
 def test_default_bar_goes_to_stdout(capsys):
-    trainer = Trainer(max_epochs=1, logger=False, enable_checkpointing=False)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False)
     assert any(isinstance(cb, ProgressBar) for cb in trainer.callbacks)
     trainer.fit(Scripted(), loader(16, 4))
     assert "Epoch 0: 100% 4/4" in capsys.readouterr().out
@@ -123,9 +123,9 @@ def _bar_lines(out, prefix):
 
 def test_resumed_epoch_starts_at_the_resumed_batch_and_ends_at_100_percent(tmp_path):
     path = str(tmp_path / "mid.ckpt")
-    Trainer(max_epochs=1, callbacks=[_SaveAtBatch(13, path)], **NO_DEFAULTS).fit(Scripted(), loader(88, 4))
+    Trainer(accelerator="cpu", max_epochs=1, callbacks=[_SaveAtBatch(13, path)], **NO_DEFAULTS).fit(Scripted(), loader(88, 4))
     out = io.StringIO()
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_epochs=1,
         callbacks=[ProgressBar(file=out, line_every_percent=25)],
         logger=False,
@@ -147,7 +147,7 @@ class _Evaluated(Scripted):
 
 def test_standalone_evaluation_bars_have_totals_and_only_their_metrics():
     out = io.StringIO()
-    trainer = Trainer(callbacks=[ProgressBar(file=out)], logger=False, enable_checkpointing=False)
+    trainer = Trainer(accelerator="cpu", callbacks=[ProgressBar(file=out)], logger=False, enable_checkpointing=False)
     module = _Evaluated(prog_bar=True)
     trainer.validate(module, loader(40, 4))
     assert trainer.num_val_batches == [10]
@@ -191,7 +191,7 @@ def test_training_bar_shows_no_duplicate_loss_and_evaluation_bars_no_training_me
 
 def test_epoch_stopped_by_max_steps_shows_where_it_stopped():
     out = io.StringIO()
-    trainer = Trainer(
+    trainer = Trainer(accelerator="cpu", 
         max_steps=5,
         callbacks=[ProgressBar(file=out, line_every_percent=25)],
         logger=False,

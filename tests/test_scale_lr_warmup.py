@@ -59,7 +59,7 @@ def _fits(rank: int, world_size: int) -> dict[str, Any]:
     out = {}
     for scale_lr in (True, "sqrt", False):
         module = WarmupRegression()
-        trainer = Trainer(max_steps=STEPS, scale_lr=scale_lr, **QUIET)
+        trainer = Trainer(accelerator="cpu", max_steps=STEPS, scale_lr=scale_lr, **QUIET)
         stdout = io.StringIO()
         with contextlib.redirect_stdout(stdout):
             trainer.fit(module, loader(regression_data(64), 4))

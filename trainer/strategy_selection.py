@@ -53,6 +53,13 @@ def select_strategy(
     cluster = detect_cluster_environment()
     if cluster.is_distributed:
         _check_matches_launcher(per_node, num_nodes, cluster)
+        if accelerator.kind == "cuda" and cluster.local_world_size > accelerator.device_count():
+            # Otherwise rank >= device_count fails deep in torch.cuda.set_device ("invalid device ordinal").
+            raise ValueError(
+                f"The launcher ({cluster.source}) started {cluster.local_world_size} processes on this "
+                f"node but it has {accelerator.device_count()} CUDA device(s): one process per device. "
+                "Launch fewer processes, or pass accelerator='cpu'."
+            )
         chosen = strategy if isinstance(strategy, Strategy) else _make(strategy)
         if not isinstance(chosen, ProcessGroupStrategy):
             raise ValueError(

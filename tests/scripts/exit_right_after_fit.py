@@ -42,4 +42,4 @@ class StarvedWorkers(Regression):
 
 
 
-Trainer(max_epochs=1, **QUIET).fit(StarvedWorkers("sgd"), loader(regression_data(16), 4))
+Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(StarvedWorkers("sgd"), loader(regression_data(16), 4))

@@ -1,0 +1,48 @@
+"""Suite-wide rules that let the same tests pass on a CPU laptop, a GPU machine and ``pytest -n auto``.
+
+- ``@pytest.mark.cuda`` (or ``@pytest.mark.cuda(devices=N)``) skips a test, with the reason, on a
+  machine with fewer than N CUDA devices (default 1).
+- Every test runs with its own empty ``tmp_path`` as working directory, so output a Trainer writes
+  relative to the working directory (its default ``default_root_dir``) is never shared between
+  tests or between xdist workers.
+- Under ``pytest -n N`` without a ``--dist`` choice, each test module runs on one worker
+  (``--dist loadfile``): several modules compute a whole distributed run in a module-scoped
+  fixture, which plain ``load`` scheduling would repeat on every worker.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def cuda_skip_reason(marker: pytest.Mark, available: int) -> str | None:
+    """Why a test with this ``cuda`` marker cannot run with ``available`` CUDA devices, or None."""
+    needed = marker.kwargs.get("devices", marker.args[0] if marker.args else 1)
+    if isinstance(needed, bool) or not isinstance(needed, int) or needed < 1:
+        raise ValueError(f"@pytest.mark.cuda(devices=...) needs an int >= 1, got {needed!r}")
+    if available >= needed:
+        return None
+    return f"needs {needed} CUDA device(s), this machine has {available}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    chose = any(str(arg).startswith("--dist") for arg in config.invocation_params.args)
+    if getattr(config.option, "dist", "no") == "load" and not chose:
+        config.option.dist = "loadfile"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for item in items:
+        marker = item.get_closest_marker("cuda")
+        if marker is not None:
+            reason = cuda_skip_reason(marker, available)
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)

@@ -19,6 +19,7 @@ from trainer.cluster_environment import ClusterEnvironment, detect_cluster_envir
 from trainer.failure_notes import explain_failure
 from trainer.rendezvous import fresh_store, mark_group_joined
 from trainer.strategy import Strategy
+from trainer.worker_process import die_with_elastic_agent
 
 T = TypeVar("T")
 
@@ -76,6 +77,7 @@ class ProcessGroupStrategy(Strategy):
         if self.cluster is None:
             self.configure(detect_cluster_environment(), self.sync_batchnorm, self.use_distributed_sampler)
         assert self.cluster is not None
+        die_with_elastic_agent()  # a torchrun killed with SIGKILL must not leave its workers training
         device = self.root_device
         self.accelerator.pin_device(device)
         if dist.is_initialized():

@@ -8,6 +8,9 @@
   an unbuffered ``print`` writes the text and the newline apart, so lines of two ranks interleave
   mid-line. One ``write`` per line (up to the pipe's atomic size, 4 KiB on Linux) never does.
 - Ctrl-C prints no traceback: the launcher reports the interrupt once for the whole run.
+
+A worker of torch's own elastic agent (torchrun) only dies with the agent
+(`die_with_elastic_agent`, armed when the Trainer joins the process group).
 """
 from __future__ import annotations
 
@@ -43,6 +46,18 @@ def adopt_launcher_from_env() -> None:
         adopt_launcher(int(pid))
 
 
+def die_with_elastic_agent() -> None:
+    """In a worker started by torch's elastic agent (torchrun), die with the agent, its parent.
+
+    torch's agent starts its workers in sessions of their own and arms nothing, so a SIGKILLed
+    torchrun would leave them training as orphans. The agent outlives its restarts of the worker
+    group, so a restarted worker dies with it too. A worker of `Trainer(devices=N)`, whose agent
+    runs in the launching process, armed this already when it imported Lockstep.
+    """
+    if "TORCHELASTIC_RUN_ID" in os.environ and not _armed:
+        _die_with_parent(os.getppid())
+
+
 def _line_buffered_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
@@ -63,7 +78,14 @@ def _quiet_keyboard_interrupt() -> None:
     sys.excepthook = excepthook
 
 
+_armed = False  # whether this process already dies with its parent
+
+
 def _die_with_parent(parent_pid: int) -> None:
+    global _armed
+    if _armed:
+        return
+    _armed = True
     if sys.platform.startswith("linux"):
         try:
             import ctypes

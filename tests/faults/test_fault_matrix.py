@@ -111,9 +111,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("nan_loss", "python"): "the launcher names rank 0: after the save-time check rank 0 raises its "
     "own NonFiniteLossError('On rank 1: ...'), which _report_failed_workers counts as rank 0's "
     "own error; in the same second the lower rank wins",
-    ("sigkill_launcher", "torchrun"): "the B6 fix covers Lockstep's own launchers only: under "
-    "torchrun the workers are children of torch's agent and get no parent-death signal, so a "
-    "SIGKILLed torchrun leaves both training",
     ("sigterm", "spawn"): "under ddp_spawn the launching process exits 1 (torch's "
     "ProcessExitedException: process 0 terminated with exit code 75), not 75",
     ("sigterm_launcher", "python"): "the workers save and exit 75 and rank 0 prints 'exiting with "

@@ -11,7 +11,12 @@ from callbacks import Callback
 from tests.distributed_helpers import REPO_ROOT, read_rank_results, run_ranks, run_script
 from tests.models import QUIET, Regression, loader, regression_data
 from trainer import DDPStrategy, Trainer, seed_everything
-from trainer.preemption import PREEMPTION_EXIT_CODE
+from trainer.preemption import (
+    PREEMPTION_EXIT_CODE,
+    PREEMPTION_NOTES_ENV,
+    Preempted,
+    read_launcher_notes,
+)
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
 pytestmark = pytest.mark.timeout(240)
@@ -86,6 +91,22 @@ def test_sigusr1_single_process_saves_exits_75_and_resumes(tmp_path):
     t.fit(resumed, make_loader(), ckpt_path="last")
     assert t.global_step == 24
     assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
+
+
+def test_a_preempted_worker_leaves_its_launcher_a_note(tmp_path, monkeypatch):
+    """What lets a launcher that itself got the SIGTERM exit 75 saying what was saved."""
+    from tests.resume_models import Noisy, make_loader
+
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    assert read_launcher_notes(notes) is None
+    monkeypatch.setenv(PREEMPTION_NOTES_ENV, str(notes))
+    kw = dict(max_epochs=2, accumulate_grad_batches=2, default_root_dir=str(tmp_path), **QUIET)
+    with pytest.raises(Preempted) as info:
+        Trainer(accelerator="cpu", **kw, callbacks=[_SignalAt()]).fit(Noisy(), make_loader())
+    noted = read_launcher_notes(notes)
+    assert noted is not None and (noted.signum, noted.path) == (info.value.signum, info.value.path)
+    assert noted.signum == signal.SIGUSR1 and noted.path.endswith("last.ckpt")
 
 
 _DOUBLE_SIGNAL = """

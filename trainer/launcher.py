@@ -23,7 +23,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
-from trainer.preemption import PREEMPTION_EXIT_CODE
+from trainer.preemption import (
+    PREEMPTION_EXIT_CODE,
+    PREEMPTION_NOTES_ENV,
+    PREEMPTION_SIGNALS,
+    read_launcher_notes,
+)
 from trainer.worker_process import LAUNCHER_PID_ENV, adopt_launcher
 
 if TYPE_CHECKING:
@@ -87,6 +92,8 @@ class ElasticLauncher:
         from torch.distributed.elastic.multiprocessing.api import SignalException
 
         os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers die with this process
+        notes = tempfile.TemporaryDirectory(prefix="lockstep-notes-")
+        os.environ[PREEMPTION_NOTES_ENV] = notes.name
         # SLURM's pre-emption signal reaches the workers themselves, which save and exit 75; its
         # default action would end this process first, and its workers with it (a handler, not
         # SIG_IGN, which the workers would inherit).
@@ -100,14 +107,23 @@ class ElasticLauncher:
         except (SignalException, KeyboardInterrupt) as err:
             # The agent has already passed the signal on to the workers and waited for them.
             signum = getattr(err, "sigval", signal.SIGINT)
-            saved = ", after saving last.ckpt if they were training (as on pre-emption)" if signum == signal.SIGTERM else ""
+            preempted = read_launcher_notes(notes.name)
+            if preempted is not None:  # they were training: they saved and exited 75
+                by = signal.Signals(preempted.signum).name
+                _say(
+                    f"[lockstep] Stopped by {signal.Signals(signum).name}: the workers saved "
+                    f"{preempted.path} (pre-empted by {by}); exit code {PREEMPTION_EXIT_CODE}."
+                )
+                sys.exit(PREEMPTION_EXIT_CODE)
             _say(
-                f"[lockstep] Stopped by {signal.Signals(signum).name}: the workers were stopped too{saved} "
+                f"[lockstep] Stopped by {signal.Signals(signum).name}: the workers were stopped too "
                 f"(exit code {128 + signum})."
             )
             sys.exit(128 + signum)
         finally:
             os.environ.pop(LAUNCHER_PID_ENV, None)
+            os.environ.pop(PREEMPTION_NOTES_ENV, None)
+            notes.cleanup()
             if previous is not None:
                 signal.signal(usr1, previous)
         sys.exit(0)
@@ -196,13 +212,14 @@ class SpawnLauncher:
         # would be moved to shared memory. Plain pickle gives each worker its own copy.
         payload = _pickle_for_workers((trainer, fn, args))
         with tempfile.TemporaryDirectory(prefix="lockstep-spawn-") as out:
-            mp.start_processes(
+            context = mp.start_processes(
                 _spawned_worker,
                 args=(payload, port, self.nprocs, out, os.getpid()),
                 nprocs=self.nprocs,
                 start_method="spawn",
-                join=True,
+                join=False,
             )
+            _join_forwarding_preemption(context, out)
             outcome = torch.load(Path(out) / "rank0.pt", weights_only=False)
         model = args[0] if args and args[0] is not None else trainer._module
         if model is not None:
@@ -215,6 +232,50 @@ class SpawnLauncher:
         trainer._logged_metrics = outcome["logged_metrics"]
         _restore_callback_states(trainer, outcome["callbacks"])
         return outcome["result"]
+
+
+def _join_forwarding_preemption(context: Any, notes: str) -> None:
+    """Wait for the spawned workers; pass a pre-emption signal sent to this process on to them.
+
+    Without this, SIGTERM to the launching process (``kill PID``, a scheduler) would end it at
+    once, and its workers with it, unsaved. The workers save and exit 75; then this process
+    raises `Preempted` (exit code 75 when uncaught), as every rank does.
+    """
+    import torch.multiprocessing as mp
+
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        for process in context.processes:
+            if process.is_alive():  # never signal a reaped worker's pid: it may be reused
+                try:
+                    os.kill(process.pid, signum)
+                except ProcessLookupError:  # it exited just now
+                    pass
+
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, forward) for sig in PREEMPTION_SIGNALS} if on_main_thread else {}
+    try:
+        while not context.join():
+            pass
+    except (mp.ProcessExitedException, mp.ProcessRaisedException) as err:
+        preempted = read_launcher_notes(notes)
+        if preempted is None:
+            if received:  # stopped before any worker could save: end as the signal would have
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+                previous = {}
+                signal.raise_signal(received[0])
+            raise
+        _say(
+            f"[lockstep] The run was pre-empted by {signal.Signals(preempted.signum).name}: the workers "
+            f"saved {preempted.path}; exit code {PREEMPTION_EXIT_CODE}."
+        )
+        raise preempted from err
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _restore_callback_states(trainer: Trainer, states: dict[str, Any]) -> None:
@@ -271,6 +332,7 @@ def _pickle_for_workers(obj: Any) -> bytes:
 
 def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str, launcher_pid: int) -> None:
     adopt_launcher(launcher_pid)
+    os.environ[PREEMPTION_NOTES_ENV] = out
     trainer, fn, args = pickle.loads(payload)
     os.environ.update(
         {

@@ -6,6 +6,7 @@ previous step, which has long finished, so all ranks act at the same step one st
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -24,6 +26,10 @@ PREEMPTION_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr
 # A repeat of the same signal sooner than this is the same request delivered twice: SLURM signals
 # every process of a step, and torch's agent forwards what it received to its workers as well.
 REPEAT_WINDOW_S = 2.0
+# Set by Lockstep's launchers for their workers: a directory where a pre-empted worker leaves a
+# note (the signal and the checkpoint saved), so the launcher can tell a pre-empted run from one
+# that was stopped or failed, and exit 75 saying what was saved.
+PREEMPTION_NOTES_ENV = "LOCKSTEP_PREEMPTION_NOTES"
 
 
 class Preempted(SystemExit):
@@ -62,6 +68,31 @@ def announce_preemption(preempted: Preempted) -> None:
         lines.append(f"[lockstep] SLURM job {job}: `scontrol requeue {job}`: {result}.")
     sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
+
+
+def leave_note_for_launcher(preempted: Preempted) -> None:
+    """In a worker of a Lockstep launcher: tell it that this worker saved and exits 75."""
+    notes = os.environ.get(PREEMPTION_NOTES_ENV)
+    if not notes:
+        return
+    note = Path(notes) / f"{os.getpid()}.json"
+    try:
+        partial = note.with_suffix(".tmp")
+        partial.write_text(json.dumps({"signum": int(preempted.signum), "path": str(preempted.path)}))
+        partial.replace(note)  # the launcher never reads half a note
+    except OSError:  # the launcher is gone or its directory too: nobody to tell
+        pass
+
+
+def read_launcher_notes(notes: str | os.PathLike[str]) -> Preempted | None:
+    """In a launcher: the pre-emption its workers noted in ``notes`` (None: none was pre-empted)."""
+    for note in sorted(Path(notes).glob("*.json")):
+        try:
+            data = json.loads(note.read_text())
+            return Preempted(int(data["signum"]), str(data["path"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 class PreemptionWatch:

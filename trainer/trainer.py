@@ -45,7 +45,7 @@ from trainer.optimization import (
     scale_learning_rates,
 )
 from trainer.precision import Precision, normalize_precision
-from trainer.preemption import Preempted, PreemptionWatch, announce_preemption
+from trainer.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.seed import install_worker_seeding
 from trainer.strategy import Strategy
 from trainer.strategy_selection import select_strategy
@@ -516,6 +516,7 @@ class Trainer:
         preempted = Preempted(signum, path)
         if self.is_global_zero:
             announce_preemption(preempted)
+        leave_note_for_launcher(preempted)
         raise preempted
 
     def _evaluate(

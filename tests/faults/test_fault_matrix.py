@@ -111,13 +111,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("nan_loss", "python"): "the launcher names rank 0: after the save-time check rank 0 raises its "
     "own NonFiniteLossError('On rank 1: ...'), which _report_failed_workers counts as rank 0's "
     "own error; in the same second the lower rank wins",
-    ("sigterm", "spawn"): "under ddp_spawn the launching process exits 1 (torch's "
-    "ProcessExitedException: process 0 terminated with exit code 75), not 75",
-    ("sigterm_launcher", "python"): "the workers save and exit 75 and rank 0 prints 'exiting with "
-    "code 75', but the launcher then says 'exit code 143' and exits 143: a requeue-on-75 wrapper "
-    "does not requeue",
-    ("sigterm_launcher", "spawn"): "the ddp_spawn launching process dies of SIGTERM; the workers "
-    "die with it (parent-death signal) without the pre-emption checkpoint; it exits -15",
 }
 
 

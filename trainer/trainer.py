@@ -418,7 +418,7 @@ class Trainer:
         except BaseException as exc:
             self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
             clearer = self._strategy.on_failure(exc, self._position())
-            _record_for_elastic_agent(clearer or exc)
+            _record_for_elastic_agent(clearer or exc, self.global_rank)
             try:
                 self._hooks.call_callbacks("on_exception", exc)
             finally:  # a callback that raises must not keep this rank in the group
@@ -685,7 +685,7 @@ class Trainer:
         restore_checkpoint(self, checkpoint, path)
 
 
-def _record_for_elastic_agent(exc: BaseException) -> None:
+def _record_for_elastic_agent(exc: BaseException, rank: int) -> None:
     """Under torch's elastic agent, write the traceback where the agent reports it from."""
     if "TORCHELASTIC_ERROR_FILE" not in os.environ or not isinstance(exc, Exception):
         return
@@ -696,12 +696,13 @@ def _record_for_elastic_agent(exc: BaseException) -> None:
     # torch's ErrorHandler.record_exception writes the traceback of the exception being handled,
     # which for a RankFailedError is the broken collective's, not the error it reports: write
     # the same file (torch's documented format) with ``exc``'s own traceback and cause.
-    from trainer.failure_notes import RankFailedError, is_collective_failure
+    from trainer.failure_notes import is_consequence
 
     callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     info = {"py_callstack": callstack, "timestamp": str(int(time.time()))}
-    # For the Trainer's launcher: a broken collective is a consequence, the rank's own error a cause.
-    info["lockstep_collective_failure"] = isinstance(exc, RankFailedError) or is_collective_failure(exc)
+    # For the Trainer's launcher: a broken collective or an error about a peer is a consequence,
+    # the rank's own error a cause.
+    info["lockstep_consequence"] = is_consequence(exc, rank)
     data = {"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}
     try:
         with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:

@@ -174,6 +174,7 @@ class Trainer:
         self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
         self._preemption = PreemptionWatch()
         self._in_training_loop = False
+        self._eval_loop: EvaluationLoop | None = None  # the latest evaluation (errors name its batch)
         self._hooks: HookDispatcher = HookDispatcher(self, TrainModule(), [])
         self._lr_scaled = False
         self._validated_in_fit = False  # a plateau scheduler's missing monitor may still come
@@ -396,6 +397,7 @@ class Trainer:
 
     # -- the run --------------------------------------------------------------------------------
     def _run(self, fn: str, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
+        self._eval_loop = None  # an earlier call's evaluation says nothing about this one
         if self._strategy.launcher is not None:
             # spawned workers inherit the loggers: one version for every call of this Trainer
             fix_log_versions(self, self.loggers, broadcast=False)
@@ -430,12 +432,19 @@ class Trainer:
         return result
 
     def _position(self) -> str:
-        """Where the run is, for error messages: the epoch, global step and, training, the batch."""
+        """Where the run is, for error messages: the epoch, global step and the batch (training,
+        or of the evaluation stage), or the batch being loaded when loading it failed."""
         where = f"epoch {self.current_epoch}, global step {self.global_step}"
         stage = self.state.stage
         if stage == "fit" and self._in_training_loop:
+            loading = self.fit_loop.failed_fetch_idx
+            if loading is not None:
+                return f"{where}, loading batch index {loading}"
             return f"{where}, batch index {self.fit_loop.batch_idx}"
-        return f"{where}, in {stage} outside the training loop" if stage == "fit" else f"{where}, in {stage}"
+        if stage == "fit":
+            return f"{where}, in fit outside the training loop"
+        batch = self._eval_loop.position() if self._eval_loop is not None and self._eval_loop.stage == stage else ""
+        return f"{where}, in {stage}{batch}"
 
     def _finish(self, fn: str, status: str) -> None:
         try:
@@ -495,7 +504,7 @@ class Trainer:
         if self.val_dataloaders and self.num_sanity_val_steps != 0 and self._val_enabled():
             self.state.stage = "sanity_check"
             self._hooks.call("on_sanity_check_start")
-            EvaluationLoop(self, "sanity_check").run(self.val_dataloaders, self.limit_val_batches)
+            self._run_evaluation_loop("sanity_check", self.val_dataloaders, self.limit_val_batches)
             self._hooks.call("on_sanity_check_end")
             self.state.stage = "fit"
         self._hooks.call("on_train_start")
@@ -551,13 +560,17 @@ class Trainer:
             else:
                 counts = [num_batches(dl, limit, stage) for dl in dataloaders]
                 setattr(self, f"num_{stage}_batches", counts)
-            return EvaluationLoop(self, stage).run(dataloaders, limit)
+            return self._run_evaluation_loop(stage, dataloaders, limit)
 
         return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only))
 
+    def _run_evaluation_loop(self, stage: str, dataloaders: list[Any], limit: int | float | None) -> list[Any]:
+        self._eval_loop = EvaluationLoop(self, stage)
+        return self._eval_loop.run(dataloaders, limit)
+
     def _run_validation_in_fit(self) -> None:
         self.state.stage = "validate"
-        EvaluationLoop(self, "validate").run(self.val_dataloaders, self.limit_val_batches)
+        self._run_evaluation_loop("validate", self.val_dataloaders, self.limit_val_batches)
         self._validated_in_fit = True
         self.state.stage = "fit"
         self.should_stop = self._strategy.reduce_boolean_decision(self.should_stop, all=False)

@@ -100,11 +100,6 @@ CASES = {
 # which of two ranks failing within the same second is named first can change from run to run.
 NOT_STRICT: set[str] = set()
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("raise_val", "python"): "C10 names no batch for a failure in validation_step: 'rank 1 failed at "
-    "epoch 1, global step 12, in validate', without the validation batch index (1)",
-    ("loader_worker_raises", "python"): "C10 names the wrong batch when loading fails: 'global step 2, "
-    "batch index 1' (the last batch trained), not batch index 3, whose loading raised (the loop "
-    "fetches one batch ahead)",
     ("sigkill_launcher", "torchrun"): "the B6 fix covers Lockstep's own launchers only: under "
     "torchrun the workers are children of torch's agent and get no parent-death signal, so a "
     "SIGKILLed torchrun leaves both training",

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from trainer.anomaly import NonFiniteLossError
+
 _COUNT_KEY = "lockstep/failures"
 _NOTE_KEY = "lockstep/failure/{}"
 _PEER_NOTE_WAIT_S = 3.0
@@ -76,8 +78,6 @@ def is_consequence(exc: BaseException, rank: int) -> bool:
 
 
 def _about_peer(exc: BaseException, rank: int) -> bool:
-    from trainer.anomaly import NonFiniteLossError
-
     return isinstance(exc, NonFiniteLossError) and exc.rank is not None and exc.rank != rank
 
 

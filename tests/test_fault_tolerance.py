@@ -172,3 +172,58 @@ def test_a_raising_rank_makes_the_others_fail_naming_it(tmp_path):
         "Rank 0 stopped (at epoch 0, global step 3, batch index 3) because"
     ), text0
     assert took0 < 30  # well within the process-group timeout: no hang
+
+
+class _Where(Callback):
+    """Records where the Trainer says a failure happened (what a multi-rank run's notes say)."""
+
+    def on_exception(self, trainer, module, exception):
+        self.where = trainer._position()
+
+
+class _FailingLoader:
+    """Yields the batches of ``data`` in fours and raises when asked for batch ``fail_at``."""
+
+    def __init__(self, data, fail_at):
+        self.batches, self.fail_at = list(loader(data, 4)), fail_at
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        for i, batch in enumerate(self.batches):
+            if i == self.fail_at:
+                raise RuntimeError(f"cannot load batch {i}")
+            yield batch
+
+
+def test_a_failure_while_loading_names_the_batch_being_loaded_not_the_last_trained():
+    """The loop fetches one batch ahead: loading batch 3 fails after batch 1 trained (step 2)."""
+    where = _Where()
+    t = Trainer(accelerator="cpu", max_epochs=1, callbacks=[where], **QUIET)
+    with pytest.raises(RuntimeError, match="cannot load batch 3"):
+        t.fit(Regression(), _FailingLoader(regression_data(32), 3))
+    assert where.where == "epoch 0, global step 2, loading batch index 3"
+
+
+class _RaisesInValidation(Regression):
+    def __init__(self, at):
+        super().__init__()
+        self.at = at
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        if (dataloader_idx, batch_idx) == self.at:
+            raise RuntimeError("boom in validation_step")
+        return super().validation_step(batch, batch_idx, dataloader_idx)
+
+
+def test_a_failure_in_validation_names_the_dataloader_and_batch():
+    where = _Where()
+    data = regression_data(16)
+    t = Trainer(accelerator="cpu", max_epochs=1, num_sanity_val_steps=0, callbacks=[where], **QUIET)
+    with pytest.raises(RuntimeError, match="boom in validation_step"):
+        t.fit(_RaisesInValidation((1, 2)), loader(data, 4), [loader(data, 4), loader(data, 4)])
+    assert where.where == "epoch 0, global step 4, in validate, dataloader index 1, batch index 2"
+    with pytest.raises(RuntimeError, match="boom in validation_step"):  # one loader: no loader index
+        t.validate(_RaisesInValidation((0, 1)), loader(data, 4))
+    assert where.where == "epoch 0, global step 4, in validate, batch index 1"

@@ -158,7 +158,7 @@ def _failure(tmp_path, rank, exitcode, message=None, timestamp=1000, collective=
     if message is not None:
         error_file.write_text(json.dumps({"message": {"message": message, "extraInfo": {
             "py_callstack": f"Traceback of rank {rank}\n{message}", "timestamp": str(timestamp),
-            "lockstep_collective_failure": collective or message.startswith("RankFailedError")}}}))
+            "lockstep_consequence": collective or message.startswith("RankFailedError")}}}))
     failure = ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=exitcode, error_file=str(error_file))
     if message is None:
         failure.timestamp = timestamp  # torch stamps a failure without a file when it sees it
@@ -190,6 +190,24 @@ def test_the_launcher_names_the_own_failure_not_the_first_exit(tmp_path, capsys)
     failures = {0: broken, 1: _failure(tmp_path, 1, -9)}
     assert _report_failed_workers(failures) == 1
     assert capsys.readouterr().err.startswith("[lockstep] worker rank 1 failed with exit code -9")
+    # Rank 1 SIGKILLed from outside, then rank 0 stopped by the agent's SIGTERM, in the same second.
+    failures = {0: _failure(tmp_path, 0, -15), 1: _failure(tmp_path, 1, -9)}
+    assert _report_failed_workers(failures) == 1
+    assert capsys.readouterr().err.startswith("[lockstep] worker rank 1 failed with exit code -9")
+    # Every rank raises the NonFiniteLossError the save-time check agreed on: rank 0's is about
+    # rank 1 (the Trainer marks it a consequence), rank 1's is its own.
+    nan = "NonFiniteLossError: The training loss is nan at epoch 1, global step 11, batch index 3"
+    failures = {
+        0: _failure(tmp_path, 0, 1, "NonFiniteLossError: On rank 1: " + nan[20:], collective=True),
+        1: _failure(tmp_path, 1, 1, nan),
+    }
+    assert _report_failed_workers(failures) == 1
+    assert capsys.readouterr().err.startswith(f"[lockstep] worker rank 1 failed with exit code 1: {nan}")
+    # A rank stopped by the agent after its peer's collective broke (a stalled rank) is the cause.
+    failures = {0: _failure(tmp_path, 0, 1, "RuntimeError: Connection closed by peer", collective=True),
+                1: _failure(tmp_path, 1, -15)}
+    assert _report_failed_workers(failures) == 1
+    capsys.readouterr()
     # Pre-empted workers (75; a slower one stopped by the agent's SIGTERM): one line, exit code 75.
     failures = {0: _failure(tmp_path, 0, 75), 1: _failure(tmp_path, 1, -15)}
     assert _report_failed_workers(failures) == 75
@@ -262,3 +280,18 @@ def test_preemption_says_what_was_saved_and_requeues_under_slurm(tmp_path):
     assert "[lockstep] SLURM job 4242: `scontrol requeue 4242`: requeued." in proc.stderr
     assert (tmp_path / "scontrol_args").read_text().split() == ["requeue", "4242"]
     assert "Traceback" not in proc.stderr
+
+
+def test_an_error_about_another_rank_is_a_consequence():
+    """The NonFiniteLossError every rank raises after the save-time check names the rank whose
+    loss it was; on the other ranks it is a consequence (the launcher then blames that rank)."""
+    import pickle
+
+    from trainer.anomaly import NonFiniteLossError
+    from trainer.failure_notes import is_consequence
+
+    about_1 = NonFiniteLossError("On rank 1: The training loss is nan", rank=1)
+    assert is_consequence(about_1, 0)
+    assert not is_consequence(about_1, 1)
+    assert not is_consequence(NonFiniteLossError("The training loss is nan"), 0)
+    assert pickle.loads(pickle.dumps(about_1)).rank == 1

@@ -11,7 +11,18 @@ import torch
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite."""
+    """The training loss became NaN or infinite.
+
+    ``rank`` is the rank whose loss it was (None: this process's own). Every rank raises it after the
+    save-time check, so on the other ranks it is about a peer, and their failure is a consequence.
+    """
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+    def __reduce__(self) -> Any:  # picklable with its rank (spawned workers hand errors back)
+        return (type(self), (str(self), self.rank))
 
 
 class NonFiniteLossCheck:
@@ -26,6 +37,7 @@ class NonFiniteLossCheck:
         self._losses: list[torch.Tensor] = []
         self._where: list[tuple[int, int, int]] = []  # (epoch, global step, batch index)
         self._found: str | None = None  # the report of the first non-finite loss
+        self._found_rank: int | None = None  # the rank whose loss it was (None: this one's)
 
     def record(self, loss: torch.Tensor, epoch: int, step: int, batch_idx: int) -> None:
         """Keep the (detached) ``loss`` until the next :meth:`check`."""
@@ -48,14 +60,17 @@ class NonFiniteLossCheck:
         again at once, without waiting for the other ranks. ``agree=False`` (a save while the run
         fails, when the other ranks may be gone): this rank's losses only, no collective.
         """
-        report = self._found or self._first_non_finite()
-        if agree and self._found is None and strategy.world_size > 1 and strategy.in_group:
-            bad = [(rank, r) for rank, r in enumerate(strategy.all_gather_object(report)) if r is not None]
+        found = self._found is not None
+        report = self._found if found else self._first_non_finite()
+        rank = self._found_rank if found else None
+        if agree and not found and strategy.world_size > 1 and strategy.in_group:
+            bad = [(r, text) for r, text in enumerate(strategy.all_gather_object(report)) if text is not None]
             if bad:
-                report = bad[0][1] if bad[0][0] == strategy.global_rank else f"On rank {bad[0][0]}: {bad[0][1]}"
+                rank = bad[0][0]
+                report = bad[0][1] if rank == strategy.global_rank else f"On rank {rank}: {bad[0][1]}"
         if report is not None:
-            self._found = report
-            raise NonFiniteLossError(f"{report} No checkpoint is written after a non-finite loss.")
+            self._found, self._found_rank = report, rank
+            raise NonFiniteLossError(f"{report} No checkpoint is written after a non-finite loss.", rank)
 
     def _first_non_finite(self) -> str | None:
         if not self._losses:
@@ -81,7 +96,7 @@ class NonFiniteLossCheck:
     def reset(self) -> None:
         """Forget the losses and any non-finite loss found: a new fit starts."""
         self.clear()
-        self._found = None
+        self._found = self._found_rank = None
 
 
 class NonFiniteGradientError(FloatingPointError):

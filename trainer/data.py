@@ -1,7 +1,7 @@
 """Resolving dataloaders and counting their batches (limits, empty loaders, look-ahead)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 
@@ -74,7 +74,12 @@ def num_batches(loader: Any, limit: int | float | None, what: str) -> int | None
 
 
 def iterate_with_lookahead(
-    loader: Iterable[Any], limit: int | None, start: int = 0, rank: int | None = None, epoch: int = 0
+    loader: Iterable[Any],
+    limit: int | None,
+    start: int = 0,
+    rank: int | None = None,
+    epoch: int = 0,
+    on_fetch_error: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, Any, bool]]:
     """Yield ``(batch_idx, batch, is_last)``; the epoch's end is learned one batch ahead.
 
@@ -85,6 +90,7 @@ def iterate_with_lookahead(
     when the loader has no length. With ``rank`` (several processes), a loader that ends before
     ``limit`` raises `short_loader_error` instead of ending the epoch on this rank alone: the
     other ranks would wait in the next collective for a rank that never joins it.
+    When fetching a batch raises, ``on_fetch_error`` is called with that batch's index first.
     """
     if limit is not None and start >= limit:
         return
@@ -95,6 +101,10 @@ def iterate_with_lookahead(
         if rank is not None and limit is not None:
             raise short_loader_error("train", rank, start, limit, epoch) from None
         return
+    except Exception:
+        if on_fetch_error is not None:
+            on_fetch_error(start)
+        raise
     idx = start
     while True:
         if limit is not None and idx + 1 >= limit:
@@ -108,6 +118,10 @@ def iterate_with_lookahead(
                 raise short_loader_error("train", rank, idx + 1, limit, epoch) from None
             yield idx, current, True
             return
+        except Exception:
+            if on_fetch_error is not None:
+                on_fetch_error(idx + 1)
+            raise
         yield idx, current, False
         current = upcoming
         idx += 1

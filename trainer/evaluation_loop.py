@@ -23,6 +23,9 @@ class EvaluationLoop:
         self.stage = stage
         self.prefix = _PREFIX[stage]
         self.metrics = MetricStore(training=False)
+        self.dataloader_idx = 0
+        self.batch_idx: int | None = None  # the batch being loaded or run (None: outside the batches)
+        self._several = False
 
     def run(self, dataloaders: list[Any], limit: int | float | None) -> list[Any]:
         """Evaluate; returns one metric dict per loader (or, for predict, the outputs)."""
@@ -36,7 +39,7 @@ class EvaluationLoop:
         self.metrics.reset()
         t._active_metrics = self.metrics
         predictions: list[list[Any]] = [[] for _ in dataloaders]
-        multiple = len(dataloaders) > 1
+        multiple = self._several = len(dataloaders) > 1
         try:
             with torch.no_grad():
                 hooks.call(f"on_{p}_start")
@@ -46,6 +49,7 @@ class EvaluationLoop:
                     extra = (dl_idx,) if multiple else ()
                     limit_n = self._batches(loader, limit)
                     seen = 0
+                    self.dataloader_idx, self.batch_idx = dl_idx, 0
                     for batch_idx, batch in enumerate(loader):
                         if limit_n is not None and batch_idx >= limit_n:
                             break
@@ -58,10 +62,12 @@ class EvaluationLoop:
                         if self.stage == "predict":
                             predictions[dl_idx].append(output)
                         hooks.call(f"on_{p}_batch_end", output, batch, batch_idx, dl_idx)
+                        self.batch_idx = batch_idx + 1  # loading the next one
                     if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
                         # Samples would be missing from the metrics unnoticed, and a step that runs
                         # a collective of its own would leave the peers waiting in it.
                         raise short_loader_error(p, t.global_rank, seen, limit_n)
+                self.batch_idx = None
                 self.metrics.dataloader_suffix = ""
                 hooks.call_module(f"on_{p}_epoch_end")
                 values = self.metrics.epoch_values(t.strategy, sync_all=t.world_size > 1)
@@ -78,6 +84,13 @@ class EvaluationLoop:
                 predictions = _gather_predictions(t, dataloaders, predictions)
             return predictions[0] if not multiple else predictions
         return _split_by_loader(values, len(dataloaders))
+
+    def position(self) -> str:
+        """The dataloader (when several) and batch being loaded or run, for error messages."""
+        if self.batch_idx is None:
+            return ""
+        loader = f", dataloader index {self.dataloader_idx}" if self._several else ""
+        return f"{loader}, batch index {self.batch_idx}"
 
     def _batches(self, loader: Any, limit: int | float | None) -> int | None:
         if self.stage == "sanity_check":

@@ -1,8 +1,9 @@
 """Naming the rank that failed: notes in the rendezvous store that the other ranks read.
 
 A rank's failure is either its own (an error in the model, the data, a callback: the root cause)
-or a *collective* failure: a collective that broke or timed out because a peer did not take part
-(a consequence). Every failing rank writes a note (rank, kind, wall time, where it was, the
+or a *consequence* of another rank's failure: a collective that broke or timed out because a
+peer did not take part, or an error that is about a peer (every rank raises the
+`NonFiniteLossError` the save-time check agreed on, naming the rank whose loss it was). Every failing rank writes a note (rank, kind, wall time, where it was, the
 error) before it leaves the group. A rank whose collective broke waits briefly for a peer's own
 failure and then raises `RankFailedError` naming that peer, its step and batch, and its error.
 """
@@ -15,6 +16,8 @@ import traceback
 from typing import Any
 
 import torch
+
+from trainer.anomaly import NonFiniteLossError
 
 _COUNT_KEY = "lockstep/failures"
 _NOTE_KEY = "lockstep/failure/{}"
@@ -65,6 +68,19 @@ def is_collective_failure(exc: BaseException) -> bool:
     return inner.startswith(_COLLECTIVE_CALLERS) and any(w in text for w in _COLLECTIVE_WORDS)
 
 
+def is_consequence(exc: BaseException, rank: int) -> bool:
+    """Whether ``exc`` on ``rank`` follows from another rank's failure, not from this rank's own.
+
+    A broken collective (`is_collective_failure`), a `RankFailedError`, or an error about another
+    rank (a `NonFiniteLossError` whose ``rank`` is a peer's).
+    """
+    return isinstance(exc, RankFailedError) or _about_peer(exc, rank) or is_collective_failure(exc)
+
+
+def _about_peer(exc: BaseException, rank: int) -> bool:
+    return isinstance(exc, NonFiniteLossError) and exc.rank is not None and exc.rank != rank
+
+
 def read_failure_notes(store: Any) -> list[dict[str, Any]]:
     """Every note written so far, first failure first."""
     try:
@@ -95,6 +111,9 @@ def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, 
     without one (a peer was killed, or is stalled and this rank's collective timed out) it
     raises its own error.
     """
+    if _about_peer(exc, rank):  # its message already names that rank, which writes its own note
+        _write_note(store, rank, False, where, exc)
+        return None
     own = not is_collective_failure(exc)
     if own:
         _write_note(store, rank, True, where, exc)

@@ -31,6 +31,7 @@ class FitLoop:
         self.trainer = trainer
         self.batch_idx = 0  # index of the batch being trained
         self.batches_done = 0  # batches of the current epoch fully trained (checkpoint position)
+        self.failed_fetch_idx: int | None = None  # the batch whose loading raised (errors name it)
         self.epoch_finished = False  # the current epoch has no batch left (its end hooks may run)
         self._normalizer = ItemMeanNormalizer()
         self.epoch_state: dict[str, Any] | None = None  # RNG states that decide this epoch's order
@@ -80,6 +81,7 @@ class FitLoop:
             start = resume["batches_done"]
             source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
         self.batch_idx = self.batches_done = start
+        self.failed_fetch_idx = None
         # CUDA: copy the next batch on a side stream while this one computes (trainer/prefetcher.py)
         remaining = None if t.num_training_batches is None else t.num_training_batches - start
         prefetcher = prefetch_to_device(source, t.strategy.root_device, remaining, t.channels_last)
@@ -90,7 +92,7 @@ class FitLoop:
         seen = 0
         rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
         for batch_idx, batch, is_last in iterate_with_lookahead(
-            source, t.num_training_batches, start, rank, t.current_epoch
+            source, t.num_training_batches, start, rank, t.current_epoch, self._fetch_failed
         ):
             if t._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
                 is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
@@ -119,6 +121,10 @@ class FitLoop:
             return
         self.epoch_finished = True  # also when should_stop ended it early
         self._epoch_end()
+
+    def _fetch_failed(self, batch_idx: int) -> None:
+        # The loop fetches one batch ahead: the batch that failed to load is not the one last trained.
+        self.failed_fetch_idx = batch_idx
 
     def _train_batch(
         self, batch: Any, batch_idx: int, is_last: bool, window_end: bool, windows: AccumulationWindows

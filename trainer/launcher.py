@@ -142,9 +142,12 @@ def _report_failed_workers(failures: dict[int, Any]) -> int:
     """Report the root cause of a failed run once, with its traceback; return the exit code.
 
     torch's agent names the worker with the earliest failure time, in whole seconds, so a rank
-    that only stopped because its peer failed (``RankFailedError``) is often named instead of
-    the peer. Here a worker's own error comes first, then a worker ended by a signal, then a
-    broken collective; among equals the earliest, then the lowest rank.
+    that only stopped because its peer failed is often named instead of the peer. Here a
+    worker's own error comes first, then a worker ended by a signal other than SIGTERM (killed
+    from outside: no Python code was left to report), then one ended by SIGTERM (usually the
+    agent's own, stopping the survivors of a failure), then a consequence of another rank's
+    failure (a broken collective, a ``RankFailedError``, an error about another rank); among
+    equals the earliest, then the lowest rank.
     """
     codes = {f.exitcode for f in failures.values()}
     if PREEMPTION_EXIT_CODE in codes and codes <= {PREEMPTION_EXIT_CODE, -signal.SIGTERM}:
@@ -160,9 +163,11 @@ def _report_failed_workers(failures: dict[int, Any]) -> int:
         info = failure.error_file_data.get("message", {})
         info = info.get("extraInfo", {}) if isinstance(info, dict) else {}
         if "py_callstack" not in info:
-            return 1  # ended by a signal (an outside SIGKILL, or the agent's own) or without a report
-        if info.get("lockstep_collective_failure") or text(failure).startswith("RankFailedError"):
-            return 2  # a broken collective: the consequence of another rank's failure
+            # Ended by a signal or without a report. The agent stops the survivors of a failure
+            # with SIGTERM: that one is the teardown's doing, any other signal came first.
+            return 2 if failure.exitcode == -signal.SIGTERM else 1
+        if info.get("lockstep_consequence") or text(failure).startswith("RankFailedError"):
+            return 3  # the consequence of another rank's failure
         return 0  # the worker's own error
 
     # Then the earliest: a rank killed from outside is seen at once, while its peers' collectives

@@ -174,6 +174,7 @@ class Trainer:
         self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
         self._preemption = PreemptionWatch()
         self._in_training_loop = False
+        self._eval_loop: EvaluationLoop | None = None  # the latest evaluation (errors name its batch)
         self._hooks: HookDispatcher = HookDispatcher(self, TrainModule(), [])
         self._lr_scaled = False
         self._validated_in_fit = False  # a plateau scheduler's missing monitor may still come
@@ -396,6 +397,7 @@ class Trainer:
 
     # -- the run --------------------------------------------------------------------------------
     def _run(self, fn: str, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
+        self._eval_loop = None  # an earlier call's evaluation says nothing about this one
         if self._strategy.launcher is not None:
             # spawned workers inherit the loggers: one version for every call of this Trainer
             fix_log_versions(self, self.loggers, broadcast=False)
@@ -418,7 +420,7 @@ class Trainer:
         except BaseException as exc:
             self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
             clearer = self._strategy.on_failure(exc, self._position())
-            _record_for_elastic_agent(clearer or exc)
+            _record_for_elastic_agent(clearer or exc, self.global_rank)
             try:
                 self._hooks.call_callbacks("on_exception", exc)
             finally:  # a callback that raises must not keep this rank in the group
@@ -430,12 +432,19 @@ class Trainer:
         return result
 
     def _position(self) -> str:
-        """Where the run is, for error messages: the epoch, global step and, training, the batch."""
+        """Where the run is, for error messages: the epoch, global step and the batch (training,
+        or of the evaluation stage), or the batch being loaded when loading it failed."""
         where = f"epoch {self.current_epoch}, global step {self.global_step}"
         stage = self.state.stage
         if stage == "fit" and self._in_training_loop:
+            loading = self.fit_loop.failed_fetch_idx
+            if loading is not None:
+                return f"{where}, loading batch index {loading}"
             return f"{where}, batch index {self.fit_loop.batch_idx}"
-        return f"{where}, in {stage} outside the training loop" if stage == "fit" else f"{where}, in {stage}"
+        if stage == "fit":
+            return f"{where}, in fit outside the training loop"
+        batch = self._eval_loop.position() if self._eval_loop is not None and self._eval_loop.stage == stage else ""
+        return f"{where}, in {stage}{batch}"
 
     def _finish(self, fn: str, status: str) -> None:
         try:
@@ -495,7 +504,7 @@ class Trainer:
         if self.val_dataloaders and self.num_sanity_val_steps != 0 and self._val_enabled():
             self.state.stage = "sanity_check"
             self._hooks.call("on_sanity_check_start")
-            EvaluationLoop(self, "sanity_check").run(self.val_dataloaders, self.limit_val_batches)
+            self._run_evaluation_loop("sanity_check", self.val_dataloaders, self.limit_val_batches)
             self._hooks.call("on_sanity_check_end")
             self.state.stage = "fit"
         self._hooks.call("on_train_start")
@@ -552,13 +561,17 @@ class Trainer:
             else:
                 counts = [num_batches(dl, limit, stage) for dl in dataloaders]
                 setattr(self, f"num_{stage}_batches", counts)
-            return EvaluationLoop(self, stage).run(dataloaders, limit)
+            return self._run_evaluation_loop(stage, dataloaders, limit)
 
         return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only))
 
+    def _run_evaluation_loop(self, stage: str, dataloaders: list[Any], limit: int | float | None) -> list[Any]:
+        self._eval_loop = EvaluationLoop(self, stage)
+        return self._eval_loop.run(dataloaders, limit)
+
     def _run_validation_in_fit(self) -> None:
         self.state.stage = "validate"
-        EvaluationLoop(self, "validate").run(self.val_dataloaders, self.limit_val_batches)
+        self._run_evaluation_loop("validate", self.val_dataloaders, self.limit_val_batches)
         self._validated_in_fit = True
         self.state.stage = "fit"
         self.should_stop = self._strategy.reduce_boolean_decision(self.should_stop, all=False)
@@ -686,7 +699,7 @@ class Trainer:
         restore_checkpoint(self, checkpoint, path)
 
 
-def _record_for_elastic_agent(exc: BaseException) -> None:
+def _record_for_elastic_agent(exc: BaseException, rank: int) -> None:
     """Under torch's elastic agent, write the traceback where the agent reports it from."""
     if "TORCHELASTIC_ERROR_FILE" not in os.environ or not isinstance(exc, Exception):
         return
@@ -697,12 +710,13 @@ def _record_for_elastic_agent(exc: BaseException) -> None:
     # torch's ErrorHandler.record_exception writes the traceback of the exception being handled,
     # which for a RankFailedError is the broken collective's, not the error it reports: write
     # the same file (torch's documented format) with ``exc``'s own traceback and cause.
-    from trainer.failure_notes import RankFailedError, is_collective_failure
+    from trainer.failure_notes import is_consequence
 
     callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     info = {"py_callstack": callstack, "timestamp": str(int(time.time()))}
-    # For the Trainer's launcher: a broken collective is a consequence, the rank's own error a cause.
-    info["lockstep_collective_failure"] = isinstance(exc, RankFailedError) or is_collective_failure(exc)
+    # For the Trainer's launcher: a broken collective or an error about a peer is a consequence,
+    # the rank's own error a cause.
+    info["lockstep_consequence"] = is_consequence(exc, rank)
     data = {"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}
     try:
         with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:

@@ -23,6 +23,10 @@ def test_a_process_that_left_the_run_group_is_still_found_by_its_marker():
         env={**os.environ, MARKER_VAR: marker}, start_new_session=True,
     )
     try:
+        # The environment is the new one only once the child has exec'd: wait for that.
+        deadline = time.monotonic() + 30
+        while proc.pid not in run_processes(pgid=-1, marker=marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert proc.pid in run_processes(pgid=-1, marker=marker)
         assert proc.pid in run_processes(pgid=proc.pid, marker="not-this-run")  # by process group
         assert run_processes(pgid=-1, marker="not-this-run") == {}

@@ -98,20 +98,8 @@ CASES = {
 # N" while another branch fixes issue 10's item N). Remove an entry once its case passes. Strict
 # unless the outcome depends on timing: the elastic agent stamps failures in whole seconds, so
 # which of two ranks failing within the same second is named first can change from run to run.
-NOT_STRICT = {"sigkill_worker", "nan_loss"}
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("raise_val", "python"): "C10 names no batch for a failure in validation_step: 'rank 1 failed at "
-    "epoch 1, global step 12, in validate', without the validation batch index (1)",
-    ("loader_worker_raises", "python"): "C10 names the wrong batch when loading fails: 'global step 2, "
-    "batch index 1' (the last batch trained), not batch index 3, whose loading raised (the loop "
-    "fetches one batch ahead)",
-    ("sigkill_worker", "python"): "the launcher names rank 0, which the agent itself stopped with "
-    "SIGTERM (-15) after rank 1 was SIGKILLed (-9): _report_failed_workers ranks both as 'ended by "
-    "a signal', and in the same second the lower rank wins",
-    ("nan_loss", "python"): "the launcher names rank 0: after the save-time check rank 0 raises its "
-    "own NonFiniteLossError('On rank 1: ...'), which _report_failed_workers counts as rank 0's "
-    "own error; in the same second the lower rank wins",
-}
+NOT_STRICT: set[str] = set()
+KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 
 def _params():

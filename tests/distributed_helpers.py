@@ -249,7 +249,7 @@ def run_ranks(
 # ----------------------------------------------------------------------------------------------
 # run_script
 # ----------------------------------------------------------------------------------------------
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (Linux /proc), children before grandchildren."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -274,7 +274,7 @@ def _descendants(pid: int) -> list[int]:
 def _stop_tree(proc: subprocess.Popen) -> None:
     # torchrun starts each worker in its own session, so killing the agent's process group is
     # not enough: note the whole tree first, ask the agent to stop its workers, then kill all.
-    tree = _descendants(proc.pid)
+    tree = descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -283,15 +283,21 @@ def _stop_tree(proc: subprocess.Popen) -> None:
         proc.wait(5)
     except subprocess.TimeoutExpired:
         pass
-    for pid in [proc.pid, *tree]:
+    kill_all([proc.pid, *tree])
+    proc.wait()
+
+
+def kill_all(pids: list[int]) -> None:
+    """SIGKILL each of ``pids`` that is still there."""
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    proc.wait()
 
 
-def _script_env(env: dict[str, str] | None) -> dict[str, str]:
+def script_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The environment a test script runs in: one thread, the checkout and tests/ importable."""
     full = dict(os.environ)
     full["OMP_NUM_THREADS"] = "1"
     # Scripts import the project from the checkout even when it is not pip-installed, and test
@@ -346,7 +352,7 @@ def run_script(
             ]
             for node in range(nnodes)
         ]
-    full_env = _script_env(env)
+    full_env = script_env(env)
     procs = [
         subprocess.Popen(
             cmd, env=full_env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -17,7 +17,7 @@ def test_schedule_lookup():
 
 def test_accumulation_changes_by_epoch():
     recorder = Recorder()
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=4, callbacks=[GradientAccumulationScheduler({0: 1, 1: 2, 2: 4}), recorder], **NO_DEFAULTS
     )
     trainer.fit(Scripted(), loader(64, 4))  # 16 micro batches per epoch
@@ -26,7 +26,7 @@ def test_accumulation_changes_by_epoch():
 
 
 def test_conflicts_with_trainer_argument():
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=1,
         accumulate_grad_batches=2,
         callbacks=[GradientAccumulationScheduler({0: 4})],

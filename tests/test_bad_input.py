@@ -544,7 +544,7 @@ def test_val_check_interval_longer_than_the_epoch(limit_train_batches, interval,
         ValueError,
         match=f"val_check_interval={interval} is more than the {batches} training " "batches of an epoch",
     ):
-        Trainer(accelerator="cpu", 
+        Trainer(accelerator="cpu",
             max_epochs=1,
             val_check_interval=interval,
             limit_train_batches=limit_train_batches,

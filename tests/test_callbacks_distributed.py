@@ -22,7 +22,7 @@ def _logger_and_checkpoint(rank, world_size, root):
 
     ckpt = ModelCheckpoint(monitor="train_metric", save_top_k=1, save_last=True)
     loggers = [TensorBoardLogger(), CSVLogger()]  # one version for both, agreed by both ranks
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=3, default_root_dir=root, log_every_n_steps=1, callbacks=[ckpt], logger=loggers
     )
     # train_metric is not synced: rank 0 ranks epoch 1 best, rank 1 would pick epoch 2
@@ -89,7 +89,7 @@ def _decisions(rank, world_size):
         )
 
     # a bad monitor is found on rank 0, which decides alone: every rank must raise, none may hang
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=1,
         callbacks=[ModelCheckpoint(monitor="val_acc")],
         **{**NO_DEFAULTS, "enable_checkpointing": True},

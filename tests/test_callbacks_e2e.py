@@ -25,7 +25,7 @@ from trainer import Trainer
 def test_crash_in_training_step_leaves_logs_and_checkpoint(tmp_path):
     recorder = Recorder()
     ckpt = ModelCheckpoint(every_n_train_steps=2, every_n_epochs=0, save_last=True)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=5,
         default_root_dir=tmp_path,
         log_every_n_steps=1,
@@ -67,7 +67,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_tensorboard_server_serves_logged_scalars(tmp_path):
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2,
         default_root_dir=tmp_path,
         log_every_n_steps=2,

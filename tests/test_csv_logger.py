@@ -75,7 +75,7 @@ def test_bad_flush_every(tmp_path):
 
 def test_fit_writes_metrics_csv(tmp_path):
     logger = CSVLogger(tmp_path)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2,
         logger=logger,
         log_every_n_steps=2,
@@ -96,7 +96,7 @@ def test_fit_writes_metrics_csv(tmp_path):
 def test_every_trainer_record_carries_epoch(tmp_path):
     # docs/logging.md: step records, validation results and training epoch aggregates alike
     logger = CSVLogger(tmp_path)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2,
         logger=logger,
         log_every_n_steps=2,

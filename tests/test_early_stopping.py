@@ -10,7 +10,7 @@ from trainer import Trainer
 
 
 def _fit(stopper, module, epochs=10, val=True, **kwargs):
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=epochs, callbacks=[stopper], num_sanity_val_steps=0, **{**NO_DEFAULTS, **kwargs}
     )
     trainer.fit(module, loader(16, 8), loader(8, 8) if val else None)

@@ -472,7 +472,7 @@ def test_hook_order_fit_validate_test_predict():
     events: list[str] = []
     module, recorder = RecordingModule(events), Recorder(events)
     train, val = _loader(6), _loader(4)  # 3 training batches, 2 validation batches
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2,
         limit_train_batches=3,
         accumulate_grad_batches=2,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import torch
-from distributed_helpers import REPO_ROOT, _descendants, _script_env, run_ranks, run_script
+from distributed_helpers import REPO_ROOT, descendants, kill_all, run_ranks, run_script, script_env
 from models import QUIET, Regression, loader, regression_data
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "launch_lifecycle.py")
@@ -46,7 +46,7 @@ def _wait_for(condition, seconds: float) -> bool:
 def test_killing_the_launcher_kills_every_worker(tmp_path, strategy):
     """SIGKILL to `python script.py` (Trainer(devices=2)): no worker may go on training as an orphan."""
     proc = subprocess.Popen(
-        [sys.executable, SCRIPT, "--mode", "train", "--strategy", strategy], env=_script_env({OUT: str(tmp_path)}),
+        [sys.executable, SCRIPT, "--mode", "train", "--strategy", strategy], env=script_env({OUT: str(tmp_path)}),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
     pids_file = tmp_path / "pids.txt"
@@ -55,17 +55,13 @@ def test_killing_the_launcher_kills_every_worker(tmp_path, strategy):
         started = _wait_for(lambda: pids_file.exists() and len(pids_file.read_text().split()) == 2, 120)
         assert started, proc.stderr.read().decode()[-3000:] if proc.poll() is not None else "workers never started"
         workers = [int(p.split("=")[1]) for p in pids_file.read_text().split()]
-        tree = _descendants(proc.pid)
+        tree = descendants(proc.pid)
         assert set(workers) <= set(tree)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         assert _wait_for(lambda: not any(_alive(p) for p in tree), BOUND_S), [p for p in tree if _alive(p)]
     finally:
-        for pid in [proc.pid, *tree]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_all([proc.pid, *tree])
         proc.wait()
 
 
@@ -233,7 +229,7 @@ def test_a_failing_step_names_rank_step_and_batch_once(tmp_path):
 def test_ctrl_c_prints_one_short_message(tmp_path):
     """SIGINT to the launcher's process group (what Ctrl-C in a terminal does)."""
     proc = subprocess.Popen(
-        [sys.executable, SCRIPT, "--mode", "train"], env=_script_env({OUT: str(tmp_path)}),
+        [sys.executable, SCRIPT, "--mode", "train"], env=script_env({OUT: str(tmp_path)}),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     pids_file = tmp_path / "pids.txt"
@@ -243,8 +239,7 @@ def test_ctrl_c_prints_one_short_message(tmp_path):
         _, stderr = proc.communicate(timeout=BOUND_S)
     finally:
         if proc.poll() is None:
-            for pid in [proc.pid, *_descendants(proc.pid)]:
-                os.kill(pid, signal.SIGKILL)
+            kill_all([proc.pid, *descendants(proc.pid)])
             proc.wait()
     assert proc.returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]

@@ -23,7 +23,7 @@ class _MemoryLogger(Logger):
 
 def _fit(monitor, module, epochs=3, log_every_n_steps=1, logger=None):
     logger = logger or _MemoryLogger()
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=epochs,
         callbacks=[monitor],
         logger=logger,
@@ -79,7 +79,7 @@ def test_values_reach_csv(tmp_path):
 
 
 def test_needs_a_logger():
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=1,
         callbacks=[LearningRateMonitor()],
         logger=False,

@@ -130,7 +130,7 @@ def test_validation_metric_is_ranked_at_each_validation(tmp_path):
     ckpt = ModelCheckpoint(
         dirpath=tmp_path, monitor="val_metric", save_top_k=2, filename="{step}-{val_metric:.1f}"
     )
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=1,
         callbacks=[ckpt],
         val_check_interval=2,
@@ -184,7 +184,7 @@ def test_every_n_train_steps(tmp_path):
 
 def test_every_n_train_steps_saves_once_per_step_with_accumulation(tmp_path):
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1, every_n_epochs=0, save_top_k=-1)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=1,
         callbacks=[ckpt],
         accumulate_grad_batches=2,
@@ -228,7 +228,7 @@ class _PoisonCheckpointsFrom(Callback):
 
 def test_crash_mid_write_keeps_previous_checkpoints(tmp_path):
     ckpt = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, every_n_epochs=0, save_last=True)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=3,
         callbacks=[_PoisonCheckpointsFrom(6), ckpt],
         **{**NO_DEFAULTS, "enable_checkpointing": True},
@@ -256,7 +256,7 @@ def test_state_dict_round_trip_and_resume(tmp_path):
 
     # resume: the restored top-k keeps ranking against the first run's files
     resumed = ModelCheckpoint(dirpath=tmp_path, monitor="val_metric", save_top_k=2, save_last=True)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=6,
         callbacks=[resumed],
         num_sanity_val_steps=0,

@@ -53,7 +53,7 @@ def test_optimizer_trains_digits_to_95_percent(name, cls, options):
             self.lrs.append(float(optimizer.param_groups[0]["lr"]))
 
     model = Recorded(optimizer=name)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=EPOCHS,
         logger=False,
         enable_progress_bar=False,

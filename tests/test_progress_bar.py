@@ -125,7 +125,7 @@ def test_resumed_epoch_starts_at_the_resumed_batch_and_ends_at_100_percent(tmp_p
     path = str(tmp_path / "mid.ckpt")
     Trainer(accelerator="cpu", max_epochs=1, callbacks=[_SaveAtBatch(13, path)], **NO_DEFAULTS).fit(Scripted(), loader(88, 4))
     out = io.StringIO()
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=1,
         callbacks=[ProgressBar(file=out, line_every_percent=25)],
         logger=False,
@@ -191,7 +191,7 @@ def test_training_bar_shows_no_duplicate_loss_and_evaluation_bars_no_training_me
 
 def test_epoch_stopped_by_max_steps_shows_where_it_stopped():
     out = io.StringIO()
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_steps=5,
         callbacks=[ProgressBar(file=out, line_every_percent=25)],
         logger=False,

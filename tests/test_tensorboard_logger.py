@@ -83,7 +83,7 @@ def test_nonzero_rank_creates_nothing(tmp_path, monkeypatch):
 
 
 def test_fit_logs_scalars_hparams_and_summary(tmp_path):
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2,
         default_root_dir=tmp_path,
         log_every_n_steps=2,
@@ -118,7 +118,7 @@ def test_fit_logs_scalars_hparams_and_summary(tmp_path):
     assert len(event_files(tmp_path)) == 1
 
     # the next run in the same root gets the next version
-    trainer2 = Trainer(accelerator="cpu", 
+    trainer2 = Trainer(accelerator="cpu",
         max_epochs=1, default_root_dir=tmp_path, enable_progress_bar=False, enable_checkpointing=False
     )
     trainer2.fit(Scripted(), loader(16, 8))
@@ -137,7 +137,7 @@ class _ReadEventsAtEpochEnd(Callback):
 
 def test_flushes_at_epoch_end(tmp_path):
     reader = _ReadEventsAtEpochEnd()
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2,
         default_root_dir=tmp_path,
         log_every_n_steps=1,
@@ -153,7 +153,7 @@ def test_flushes_at_epoch_end(tmp_path):
 def test_closed_on_exception_and_readable(tmp_path):
     recorder = Recorder()
     logger = TensorBoardLogger(tmp_path)
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=3,
         logger=logger,
         log_every_n_steps=1,
@@ -174,7 +174,7 @@ def _two_loggers(**kwargs):
 def test_tensorboard_and_csv_write_one_run_to_one_version(tmp_path):
     for run in range(2):
         loggers = _two_loggers()
-        trainer = Trainer(accelerator="cpu", 
+        trainer = Trainer(accelerator="cpu",
             max_epochs=1,
             default_root_dir=tmp_path,
             logger=loggers,
@@ -215,7 +215,7 @@ class _Tested(Scripted):
 
 
 def test_validate_and_test_after_fit_log_into_the_fit_version_without_duplicate_points(tmp_path):
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2,
         default_root_dir=tmp_path,
         logger=_two_loggers(),

@@ -44,7 +44,7 @@ class _SlowData(Dataset):
 
 def _fit(monitor, dataset, batch_size, epochs=1, accumulate=1, log_every_n_steps=2):
     logger = _MemoryLogger()
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=epochs,
         callbacks=[monitor],
         logger=logger,

@@ -82,7 +82,7 @@ def main() -> None:
     _say(f"START pid={os.getpid()} rank={os.environ.get('RANK')}")
     devices = args.devices if args.devices == "auto" else int(args.devices)
     options = {**QUIET, "enable_checkpointing": args.checkpointing, "default_root_dir": OUT}
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2, devices=devices, num_nodes=args.num_nodes, strategy=args.strategy, **options
     )
     model = Model(args.fail_rank, args.fail_step, args.stall_others)

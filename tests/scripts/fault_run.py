@@ -51,7 +51,7 @@ def main() -> None:
     callbacks = [ModelCheckpoint(dirpath=os.path.join(args.root, "ckpts"), every_n_train_steps=2, every_n_epochs=0, save_last=True, save_top_k=0)]
     if args.resume is None:
         callbacks.append(Interrupt(args.mode, args.step))
-    trainer = Trainer(accelerator="cpu", 
+    trainer = Trainer(accelerator="cpu",
         max_epochs=2, accumulate_grad_batches=2, callbacks=callbacks, default_root_dir=args.root,
         logger=False, enable_progress_bar=False,
     )

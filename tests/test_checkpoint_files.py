@@ -15,7 +15,7 @@ import torch
 from callbacks import ModelCheckpoint
 from tests.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer
-from trainer.checkpoint import CheckpointError, atomic_save, load_checkpoint
+from trainer.checkpointing.checkpoint import CheckpointError, atomic_save, load_checkpoint
 
 
 def _fit_and_save(path, module=None):

@@ -11,7 +11,7 @@ from tests.distributed_helpers import run_ranks
 from tests.models import QUIET, Regression, loader, regression_data
 from tests.resume_models import straight_and_resumed
 from trainer import Trainer
-from trainer.checkpoint import CheckpointError
+from trainer.checkpointing.checkpoint import CheckpointError
 
 
 # 96 samples / batch 4 = 24 batches, A=2 -> 12 steps per epoch, 24 in the straight run.
@@ -59,7 +59,7 @@ def test_resume_never_maps_the_checkpoint_to_the_run_device(tmp_path, monkeypatc
     # tensors and torch.set_rng_state raised. Loading must not depend on the run's device:
     # restoring here with the strategy reporting a CUDA device must still resume exactly (on a
     # CPU-only machine torch refuses to map anything to CUDA, so any use of the device fails).
-    from trainer.strategy import Strategy
+    from trainer.strategies.strategy import Strategy
     from trainer.trainer import Trainer as TrainerClass
 
     restore = TrainerClass._restore
@@ -86,7 +86,7 @@ def _rng_tensors_as_int64(value):
 
 @pytest.mark.parametrize("position", ["mid-epoch", "after-fit"])
 def test_rng_states_are_restored_from_cpu_bytes_whatever_tensors_were_loaded(tmp_path, monkeypatch, position):
-    import trainer.checkpoint as checkpoint_module
+    import trainer.checkpointing.checkpoint as checkpoint_module
 
     load = checkpoint_module.load_checkpoint
 
@@ -195,7 +195,7 @@ def test_missing_checkpoint_and_last_without_any(tmp_path):
 
 
 def test_non_finite_gradient_check_names_the_parameter():
-    from trainer.anomaly import NonFiniteGradientError
+    from trainer.loops.anomaly import NonFiniteGradientError
 
     class BadGrad(Regression):
         def on_after_backward(self):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.cluster_environment import ClusterEnvironment, detect_cluster_environment, expand_hostlist
+from trainer.distributed.cluster_environment import ClusterEnvironment, detect_cluster_environment, expand_hostlist
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -20,7 +20,7 @@ from models import QUIET, Regression, loader, regression_data
 
 from callbacks import Callback
 from trainer import DDPStrategy, Trainer
-from trainer.checkpoint import load_checkpoint
+from trainer.checkpointing.checkpoint import load_checkpoint
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(90)]
 

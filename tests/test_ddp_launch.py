@@ -246,7 +246,7 @@ def test_workers_rerun_python_dash_m_as_a_module(monkeypatch):
     import importlib.machinery
     import types
 
-    from trainer.launcher import _worker_args
+    from trainer.launch.launcher import _worker_args
 
     main = types.ModuleType("__main__")
     monkeypatch.setitem(sys.modules, "__main__", main)

@@ -17,7 +17,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from trainer.distributed_sampler import UnpaddedDistributedSampler, distribute_dataloader, set_epoch
+from trainer.data.distributed_sampler import UnpaddedDistributedSampler, distribute_dataloader, set_epoch
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -11,7 +11,7 @@ from callbacks import Callback
 from tests.distributed_helpers import REPO_ROOT, read_rank_results, run_ranks, run_script
 from tests.models import QUIET, Regression, loader, regression_data
 from trainer import DDPStrategy, Trainer, seed_everything
-from trainer.preemption import (
+from trainer.launch.preemption import (
     PREEMPTION_EXIT_CODE,
     PREEMPTION_NOTES_ENV,
     Preempted,
@@ -112,7 +112,7 @@ def test_a_preempted_worker_leaves_its_launcher_a_note(tmp_path, monkeypatch):
 _DOUBLE_SIGNAL = """
 import signal, sys, time
 sys.path.insert(0, {repo!r})
-import trainer.preemption as preemption
+import trainer.launch.preemption as preemption
 from callbacks import Callback
 from tests.resume_models import Noisy, make_loader
 from trainer import Trainer

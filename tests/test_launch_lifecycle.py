@@ -165,7 +165,7 @@ def _failure(tmp_path, rank, exitcode, message=None, timestamp=1000, collective=
 def test_the_launcher_names_the_own_failure_not_the_first_exit(tmp_path, capsys):
     """torch's agent picks the earliest failure in whole seconds, so on a tie rank 0 (which only
     stopped because rank 1 failed) was named. The launcher names the rank whose error is its own."""
-    from trainer.launcher import _report_failed_workers
+    from trainer.launch.launcher import _report_failed_workers
 
     failures = {
         0: _failure(tmp_path, 0, 1, "RankFailedError: Rank 1 failed at epoch 0, global step 3, batch index 3: ..."),
@@ -282,8 +282,8 @@ def test_an_error_about_another_rank_is_a_consequence():
     loss it was; on the other ranks it is a consequence (the launcher then blames that rank)."""
     import pickle
 
-    from trainer.anomaly import NonFiniteLossError
-    from trainer.failure_notes import is_consequence
+    from trainer.loops.anomaly import NonFiniteLossError
+    from trainer.launch.failure_notes import is_consequence
 
     about_1 = NonFiniteLossError("On rank 1: The training loss is nan", rank=1)
     assert is_consequence(about_1, 0)

@@ -11,8 +11,8 @@ from callbacks import Callback, ModelCheckpoint
 from tests.distributed_helpers import run_ranks
 from tests.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer
-from trainer.anomaly import NonFiniteLossCheck, NonFiniteLossError
-from trainer.checkpoint import load_checkpoint
+from trainer.loops.anomaly import NonFiniteLossCheck, NonFiniteLossError
+from trainer.checkpointing.checkpoint import load_checkpoint
 
 
 class NanAt(Regression):
@@ -143,7 +143,7 @@ def test_preemption_save_refuses_after_a_nan_loss(tmp_path):
 def _nan_on_rank_1(rank, world_size, root):
     from callbacks import ModelCheckpoint
     from trainer import Trainer
-    from trainer.anomaly import NonFiniteLossError
+    from trainer.loops.anomaly import NonFiniteLossError
 
     ckpt = ModelCheckpoint(dirpath=root, every_n_train_steps=2, save_last=True)
     trainer = Trainer(max_epochs=1, accelerator="cpu", devices=2, callbacks=[ckpt], logger=False,

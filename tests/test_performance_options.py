@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tests.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 from trainer import Trainer, TrainModule
-from trainer.compilation import is_compiled
+from trainer.accelerators.compilation import is_compiled
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,9 +16,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from tests.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer
-from trainer.accelerator import Accelerator, move_to_device
-from trainer.data import iterate_with_lookahead
-from trainer.prefetcher import Prefetcher, prefetch_to_device
+from trainer.accelerators.accelerator import Accelerator, move_to_device
+from trainer.data.loaders import iterate_with_lookahead
+from trainer.data.prefetcher import Prefetcher, prefetch_to_device
 
 pytestmark = pytest.mark.timeout(60)
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -231,7 +231,7 @@ def test_cuda_prefetcher_matches_plain_copies_while_the_compute_stream_lags():
 @pytest.mark.cuda
 @needs_cuda
 def test_cuda_fit_pins_prefetches_and_trains_like_the_plain_path(monkeypatch):
-    import trainer.fit_loop as fit_loop
+    import trainer.loops.fit_loop as fit_loop
 
     data = regression_data(64)
     runs = {}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from conftest import cuda_skip_reason
 
-from trainer.accelerator import Accelerator
-from trainer.strategy_selection import select_strategy
+from trainer.accelerators.accelerator import Accelerator
+from trainer.strategies.selection import select_strategy
 
 TESTS = Path(__file__).resolve().parent
 

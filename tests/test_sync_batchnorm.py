@@ -10,7 +10,7 @@ from distributed_helpers import run_ranks
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
+from trainer.strategies.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 
 TOL = 1e-5
 STEPS = 2

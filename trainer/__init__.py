@@ -1,16 +1,16 @@
 """Lockstep: a PyTorch trainer whose DDP + accumulation equals one big batch, at no cost."""
-from trainer.allreduce import AllReduceStrategy
-from trainer.anomaly import NonFiniteGradientError, NonFiniteLossError
-from trainer.checkpoint import CheckpointError
-from trainer.ddp import DDPStrategy
-from trainer.failure_notes import RankFailedError
+from trainer.strategies.allreduce import AllReduceStrategy
+from trainer.loops.anomaly import NonFiniteGradientError, NonFiniteLossError
+from trainer.checkpointing.checkpoint import CheckpointError
+from trainer.strategies.ddp import DDPStrategy
+from trainer.launch.failure_notes import RankFailedError
 from trainer.module import TrainModule
-from trainer.preemption import PREEMPTION_EXIT_CODE, Preempted
-from trainer.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+from trainer.launch.preemption import PREEMPTION_EXIT_CODE, Preempted
+from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from trainer.seed import seed_everything
-from trainer.strategy import SingleDeviceStrategy, Strategy
+from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
 from trainer.trainer import Trainer
-from trainer.worker_process import adopt_launcher_from_env
+from trainer.launch.worker_process import adopt_launcher_from_env
 
 adopt_launcher_from_env()  # in a worker of `Trainer(devices=N)`: die with the launcher, whole lines
 

@@ -10,10 +10,10 @@ import torch
 from callbacks._file_logger import fix_log_versions
 from callbacks.callback import Callback
 from callbacks.logger import Logger
-from trainer.accelerator import Accelerator
-from trainer.anomaly import NonFiniteLossCheck
+from trainer.accelerators.accelerator import Accelerator
+from trainer.loops.anomaly import NonFiniteLossCheck
 from trainer.arguments import check_bool, check_int, check_number, check_path, check_str
-from trainer.checkpoint import (
+from trainer.checkpointing.checkpoint import (
     atomic_save,
     check_compatible,
     dump_checkpoint,
@@ -23,7 +23,7 @@ from trainer.checkpoint import (
     resolve_checkpoint_path,
     restore_checkpoint,
 )
-from trainer.data import (
+from trainer.data.loaders import (
     as_loader_list,
     check_limit,
     check_loader,
@@ -31,12 +31,12 @@ from trainer.data import (
     loader_batch_size,
     num_batches,
 )
-from trainer.evaluation_loop import EvaluationLoop
-from trainer.fit_loop import FitLoop
+from trainer.loops.evaluation_loop import EvaluationLoop
+from trainer.loops.fit_loop import FitLoop
 from trainer.hooks import HookDispatcher
-from trainer.metrics import MetricStore
+from trainer.metrics.metric_store import MetricStore
 from trainer.module import TrainModule
-from trainer.optimization import (
+from trainer.loops.optimization import (
     LRSchedulerConfig,
     SchedulerMetrics,
     lr_scale_factor,
@@ -44,11 +44,11 @@ from trainer.optimization import (
     parse_optimizers,
     scale_learning_rates,
 )
-from trainer.precision import Precision, normalize_precision
-from trainer.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
+from trainer.accelerators.precision import Precision, normalize_precision
+from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.seed import install_worker_seeding
-from trainer.strategy import Strategy
-from trainer.strategy_selection import select_strategy
+from trainer.strategies.strategy import Strategy
+from trainer.strategies.selection import select_strategy
 
 
 @dataclasses.dataclass
@@ -627,11 +627,11 @@ class Trainer:
     def _prepare_module_for_speed(self, model: TrainModule) -> None:
         """``channels_last`` then ``compile``, in place, before the strategy moves and wraps it."""
         if self.channels_last:
-            from trainer.memory_format import to_channels_last
+            from trainer.accelerators.memory_format import to_channels_last
 
             to_channels_last(model)
         if self.compile:
-            from trainer.compilation import compile_module, is_compiled
+            from trainer.accelerators.compilation import compile_module, is_compiled
 
             if not is_compiled(model):  # a second fit keeps the first compile's caches
                 compile_module(model)
@@ -710,7 +710,7 @@ def _record_for_elastic_agent(exc: BaseException, rank: int) -> None:
     # torch's ErrorHandler.record_exception writes the traceback of the exception being handled,
     # which for a RankFailedError is the broken collective's, not the error it reports: write
     # the same file (torch's documented format) with ``exc``'s own traceback and cause.
-    from trainer.failure_notes import is_consequence
+    from trainer.launch.failure_notes import is_consequence
 
     callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     info = {"py_callstack": callstack, "timestamp": str(int(time.time()))}

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from tests.distributed_helpers import REPO_ROOT, free_port
-from trainer.checkpoint import load_checkpoint
+from trainer.checkpointing.checkpoint import load_checkpoint
 
 SCRIPT = Path(__file__).resolve().parent / "fault_script.py"
 MARKER_VAR = "LOCKSTEP_FAULT_RUN"

@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 from distributed_helpers import save_rank_result
 
-from trainer.cluster_environment import detect_cluster_environment
+from trainer.distributed.cluster_environment import detect_cluster_environment
 
 env = detect_cluster_environment()
 total = None

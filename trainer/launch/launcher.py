@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
-from trainer.preemption import (
+from trainer.launch.preemption import (
     PREEMPTION_EXIT_CODE,
     PREEMPTION_NOTES_ENV,
     PREEMPTION_SIGNALS,
     read_launcher_notes,
 )
-from trainer.worker_process import LAUNCHER_PID_ENV, adopt_launcher
+from trainer.launch.worker_process import LAUNCHER_PID_ENV, adopt_launcher
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -191,7 +191,7 @@ def _worker_args() -> list[str]:
     ``python -m pkg.train`` must stay ``-m pkg.train``: re-running the module's file as a script
     would break its relative imports (``from .model import Net``). Not ``-u``: unbuffered output
     writes a line's text and newline apart, so two workers' lines interleave; the workers make
-    their output line-buffered instead (`trainer.worker_process`).
+    their output line-buffered instead (`trainer.launch.worker_process`).
     """
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is not None and spec.name and spec.name != "__main__":
@@ -350,7 +350,7 @@ def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str,
             "GROUP_RANK": "0",
         }
     )
-    from trainer.cluster_environment import detect_cluster_environment
+    from trainer.distributed.cluster_environment import detect_cluster_environment
 
     strategy = trainer.strategy
     strategy.launcher = None

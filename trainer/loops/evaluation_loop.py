@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.data import has_length, num_batches, short_loader_error
-from trainer.metrics import MetricStore
+from trainer.data.loaders import has_length, num_batches, short_loader_error
+from trainer.metrics.metric_store import MetricStore
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -106,12 +106,12 @@ def _gather_predictions(trainer: Trainer, loaders: list[Any], mine: list[list[An
     The Trainer shards predict loaders in consecutive blocks, so rank order is dataset order and
     every sample appears once; a loader it did not shard keeps its own sampler's order.
     """
-    from trainer.accelerator import move_to_device
+    from trainer.accelerators.accelerator import move_to_device
 
     per_rank = trainer.strategy.all_gather_object(move_to_device(mine, torch.device("cpu")))
     foreign = [i for i, dl in enumerate(loaders) if not _in_consecutive_blocks(dl)]
     if foreign:
-        from trainer.rank_zero import rank_zero_warn
+        from trainer.distributed.rank_zero import rank_zero_warn
 
         rank_zero_warn(
             f"predict: dataloader(s) {foreign} were not sharded by the Trainer (a sampler of "
@@ -123,7 +123,7 @@ def _gather_predictions(trainer: Trainer, loaders: list[Any], mine: list[list[An
 
 
 def _in_consecutive_blocks(loader: Any) -> bool:
-    from trainer.distributed_sampler import UnpaddedDistributedSampler
+    from trainer.data.distributed_sampler import UnpaddedDistributedSampler
 
     batch_sampler = getattr(loader, "batch_sampler", None)
     return any(

@@ -11,8 +11,8 @@ from typing import Any, ContextManager, TypeVar
 import torch
 from torch import nn
 
-from trainer.accelerator import Accelerator
-from trainer.distributed_sampler import set_epoch
+from trainer.accelerators.accelerator import Accelerator
+from trainer.data.distributed_sampler import set_epoch
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 if TYPE_CHECKING:
-    from trainer.strategy import Strategy
+    from trainer.strategies.strategy import Strategy
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
 

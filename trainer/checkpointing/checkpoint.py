@@ -3,7 +3,7 @@
 A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the epoch, the
 global step, the position inside the epoch, every callback's state, the hyperparameters, the
 world size and accumulation it was made with, and each rank's RNG and loader-generator states
-together with the RNG states that decided the interrupted epoch's order (see `trainer.resume`).
+together with the RNG states that decided the interrupted epoch's order (see `trainer.checkpointing.resume`).
 
 A checkpoint is always loaded to the CPU: RNG states must be CPU byte tensors, and
 ``load_state_dict`` moves module and optimizer states to their parameters' devices.
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
-from trainer.rank_zero import rank_zero_warn
-from trainer.resume import (
+from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.checkpointing.resume import (
     capture_generators,
     capture_rng_state,
     restore_generators,

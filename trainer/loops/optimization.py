@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 from torch.optim import Optimizer
 
-from trainer.rank_zero import rank_zero_warn
+from trainer.distributed.rank_zero import rank_zero_warn
 
 _INTERVALS = ("step", "epoch")
 

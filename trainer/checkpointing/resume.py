@@ -140,7 +140,7 @@ def fast_forward(loader: Any, skip: int) -> Iterable[Any]:
     if skip == 0:
         return loader
     if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset) and loader.batch_sampler is not None:
-        from trainer.distributed_sampler import rebuild_kwargs
+        from trainer.data.distributed_sampler import rebuild_kwargs
 
         return DataLoader(loader.dataset, batch_sampler=_SkipBatches(loader.batch_sampler, skip), **rebuild_kwargs(loader))
     return _DiscardFirst(loader, skip)

@@ -15,11 +15,11 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.arguments import check_str
-from trainer.cluster_environment import ClusterEnvironment, detect_cluster_environment
-from trainer.failure_notes import explain_failure
-from trainer.rendezvous import fresh_store, mark_group_joined
-from trainer.strategy import Strategy
-from trainer.worker_process import die_with_elastic_agent
+from trainer.distributed.cluster_environment import ClusterEnvironment, detect_cluster_environment
+from trainer.launch.failure_notes import explain_failure
+from trainer.distributed.rendezvous import fresh_store, mark_group_joined
+from trainer.strategies.strategy import Strategy
+from trainer.launch.worker_process import die_with_elastic_agent
 
 T = TypeVar("T")
 
@@ -109,7 +109,7 @@ class ProcessGroupStrategy(Strategy):
         return self._store
 
     def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
-        """Name the rank whose own failure came first (see `trainer.failure_notes`)."""
+        """Name the rank whose own failure came first (see `trainer.launch.failure_notes`)."""
         store = getattr(self, "_store", None)
         if store is None or self.world_size == 1 or not isinstance(exc, Exception):
             return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
@@ -129,7 +129,7 @@ class ProcessGroupStrategy(Strategy):
     def _prepare_module(self, module: nn.Module) -> nn.Module:
         module = module.to(self.root_device)
         if self.sync_batchnorm and self.world_size > 1:
-            from trainer.sync_batchnorm import convert_sync_batchnorm
+            from trainer.strategies.sync_batchnorm import convert_sync_batchnorm
 
             module = convert_sync_batchnorm(module, use_torch_impl=self.root_device.type == "cuda")
         self.module = module
@@ -140,7 +140,7 @@ class ProcessGroupStrategy(Strategy):
         consecutive blocks, so the gathered predictions are in dataset order)."""
         if not self.use_distributed_sampler or self.world_size == 1:
             return dataloader
-        from trainer.distributed_sampler import distribute_dataloader
+        from trainer.data.distributed_sampler import distribute_dataloader
 
         return distribute_dataloader(
             dataloader,
@@ -161,7 +161,7 @@ class ProcessGroupStrategy(Strategy):
         agreed = int(min(counts))
         if agreed != max(counts) and self.is_global_zero and counts != self._uneven_counts_warned:
             self._uneven_counts_warned = counts
-            from trainer.rank_zero import rank_zero_warn
+            from trainer.distributed.rank_zero import rank_zero_warn
 
             rank_zero_warn(
                 f"Ranks have different numbers of training batches per epoch ({counts}); every rank "

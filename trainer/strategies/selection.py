@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.accelerator import Accelerator
+from trainer.accelerators.accelerator import Accelerator
 from trainer.arguments import check_int
-from trainer.cluster_environment import detect_cluster_environment
-from trainer.strategy import SingleDeviceStrategy, Strategy
+from trainer.distributed.cluster_environment import detect_cluster_environment
+from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
 
 STRATEGY_NAMES = ("auto", "single_device", "ddp", "ddp_spawn", "allreduce")
 
@@ -40,7 +40,7 @@ def select_strategy(
     use_distributed_sampler: bool,
 ) -> Strategy:
     """The strategy for this run, connected to ``accelerator`` and placed in the job."""
-    from trainer.process_group import ProcessGroupStrategy
+    from trainer.distributed.process_group import ProcessGroupStrategy
 
     per_node = parse_devices(devices)
     check_int("num_nodes", num_nodes, minimum=1)
@@ -89,7 +89,7 @@ def select_strategy(
         return chosen
     if not isinstance(chosen, ProcessGroupStrategy):
         raise ValueError(f"devices={per_node}, num_nodes={num_nodes} needs a distributed strategy, got {chosen.name!r}.")
-    from trainer.launcher import ElasticLauncher, SpawnLauncher
+    from trainer.launch.launcher import ElasticLauncher, SpawnLauncher
 
     chosen.sync_batchnorm = sync_batchnorm
     chosen.use_distributed_sampler = use_distributed_sampler
@@ -104,8 +104,8 @@ def select_strategy(
 
 
 def _make(name: str) -> Strategy:
-    from trainer.allreduce import AllReduceStrategy
-    from trainer.ddp import DDPStrategy
+    from trainer.strategies.allreduce import AllReduceStrategy
+    from trainer.strategies.ddp import DDPStrategy
 
     if name == "allreduce":
         return AllReduceStrategy()

@@ -27,7 +27,7 @@ from typing import Any, ContextManager
 
 import torch
 
-from trainer.accelerator import move_to_device
+from trainer.accelerators.accelerator import move_to_device
 
 _END = object()
 

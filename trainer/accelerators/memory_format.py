@@ -2,7 +2,7 @@
 
 NHWC ("channels last") is the layout cuDNN's and oneDNN's fastest convolution kernels use; with
 the weights and the 4-D inputs both in it, no layout conversion runs per layer. The batch side
-is done where batches are moved to the device (`trainer.accelerator.move_to_device`).
+is done where batches are moved to the device (`trainer.accelerators.accelerator.move_to_device`).
 """
 from __future__ import annotations
 

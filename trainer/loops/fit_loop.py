@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.accumulation import AccumulationWindows
-from trainer.anomaly import check_finite_gradients
-from trainer.checkpoint import gather_rank_states
-from trainer.data import iterate_with_lookahead
-from trainer.loss_normalization import ItemMeanNormalizer
-from trainer.resume import capture_epoch_state, resumed_epoch
-from trainer.optimization import clip_gradients, step_schedulers
-from trainer.prefetcher import prefetch_to_device
+from trainer.loops.accumulation import AccumulationWindows
+from trainer.loops.anomaly import check_finite_gradients
+from trainer.checkpointing.checkpoint import gather_rank_states
+from trainer.data.loaders import iterate_with_lookahead
+from trainer.loops.loss_normalization import ItemMeanNormalizer
+from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
+from trainer.loops.optimization import clip_gradients, step_schedulers
+from trainer.data.prefetcher import prefetch_to_device
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -82,7 +82,7 @@ class FitLoop:
             source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
         self.batch_idx = self.batches_done = start
         self.failed_fetch_idx = None
-        # CUDA: copy the next batch on a side stream while this one computes (trainer/prefetcher.py)
+        # CUDA: copy the next batch on a side stream while this one computes (trainer/data/prefetcher.py)
         remaining = None if t.num_training_batches is None else t.num_training_batches - start
         prefetcher = prefetch_to_device(source, t.strategy.root_device, remaining, t.channels_last)
         self._prefetching = prefetcher is not None

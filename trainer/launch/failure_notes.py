@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from trainer.anomaly import NonFiniteLossError
+from trainer.loops.anomaly import NonFiniteLossError
 
 _COUNT_KEY = "lockstep/failures"
 _NOTE_KEY = "lockstep/failure/{}"

@@ -9,8 +9,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.arguments import check_bool, check_number
-from trainer.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
-from trainer.strategy import NO_CONTEXT
+from trainer.distributed.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
+from trainer.strategies.strategy import NO_CONTEXT
 
 
 # torch 2.14 renamed `broadcast_buffers` (buffers synced from rank 0 before each forward).

@@ -1,0 +1,1 @@
+"""Devices: the accelerator, mixed precision, channels-last and torch.compile."""

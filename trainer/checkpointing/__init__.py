@@ -1,0 +1,1 @@
+"""Checkpoints: the file format, atomic writes, safe loading, and restoring a run exactly."""

@@ -1,0 +1,1 @@
+"""The process group: cluster environments, rendezvous, collectives with timeouts, rank-zero helpers."""

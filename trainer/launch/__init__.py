@@ -1,0 +1,1 @@
+"""Launching processes: self-launch and spawn, worker lifecycles, failure notes, pre-emption."""

@@ -1,0 +1,1 @@
+"""The loops: fit (epochs, micro batches, accumulation windows, optimizer steps) and evaluation."""

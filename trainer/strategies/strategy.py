@@ -78,6 +78,13 @@ class Strategy:
         """Run the module's ``training_step`` through the model wrapper, if there is one."""
         return module.training_step(batch, batch_idx)
 
+    def manual_training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+        """``training_step`` under manual optimization, where `sync_gradients` syncs the gradients."""
+        return self.training_step(module, batch, batch_idx)
+
+    def sync_gradients(self) -> None:
+        """Average the module's gradients over all ranks now (after a ``manual_backward``)."""
+
     def no_sync(self, sync: bool) -> ContextManager[Any]:
         """Context for a micro batch's forward and backward; ``sync=False`` skips the gradient sync."""
         return NO_CONTEXT

@@ -140,10 +140,11 @@ def test_clip_gradients_norm_and_value_match_torch():
 
 
 class _ManualRegression(Regression):
-    def __init__(self, accumulate: int = 1, **kwargs: Any) -> None:
+    def __init__(self, accumulate: int = 1, lightning_name: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.automatic_optimization = False
         self.accumulate = accumulate
+        self.lightning_name = lightning_name  # Lightning's trainer.strategy.block_backward_sync()
         self.grads_after_first_backward: list[torch.Tensor] | None = None
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -151,7 +152,8 @@ class _ManualRegression(Regression):
         opt = self.optimizers()
         loss = nn.functional.mse_loss(self(x), y) / self.accumulate
         if (batch_idx + 1) % self.accumulate:
-            with self.no_backward_sync():
+            blocked = self.trainer.strategy.block_backward_sync() if self.lightning_name else self.no_backward_sync()
+            with blocked:
                 self.manual_backward(loss)
         else:
             self.manual_backward(loss)
@@ -180,6 +182,45 @@ def test_bf16_mixed_on_cpu_matches_hand_written_autocast_loop():
     unmixed = _ManualRegression(optimizer="adamw")
     Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(unmixed, loader(regression_data(16), 4))
     assert max((a - b).abs().max().item() for a, b in zip(params_of(module), params_of(unmixed))) > 1e-6
+
+
+def test_step_with_closure_runs_it_as_the_optimizer_asks_lbfgs():
+    class Closure(_ManualRegression):
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            opt = self.optimizers()
+
+            def closure() -> torch.Tensor:
+                opt.zero_grad()
+                loss = nn.functional.mse_loss(self(x), y)
+                self.manual_backward(loss)
+                return loss
+
+            opt.step(closure=closure)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.LBFGS(self.parameters(), lr=0.5, max_iter=4)
+
+        def on_before_optimizer_step(self, optimizer: Any) -> None:
+            self.hook_calls = getattr(self, "hook_calls", 0) + 1
+
+    module = Closure()
+    trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
+    trainer.fit(module, loader(regression_data(8), 4))
+    reference = Closure()
+    opt = reference.configure_optimizers()
+    for x, y in loader(regression_data(8), 4):
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad()
+            loss = nn.functional.mse_loss(reference(x), y)
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+    assert_params_close(params_of(module), params_of(reference), atol=1e-6)
+    assert trainer.global_step == 2
+    assert module.hook_calls > 2  # after every closure call LBFGS made, as Lightning
 
 
 def test_automatic_only_trainer_arguments_are_errors():
@@ -327,7 +368,7 @@ def _gan_on_ranks(rank: int, world_size: int) -> dict[str, Any]:
 
 
 def _accumulate_on_ranks(rank: int, world_size: int, strategy: str) -> dict[str, Any]:
-    module = _ManualRegression(accumulate=ACCUMULATE, optimizer="adamw")
+    module = _ManualRegression(accumulate=ACCUMULATE, lightning_name=strategy == "allreduce", optimizer="adamw")
     trainer = Trainer(accelerator="cpu", max_epochs=2, strategy=strategy, **QUIET)
     trainer.fit(module, loader(regression_data(32), MICRO))
     return {"params": params_of(module), "first_grads": module.grads_after_first_backward}

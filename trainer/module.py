@@ -270,7 +270,8 @@ class TrainModule(nn.Module):
         For manual accumulation: run the first N-1 micro batches' backward inside it, the last one
         outside; that backward syncs the sum, exactly as one backward of the whole batch would.
         """
-        return self._manual("no_backward_sync").block_backward_sync()
+        self._manual("no_backward_sync")
+        return self.trainer.strategy.block_backward_sync()
 
     def clip_gradients(
         self,

@@ -178,11 +178,14 @@ class ProcessGroupStrategy(Strategy):
     def sync_gradients(self) -> None:
         """Average every existing gradient over the ranks: one flat all-reduce per dtype.
 
-        Manual optimization calls it after each ``manual_backward``. Every rank must hold gradients
+        Manual optimization calls it after each ``manual_backward``, except inside
+        `block_backward_sync`. Every rank must hold gradients
         for the same parameters (the same ones took part in its backward passes). Syncing twice is
         harmless: the gradients are then equal on every rank, and their mean is themselves.
         """
         assert self.module is not None
+        if self.backward_sync_blocked:
+            return
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for param in self.module.parameters():
             if param.grad is not None:

@@ -8,8 +8,7 @@ steps through the precision plugin and counts ``global_step``, as Lightning 2.x 
 """
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -55,7 +54,6 @@ class ManualOptimization:
         self.trainer = loop.trainer
         self.optimizers = [ManualOptimizer(opt, self) for opt in self.trainer.optimizers]
         self._grad_check_params = grad_check_params
-        self._sync_blocked = 0  # depth of `block_backward_sync` contexts
         self._batches = 0  # batches trained in this fit (the step-logging cadence)
         check_manual_arguments(self.trainer)
 
@@ -87,18 +85,8 @@ class ManualOptimization:
         t = self.trainer
         t.hooks.call("on_before_backward", loss)
         t.precision_plugin.backward(loss, *args, **kwargs)
-        if not self._sync_blocked:
-            t.strategy.sync_gradients()
+        t.strategy.sync_gradients()
         t.hooks.call("on_after_backward")
-
-    @contextlib.contextmanager
-    def block_backward_sync(self) -> Iterator[None]:
-        """Backward passes inside do not sync gradients; the first synced one after sends the sum."""
-        self._sync_blocked += 1
-        try:
-            yield
-        finally:
-            self._sync_blocked -= 1
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         """`ManualOptimizer.step`: closure, unscale, hook, precision step, scaler update, count."""

@@ -7,6 +7,7 @@ process with the whole batch.
 """
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -30,13 +31,13 @@ def _gan_data(n: int = DATA) -> torch.utils.data.TensorDataset:
 class GAN(TrainModule):
     """Written the way Lightning's GAN examples are (two optimizers, toggled, manual backward)."""
 
-    def __init__(self, lr: float = 0.01, clip: float | None = None) -> None:
+    def __init__(self, lr: float = 0.01, clip: float | None = None, signal_at_step: int | None = None) -> None:
         super().__init__()
         self.automatic_optimization = False
         torch.manual_seed(0)
         self.generator = nn.Sequential(nn.Linear(NOISE, 8), nn.Tanh(), nn.Linear(8, FEATURES))
         self.discriminator = nn.Sequential(nn.Linear(FEATURES, 8), nn.Tanh(), nn.Linear(8, 1))
-        self.lr, self.clip = lr, clip
+        self.lr, self.clip, self.signal_at_step = lr, clip, signal_at_step
         self.d_grads_in_g_step: list[bool] = []
         self.first_g_grads: list[torch.Tensor] | None = None  # after the first manual_backward
         self.calls: dict[str, int] = {}
@@ -55,6 +56,8 @@ class GAN(TrainModule):
         opt_g.step()
         opt_g.zero_grad()
         self.untoggle_optimizer(opt_g)
+        if self.global_step == self.signal_at_step:  # between the two steps of a batch
+            signal.raise_signal(signal.SIGUSR1)
 
         self.toggle_optimizer(opt_d)
         fake = self.generator(z).detach()
@@ -294,6 +297,25 @@ def test_resume_in_manual_mode_equals_straight_run(tmp_path):
     t2.fit(resumed, loader(data, 4), ckpt_path=tmp_path / "mid.ckpt")
     assert t2.global_step == 16
     assert_params_close(params_of(resumed), params_of(straight), atol=1e-6)
+
+
+def test_preemption_inside_training_step_saves_at_the_batch_end_and_resumes_exactly(tmp_path):
+    from trainer.launch.preemption import PREEMPTION_EXIT_CODE
+
+    kw = dict(max_epochs=2, default_root_dir=str(tmp_path), logger=False, enable_progress_bar=False)
+    straight = GAN()
+    Trainer(accelerator="cpu", max_epochs=2, **QUIET).fit(straight, loader(_gan_data(), 4))
+    with pytest.raises(SystemExit) as info:
+        Trainer(accelerator="cpu", **kw).fit(GAN(signal_at_step=5), loader(_gan_data(), 4))
+    assert info.value.code == PREEMPTION_EXIT_CODE
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    # the signal came after the generator's step of batch 2; the discriminator's step finished it
+    assert saved["global_step"] == 6 and saved["loops"]["fit_loop"]["batches_done"] == 3
+    resumed = GAN()
+    t = Trainer(accelerator="cpu", **kw)
+    t.fit(resumed, loader(_gan_data(), 4), ckpt_path="last")
+    assert t.global_step == 16
+    assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
 
 
 def test_several_optimizers_in_automatic_mode_all_step_on_the_same_loss():

@@ -6,9 +6,11 @@ from callbacks.early_stopping import EarlyStopping
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_checkpoint import ModelCheckpoint
+from callbacks.model_summary import ModelSummary
 from callbacks.progress_bar import ProgressBar
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
+from callbacks.timer import Timer
 
 __all__ = [
     "Callback",
@@ -18,7 +20,9 @@ __all__ = [
     "LearningRateMonitor",
     "Logger",
     "ModelCheckpoint",
+    "ModelSummary",
     "ProgressBar",
     "TensorBoardLogger",
     "ThroughputMonitor",
+    "Timer",
 ]

@@ -5,6 +5,7 @@ checkpoint connector (`trainer.checkpointing.connector`) and the `MetricLogger`.
 """
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Any, Callable
 
@@ -14,6 +15,7 @@ from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
 from trainer.checks import check_call, check_trainer_arguments
+from trainer.configuration import configure
 from trainer.data.loaders import loader_batch_size, num_batches
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
 from trainer.default_callbacks import make_callbacks, make_loggers, share_log_versions
@@ -69,31 +71,15 @@ class Trainer:
         compile: bool = False,
         channels_last: bool = False,
         pin_memory: bool = True,
+        fast_dev_run: bool | int = False,
+        overfit_batches: int | float = 0.0,
+        max_time: str | datetime.timedelta | dict[str, int] | None = None,
+        enable_model_summary: bool = True,
+        reload_dataloaders_every_n_epochs: int = 0,
     ) -> None:
-        check_trainer_arguments(locals())  # first statement: locals() holds exactly the arguments
-        if max_epochs is None and max_steps == -1:
-            max_epochs = 1000  # Lightning's default when neither limit is given
-        self.compile = compile  # torch.compile the module (in place) before the strategy wraps it
-        self.channels_last = channels_last  # module and 4-D batches in torch.channels_last
-        self.pin_memory = pin_memory  # CUDA: pin train/val loaders that do not pin yet
-        self.max_epochs = max_epochs
-        self.max_steps = max_steps
-        self.accumulate_grad_batches = accumulate_grad_batches
-        self.sync_batchnorm = sync_batchnorm
-        self.scale_lr = scale_lr
-        self.gradient_clip_val = float(gradient_clip_val) if gradient_clip_val is not None else None
-        self.gradient_clip_algorithm = gradient_clip_algorithm
-        self.log_every_n_steps = log_every_n_steps
-        self.val_check_interval = val_check_interval
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.limit_train_batches = limit_train_batches
-        self.limit_val_batches = limit_val_batches
-        self.limit_test_batches = limit_test_batches
-        self.limit_predict_batches = limit_predict_batches
-        self.num_sanity_val_steps = num_sanity_val_steps
-        self.use_distributed_sampler = use_distributed_sampler
-        self.detect_non_finite_grads = detect_non_finite_grads
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        args = dict(locals())  # first statement: exactly the arguments (and self)
+        check_trainer_arguments(args)
+        configure(self, args)  # the plain settings, as fast_dev_run / overfit_batches adjust them
 
         self.precision = normalize_precision(precision)
         self._strategy = select_strategy(
@@ -109,8 +95,8 @@ class Trainer:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
 
-        self.loggers: list[Logger] = make_loggers(logger, self.default_root_dir)
-        self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, enable_progress_bar, enable_checkpointing)
+        self.loggers: list[Logger] = make_loggers(False if self.fast_dev_run else logger, self.default_root_dir)
+        self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, args)
         self.state = TrainerState()
         self.should_stop = False  # set by a callback or the module: the loop stops at the next agreement point
         self.optimizers: list[torch.optim.Optimizer] = []

@@ -23,6 +23,7 @@ from trainer.checkpointing.connector import (
 from trainer.checks import check_trainable
 from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
+from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.loops.accumulation import AccumulationWindows
@@ -74,6 +75,8 @@ class FitLoop:
         self._move_batches = False
         self.prefetching = False  # this epoch copies batches to the device on a side stream
         self.manual: ManualOptimization | None = None  # the module steps its optimizers itself
+        self._data_sources: tuple[Any, Any] = (None, None)  # fit's loader arguments (None: the hooks)
+        self._loaded_epoch = 0  # the epoch whose start last (re)loaded the data
 
     # -- the run's position (read by the Trainer's properties) ---------------------------------
     @property
@@ -134,6 +137,7 @@ class FitLoop:
     def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:
         """The fit's loaders (given, or the module's hooks), sharded, seeded, pinned and counted."""
         t, strategy = self.trainer, self.trainer.strategy
+        self._data_sources, self._loaded_epoch = (train, val), self.progress.current_epoch
         loader = train if train is not None else model.train_dataloader()
         if loader is None:
             raise ValueError(
@@ -143,6 +147,8 @@ class FitLoop:
         if isinstance(loader, (list, tuple)):
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
         check_loader("fit(train_dataloaders=...)", loader)
+        if t.overfit_batches:
+            loader = without_shuffling(loader)
         t.train_dataloader = strategy.process_dataloader(loader, "fit")
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
@@ -224,6 +230,9 @@ class FitLoop:
     def run_epoch(self) -> None:
         """One training epoch, its validation runs, and the epoch-end hooks."""
         t, progress = self.trainer, self.progress
+        every = t.reload_dataloaders_every_n_epochs
+        if every and progress.current_epoch - self._loaded_epoch >= every:  # the loader hooks again
+            self.setup_data(t.module, *self._data_sources)
         hooks, loader, strategy = t.hooks, t.train_dataloader, t.strategy
         strategy.on_epoch_start(loader, progress.current_epoch)
         t.metric_logger.start_training_epoch()
@@ -385,9 +394,10 @@ class FitLoop:
         if t.lr_scheduler_configs and self.manual is None:  # manual optimization steps its own
             step_schedulers(t.lr_scheduler_configs, "epoch", progress.current_epoch + 1, self._scheduler_metrics)
         progress.finish_epoch()
-        self._agree_on_stop()
+        self.agree_on_stop()
 
-    def _agree_on_stop(self) -> None:
+    def agree_on_stop(self) -> None:
+        """Collective (every rank calls it): every rank stops when any rank set ``should_stop``."""
         t = self.trainer
         t.should_stop = t.strategy.reduce_boolean_decision(t.should_stop, all=False)
         self._agreed_stop = t.should_stop
@@ -433,7 +443,7 @@ class FitLoop:
         self._validated = True
         t.state.stage = Stage.FIT
         t.metric_logger.end_evaluation()
-        self._agree_on_stop()
+        self.agree_on_stop()
 
     def _scheduler_metrics(self) -> SchedulerMetrics:
         t = self.trainer

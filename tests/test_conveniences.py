@@ -219,3 +219,53 @@ def test_reloaded_loaders_are_the_ones_trained_on():
     Trainer(accelerator="cpu", max_epochs=3, reload_dataloaders_every_n_epochs=1, limit_val_batches=0, **QUIET).fit(module)
     expected = [round(float(regression_data(16, seed=s)[i][1][0]), 6) for s in range(3) for i in (0, 4, 8, 12)]
     assert module.train_seen == expected
+
+
+# -- profiler ---------------------------------------------------------------------------------
+def test_simple_profiler_times_hooks_and_steps_and_writes_the_table(tmp_path, capsys):
+    from callbacks import CSVLogger
+
+    module = Recording(regression_data(16))
+    trainer = Trainer(accelerator="cpu", max_epochs=2, profiler="simple", num_sanity_val_steps=0,
+                      logger=CSVLogger(save_dir=tmp_path), enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(module)
+    path = f"{trainer.log_dir}/fit-profiler.txt"
+    with open(path, encoding="utf-8") as f:
+        report = f.read()
+    assert report.strip() in capsys.readouterr().out
+    calls = {
+        line.split("|")[0].strip(): int(line.split("|")[2]) for line in report.splitlines()[4:]
+    }
+    # 2 epochs of 4 batches, 2 validation runs of 4 batches
+    assert calls["run_training_epoch"] == 2
+    assert calls["run_training_batch"] == 8
+    assert calls["[Module]Recording.validation_step"] == 8
+    assert calls["[Callback]ModelSummary.on_fit_start"] == 1
+
+
+class WithBatchStart(Regression):
+    def on_train_batch_start(self, batch, batch_idx):
+        pass
+
+
+def test_pytorch_profiler_writes_a_trace_with_the_sections(tmp_path):
+    import json
+
+    trainer = Trainer(accelerator="cpu", max_epochs=1, profiler="pytorch", default_root_dir=tmp_path,
+                      logger=False, enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(WithBatchStart(), loader(regression_data(8), 4))
+    with open(tmp_path / "fit-trace-rank0.json", encoding="utf-8") as f:
+        names = [event.get("name") for event in json.load(f)["traceEvents"]]
+    assert names.count("run_training_batch") == 2
+    assert names.count("[Module]WithBatchStart.on_train_batch_start") == 2
+    assert (tmp_path / "fit-profiler.txt").is_file()
+
+
+def test_no_profiler_by_default_and_fast_dev_run_writes_no_profile(tmp_path):
+    data = loader(regression_data(8), 4)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, **QUIET)
+    assert not trainer.profiler.active
+    trainer = Trainer(accelerator="cpu", fast_dev_run=True, profiler="simple", default_root_dir=tmp_path,
+                      enable_progress_bar=False)
+    trainer.fit(Regression(), data)
+    assert list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ from trainer.arguments import check_bool, check_int, check_number, check_path, c
 from trainer.data.loaders import check_limit
 from trainer.default_callbacks import parse_duration
 from trainer.loops.optimization import lr_scale_factor
+from trainer.profiler import make_profiler
 from trainer.module import TrainModule
 from trainer.stage import EVALUATION, Stage
 
@@ -64,6 +65,7 @@ def check_trainer_arguments(args: Mapping[str, Any]) -> None:
         raise TypeError("overfit_batches must be an int (batches) or a float fraction in [0, 1], got None")
     parse_duration("max_time", args["max_time"])
     check_int("reload_dataloaders_every_n_epochs", args["reload_dataloaders_every_n_epochs"], minimum=0)
+    make_profiler(args["profiler"])
 
 
 def _check_fast_dev_run(value: Any) -> None:

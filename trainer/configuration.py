@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer.distributed.rank_zero import rank_zero_info
+from trainer.profiler import make_profiler
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
@@ -47,6 +48,7 @@ def configure(trainer: Trainer, args: Mapping[str, Any]) -> None:
     trainer.gradient_clip_val = float(clip) if clip is not None else None
     root = args["default_root_dir"]
     trainer.default_root_dir = os.fspath(root) if root is not None else os.getcwd()
+    trainer.profiler = make_profiler(args["profiler"])
     trainer.fast_dev_run = fast_dev_batches(args["fast_dev_run"])
     if trainer.fast_dev_run:
         _apply_fast_dev_run(trainer, trainer.fast_dev_run)

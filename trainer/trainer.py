@@ -26,6 +26,7 @@ from trainer.loops.fit_loop import FitLoop
 from trainer.loops.optimization import LRSchedulerConfig
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
+from trainer.profiler import Profiler
 from trainer.stage import Stage, TrainerState
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
@@ -76,6 +77,7 @@ class Trainer:
         max_time: str | datetime.timedelta | dict[str, int] | None = None,
         enable_model_summary: bool = True,
         reload_dataloaders_every_n_epochs: int = 0,
+        profiler: str | Profiler | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)
         check_trainer_arguments(args)
@@ -325,6 +327,7 @@ class Trainer:
         model.trainer = self
         self.should_stop = False
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
+        self.profiler.start(stage.value)
         try:
             self._strategy.setup_environment()
             if stage == Stage.FIT:
@@ -365,6 +368,7 @@ class Trainer:
             if status == "success":  # no rank leaves the group while another still uses it
                 self._strategy.barrier("teardown")
         finally:
+            self.profiler.stop(stage.value, self.log_dir, self.global_rank, write=not self.fast_dev_run)
             self.state.stage = None
             self._strategy.teardown()
 

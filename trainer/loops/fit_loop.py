@@ -216,7 +216,8 @@ class FitLoop:
         self.in_training = True  # stays True when the loop raises: errors name the batch
         try:
             while not self.done:
-                self.run_epoch()
+                with t.profiler.profile("run_training_epoch"):
+                    self.run_epoch()
         finally:
             self._preemption.uninstall()
         self.in_training = False
@@ -271,7 +272,8 @@ class FitLoop:
                 is_last = strategy.reduce_boolean_decision(is_last, all=False)
             progress.batch_idx = batch_idx
             window_end = windows.is_window_end(batch_idx, is_last)
-            self._train_batch(batch, batch_idx, is_last, window_end, windows)
+            with t.profiler.profile("run_training_batch"):
+                self._train_batch(batch, batch_idx, is_last, window_end, windows)
             seen += 1
             if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
                 self._validate()

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trainer import TrainModule
 
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False}
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False, "enable_model_summary": False}
 
 
 def regression_data(n: int = 64, features: int = 4, seed: int = 0) -> TensorDataset:

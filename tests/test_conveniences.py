@@ -146,7 +146,7 @@ def test_overfit_batches_trains_and_validates_on_the_same_first_batches(overfit)
     data = regression_data(32)  # 8 batches of 4
     module = Recording(data)
     module.train_dataloader = lambda: loader(data, 4, shuffle=True)
-    with pytest.warns(UserWarning, match="overfit_batches: the train dataloader shuffles"):
+    with pytest.warns(UserWarning, match="overfit_batches: a fit dataloader shuffles"):
         Trainer(accelerator="cpu", max_epochs=3, overfit_batches=overfit, num_sanity_val_steps=0, **QUIET).fit(module)
     first_two = [round(float(data[i][1][0]), 6) for i in (0, 4)]
     assert module.train_seen == first_two * 3
@@ -193,9 +193,9 @@ def test_summary_max_depth():
 
 def test_summary_is_printed_at_fit_start_unless_turned_off(capsys):
     data = loader(regression_data(16), 4)
-    Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(Summarized(), data)
+    Trainer(accelerator="cpu", max_epochs=1, **{**QUIET, "enable_model_summary": True}).fit(Summarized(), data)
     assert "Total params" in capsys.readouterr().out
-    Trainer(accelerator="cpu", max_epochs=1, **{**QUIET, "enable_model_summary": False}).fit(Summarized(), data)
+    Trainer(accelerator="cpu", max_epochs=1, **QUIET).fit(Summarized(), data)  # QUIET: enable_model_summary=False
     assert "Total params" not in capsys.readouterr().out
     trainer = Trainer(accelerator="cpu", max_epochs=1, callbacks=[ModelSummary(max_depth=2)], **QUIET)
     assert sum(isinstance(cb, ModelSummary) for cb in trainer.callbacks) == 1

@@ -1,4 +1,4 @@
-"""``overfit_batches``: the training loader in its dataset's order, so every epoch sees the same batches."""
+"""``overfit_batches``: fit's loaders in their dataset's order, so every epoch sees the same batches."""
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +14,8 @@ def without_shuffling(loader: Any) -> Any:
     if type(loader) is not DataLoader or not isinstance(loader.sampler, RandomSampler) or loader.batch_size is None:
         return loader
     rank_zero_warn(
-        "overfit_batches: the train dataloader shuffles; it is rebuilt without shuffling so that "
-        "every epoch trains on the same first batches."
+        "overfit_batches: a fit dataloader shuffles; it is rebuilt without shuffling so that "
+        "every epoch runs the same first batches."
     )
     kwargs = rebuild_kwargs(loader)
     kwargs.update(sampler=SequentialSampler(loader.dataset), batch_size=loader.batch_size, drop_last=loader.drop_last)

@@ -153,6 +153,8 @@ class FitLoop:
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
         val_loaders = as_loader_list(val if val is not None else model.val_dataloader(), "fit(val_dataloaders=...)")
+        if t.overfit_batches:
+            val_loaders = [without_shuffling(dl) for dl in val_loaders]
         t.val_dataloaders = [strategy.process_dataloader(dl, "validate") for dl in val_loaders]
         if t.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
             for dl in (t.train_dataloader, *t.val_dataloaders):

@@ -305,25 +305,32 @@ def _two_ranks(rank: int, world_size: int, workdir: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.timeout(150)
-def test_two_ranks_prepare_once_per_node_and_train_as_the_loaders_do(tmp_path):
-    r0, r1 = run_ranks(_two_ranks, world_size=2, args=(str(tmp_path),), init_group=False, timeout=140)
-    assert r0["same"] and r1["same"]
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_two_ranks_and_spawned_workers_prepare_once_per_node_and_train_as_the_loaders_do(tmp_path):
+    ranks_dir, spawn_dir = tmp_path / "ranks", tmp_path / "spawn"
+    ranks_dir.mkdir(), spawn_dir.mkdir()
+    r0, r1 = run_ranks(_two_ranks, world_size=2, args=(str(ranks_dir),), init_group=False, timeout=140)
+    assert r0["same"] and r1["same"]  # DataModule == the same loaders passed directly, on 2 ranks
     assert all(torch.equal(a, b) for a, b in zip(r0["params"], r1["params"]))
-    # local rank 0 prepares (once per run), the other rank only sets up
+    # local rank 0 prepares (once per entry point), the other rank only sets up
     assert r0["calls"][:2] == ["prepare_data", "setup:fit"] and r1["calls"][0] == "setup:fit"
-    assert len(os.listdir(tmp_path)) == 2  # fit and validate, both on rank 0's process
+    assert len(os.listdir(ranks_dir)) == 2  # fit and validate, both on rank 0
     assert r0["val_loss"] == r1["val_loss"]
 
+    spawned = Regression()
+    dm = RegressionData(workdir=str(spawn_dir))
+    _trainer(devices=2, strategy="ddp_spawn").fit(spawned, datamodule=dm)  # pickled to the workers
+    assert all(torch.equal(a, b) for a, b in zip(r0["params"], params_of(spawned)))
+    assert len(os.listdir(spawn_dir)) == 1  # prepared once, by local rank 0
 
-@pytest.mark.slow
-@pytest.mark.timeout(150)
-def test_spawned_workers_get_the_datamodule(tmp_path):
-    direct = Regression()
-    data = regression_data(64)
-    _trainer(devices=2, strategy="ddp_spawn").fit(direct, train_loader(data, 8), loader(data, 8))
-    by_dm = Regression()
-    dm = RegressionData(workdir=str(tmp_path))
-    _trainer(devices=2, strategy="ddp_spawn").fit(by_dm, datamodule=dm)  # pickled to the workers
-    assert all(torch.equal(a, b) for a, b in zip(params_of(direct), params_of(by_dm)))
-    assert len(os.listdir(tmp_path)) == 1  # prepared once, by local rank 0
+
+def test_hparams_belong_to_each_object():
+    class Plain(DataModule):
+        pass
+
+    a, b = Plain(), Plain()
+    a.hparams.note = "mine"
+    assert (a.hparams, b.hparams, Regression().hparams.lr) == ({"note": "mine"}, {}, 0.05)
+    a.hparams = {"x": 1}  # assigning a dict keeps attribute access
+    assert a.hparams.x == 1

@@ -22,8 +22,18 @@ class AttributeDict(dict):
 class HyperparametersMixin:
     """``save_hyperparameters()`` records the calling ``__init__``'s arguments in ``self.hparams``."""
 
-    # A class attribute: ``hparams`` is empty until ``save_hyperparameters`` runs.
-    hparams: AttributeDict = AttributeDict()
+    _hparams: AttributeDict | None = None  # a class default, so a subclass need not call our __init__
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """What ``save_hyperparameters`` recorded (empty before); keys read as attributes too."""
+        if self._hparams is None:
+            self._hparams = AttributeDict()  # this object's own: never the class default
+        return self._hparams
+
+    @hparams.setter
+    def hparams(self, value: Mapping[str, Any]) -> None:
+        self._hparams = AttributeDict(value)
 
     def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
         """Record the calling ``__init__``'s arguments in ``self.hparams`` (logged and checkpointed)."""
@@ -82,10 +92,17 @@ def merged_hparams(module_hparams: Mapping[str, Any], datamodule_hparams: Mappin
     """
     if not datamodule_hparams:
         return dict(module_hparams)
-    clash = sorted(k for k in module_hparams.keys() & datamodule_hparams.keys() if module_hparams[k] != datamodule_hparams[k])
+    clash = sorted(k for k in module_hparams.keys() & datamodule_hparams.keys() if _differ(module_hparams[k], datamodule_hparams[k]))
     if clash:
         raise ValueError(
             f"The module's and the DataModule's hparams both hold {clash} with different values; "
             "rename one, or leave it out of one with save_hyperparameters(ignore=[...])."
         )
     return {**datamodule_hparams, **module_hparams}
+
+
+def _differ(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b)
+    except (RuntimeError, ValueError, TypeError):  # tensors or arrays of several elements
+        return a is not b

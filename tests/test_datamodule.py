@@ -3,6 +3,7 @@ its state in checkpoints, 2 ranks (prepare_data once per node) and spawned worke
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import pytest
@@ -28,11 +29,14 @@ class RegressionData(DataModule):
     def prepare_data(self) -> None:
         self.calls.append("prepare_data")
         if self.workdir is not None:  # one file per call, whichever process made it
+            time.sleep(0.5)  # late: a rank that did not wait for it would set up without it
             with open(os.path.join(self.workdir, f"prepared-{os.getpid()}-{len(self.calls)}"), "w"):
                 pass
 
     def setup(self, stage: str) -> None:
         self.calls.append(f"setup:{stage}")
+        if self.workdir is not None:  # every rank sets up after local rank 0 prepared
+            assert os.listdir(self.workdir), f"rank {self.trainer.global_rank} set up before prepare_data ended"
         self.data = regression_data(self.hparams.n, seed=self.hparams.seed)
 
     def teardown(self, stage: str) -> None:
@@ -141,7 +145,10 @@ def test_a_modules_own_loader_hooks_keep_working_and_a_datamodule_replaces_them(
         def test_dataloader(self) -> None:
             return None
 
-    with pytest.raises(ValueError, match=r"No test data: pass dataloaders or a datamodule to trainer.test\(...\) or define NoTest.test_dataloader\(\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"No test data: pass dataloaders or a datamodule to trainer.test\(...\) or define NoTest.test_dataloader\(\)",
+    ):
         trainer.test(from_dm, datamodule=NoTest())
 
 
@@ -296,6 +303,7 @@ def _two_ranks(rank: int, world_size: int, workdir: str) -> dict[str, Any]:
     module = Regression()
     trainer = _trainer()
     trainer.fit(module, datamodule=dm)
+    dm.workdir = os.path.join(workdir, "validate")  # empty: validate's setup must wait for its prepare_data
     [validated] = trainer.validate(module, datamodule=dm)
     return {
         "same": all(torch.equal(a, b) for a, b in zip(params_of(direct), params_of(module))),
@@ -309,13 +317,13 @@ def _two_ranks(rank: int, world_size: int, workdir: str) -> dict[str, Any]:
 @pytest.mark.timeout(240)
 def test_two_ranks_and_spawned_workers_prepare_once_per_node_and_train_as_the_loaders_do(tmp_path):
     ranks_dir, spawn_dir = tmp_path / "ranks", tmp_path / "spawn"
-    ranks_dir.mkdir(), spawn_dir.mkdir()
+    (ranks_dir / "validate").mkdir(parents=True), spawn_dir.mkdir()
     r0, r1 = run_ranks(_two_ranks, world_size=2, args=(str(ranks_dir),), init_group=False, timeout=140)
     assert r0["same"] and r1["same"]  # DataModule == the same loaders passed directly, on 2 ranks
     assert all(torch.equal(a, b) for a, b in zip(r0["params"], r1["params"]))
     # local rank 0 prepares (once per entry point), the other rank only sets up
     assert r0["calls"][:2] == ["prepare_data", "setup:fit"] and r1["calls"][0] == "setup:fit"
-    assert len(os.listdir(ranks_dir)) == 2  # fit and validate, both on rank 0
+    assert len(os.listdir(ranks_dir)) == len(os.listdir(ranks_dir / "validate")) + 1 == 2  # fit, validate
     assert r0["val_loss"] == r1["val_loss"]
 
     spawned = Regression()

@@ -76,7 +76,11 @@ class WithBackbone(Regression):
 def test_arguments_that_were_not_saved_are_named(tmp_path):
     module = WithBackbone(nn.Linear(4, 4), width=3)
     _fit_and_save(module, tmp_path / "model.ckpt")
-    with pytest.raises(TypeError, match=r"WithBackbone.load_from_checkpoint\(.*\): __init__ needs \['backbone'\], which the checkpoint's hyperparameters do not hold \(saved: \['lr', 'width'\]\). Pass backbone=\.\.\."):
+    with pytest.raises(
+        TypeError,
+        match=r"WithBackbone.load_from_checkpoint\(.*\): __init__ needs \['backbone'\], which the checkpoint's "
+        r"hyperparameters do not hold \(saved: \['lr', 'width'\]\). Pass backbone=\.\.\.",
+    ):
         WithBackbone.load_from_checkpoint(tmp_path / "model.ckpt")
     loaded = WithBackbone.load_from_checkpoint(tmp_path / "model.ckpt", backbone=nn.Linear(4, 4))
     assert loaded.hparams == {"width": 3, "lr": 0.05}

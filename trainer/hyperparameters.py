@@ -92,7 +92,8 @@ def merged_hparams(module_hparams: Mapping[str, Any], datamodule_hparams: Mappin
     """
     if not datamodule_hparams:
         return dict(module_hparams)
-    clash = sorted(k for k in module_hparams.keys() & datamodule_hparams.keys() if _differ(module_hparams[k], datamodule_hparams[k]))
+    shared = module_hparams.keys() & datamodule_hparams.keys()
+    clash = sorted(k for k in shared if _differ(module_hparams[k], datamodule_hparams[k]))
     if clash:
         raise ValueError(
             f"The module's and the DataModule's hparams both hold {clash} with different values; "

@@ -4,8 +4,9 @@ A checkpoint holds the module, every optimizer, scheduler and grad-scaler state,
 position (`FitProgress`: epoch, global step, place inside the epoch), every callback's state, the
 hyperparameters, the DataModule's state and hyperparameters (when the run has one), the world
 size and accumulation it was made with, and each rank's RNG and loader-generator states together
-with the RNG states that decided the interrupted epoch's order (see `trainer.checkpointing.resume`). Restoring runs: the DataModule's state (before its loaders
-are made), then weights, callbacks, optimizers and schedulers, position, random state.
+with the RNG states that decided the interrupted epoch's order (see `trainer.checkpointing.resume`).
+Restoring runs: the DataModule's state (before its loaders are made), then weights, callbacks,
+optimizers and schedulers, position, random state.
 """
 from __future__ import annotations
 
@@ -20,7 +21,11 @@ from trainer.checkpointing.checkpoint import (
     load_checkpoint,
     weights_only_loadable,
 )
-from trainer.checkpointing.from_checkpoint import DATAMODULE_HPARAMS_KEY, DATAMODULE_STATE_KEY, MODULE_HPARAMS_KEY
+from trainer.checkpointing.from_checkpoint import (
+    DATAMODULE_HPARAMS_KEY,
+    DATAMODULE_STATE_KEY,
+    MODULE_HPARAMS_KEY,
+)
 from trainer.checkpointing.resume import (
     capture_generators,
     capture_rng_state,

@@ -16,8 +16,8 @@ import os
 from typing import Any
 
 import torch
-from distributed_helpers import save_rank_result
-from models import QUIET
+from tests.helpers.distributed import save_rank_result
+from tests.helpers.models import QUIET
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 

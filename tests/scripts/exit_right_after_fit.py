@@ -12,8 +12,8 @@ import os
 
 import torch
 import torch.distributed as dist
-from distributed_helpers import save_rank_result
-from models import QUIET, Regression, loader, regression_data
+from tests.helpers.distributed import save_rank_result
+from tests.helpers.models import QUIET, Regression, loader, regression_data
 
 from trainer import Trainer
 

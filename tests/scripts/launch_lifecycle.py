@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from models import QUIET, Regression, loader, regression_data
+from tests.helpers.models import QUIET, Regression, loader, regression_data
 
 from callbacks import ModelCheckpoint
 from trainer import DDPStrategy, Trainer

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tests.helpers.callbacks import NO_DEFAULTS, Recorder, Scripted, loader
 
 from callbacks import GradientAccumulationScheduler
+from tests.helpers.callbacks import Recorder, Scripted, loader
+from tests.helpers.models import QUIET
 from trainer import Trainer
 
 
@@ -18,7 +19,7 @@ def test_schedule_lookup():
 def test_accumulation_changes_by_epoch():
     recorder = Recorder()
     trainer = Trainer(accelerator="cpu",
-        max_epochs=4, callbacks=[GradientAccumulationScheduler({0: 1, 1: 2, 2: 4}), recorder], **NO_DEFAULTS
+        max_epochs=4, callbacks=[GradientAccumulationScheduler({0: 1, 1: 2, 2: 4}), recorder], **QUIET
     )
     trainer.fit(Scripted(), loader(64, 4))  # 16 micro batches per epoch
     assert recorder.optimizer_steps_per_epoch() == [16, 8, 4, 4]
@@ -30,7 +31,7 @@ def test_conflicts_with_trainer_argument():
         max_epochs=1,
         accumulate_grad_batches=2,
         callbacks=[GradientAccumulationScheduler({0: 4})],
-        **NO_DEFAULTS,
+        **QUIET,
     )
     with pytest.raises(
         ValueError,
@@ -41,7 +42,7 @@ def test_conflicts_with_trainer_argument():
 
 
 def test_second_fit_of_same_trainer_is_not_a_conflict():
-    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[GradientAccumulationScheduler({1: 2})], **NO_DEFAULTS)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[GradientAccumulationScheduler({1: 2})], **QUIET)
     trainer.fit(Scripted(), loader(16, 4))
     trainer.fit(Scripted(), loader(16, 4))
     assert trainer.global_step == 6

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from tests.helpers.callbacks import NO_DEFAULTS, Scripted, event_files, loader, scalars
+
+from tests.helpers.callbacks import Scripted, event_files, loader, scalars
 from tests.helpers.distributed import run_ranks
+from tests.helpers.models import QUIET
 
 pytestmark = pytest.mark.distributed
 
@@ -82,7 +84,7 @@ def _decisions(rank, world_size):
         ("val_metric", Scripted(val_script=script)),
     ):
         stopper = EarlyStopping(monitor, patience=2)
-        trainer = Trainer(accelerator="cpu", max_epochs=8, callbacks=[stopper], num_sanity_val_steps=0, **NO_DEFAULTS)
+        trainer = Trainer(accelerator="cpu", max_epochs=8, callbacks=[stopper], num_sanity_val_steps=0, **QUIET)
         trainer.fit(module, loader(32, 8), loader(16, 8) if monitor == "val_metric" else None)
         results.append(
             (monitor, stopper.stopped_epoch, trainer.current_epoch, stopper.best_score, stopper.wait_count)
@@ -92,7 +94,7 @@ def _decisions(rank, world_size):
     trainer = Trainer(accelerator="cpu",
         max_epochs=1,
         callbacks=[ModelCheckpoint(monitor="val_acc")],
-        **{**NO_DEFAULTS, "enable_checkpointing": True},
+        **{**QUIET, "enable_checkpointing": True},
     )
     try:
         trainer.fit(Scripted(), loader(32, 8))

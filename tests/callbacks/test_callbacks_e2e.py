@@ -15,10 +15,10 @@ import urllib.request
 
 import pytest
 import torch
-from tests.helpers.callbacks import Recorder, Scripted, event_files, loader, scalars
-from tests.helpers.distributed import free_port
 
 from callbacks import ModelCheckpoint, TensorBoardLogger
+from tests.helpers.callbacks import Recorder, Scripted, event_files, loader, scalars
+from tests.helpers.distributed import free_port
 from trainer import Trainer
 
 

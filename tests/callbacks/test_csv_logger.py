@@ -7,9 +7,9 @@ import json
 import os
 
 import pytest
-from tests.helpers.callbacks import Scripted, loader
 
 from callbacks import CSVLogger
+from tests.helpers.callbacks import Scripted, loader
 from trainer import Trainer
 
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from tests.helpers.callbacks import NO_DEFAULTS, Scripted, loader
 
 from callbacks import EarlyStopping
+from tests.helpers.callbacks import Scripted, loader
+from tests.helpers.models import QUIET
 from trainer import Trainer
 
 
 def _fit(stopper, module, epochs=10, val=True, **kwargs):
     trainer = Trainer(accelerator="cpu",
-        max_epochs=epochs, callbacks=[stopper], num_sanity_val_steps=0, **{**NO_DEFAULTS, **kwargs}
+        max_epochs=epochs, callbacks=[stopper], num_sanity_val_steps=0, **{**QUIET, **kwargs}
     )
     trainer.fit(module, loader(16, 8), loader(8, 8) if val else None)
     return trainer

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.helpers.callbacks import Scripted, loader
 
 from callbacks import CSVLogger, LearningRateMonitor, Logger
+from tests.helpers.callbacks import Scripted, loader
 from trainer import Trainer
 
 

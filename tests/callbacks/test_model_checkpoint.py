@@ -7,9 +7,10 @@ import os
 
 import pytest
 import torch
-from tests.helpers.callbacks import NO_DEFAULTS, Scripted, loader
 
 from callbacks import Callback, ModelCheckpoint
+from tests.helpers.callbacks import Scripted, loader
+from tests.helpers.models import QUIET
 from trainer import Trainer
 
 # 2 training batches per epoch: steps 2, 4, 6, ... end the epochs
@@ -17,7 +18,7 @@ TRAIN, VAL = (16, 8), (8, 8)
 
 
 def _fit(ckpt, module, epochs, tmp_path=None, val=True, **kwargs):
-    opts = {**NO_DEFAULTS, "enable_checkpointing": True, "num_sanity_val_steps": 0, **kwargs}
+    opts = {**QUIET, "enable_checkpointing": True, "num_sanity_val_steps": 0, **kwargs}
     trainer = Trainer(accelerator="cpu", max_epochs=epochs, callbacks=[ckpt], default_root_dir=tmp_path, **opts)
     trainer.fit(module, loader(*TRAIN), loader(*VAL) if val else None)
     return trainer
@@ -135,7 +136,7 @@ def test_validation_metric_is_ranked_at_each_validation(tmp_path):
         callbacks=[ckpt],
         val_check_interval=2,
         num_sanity_val_steps=0,
-        **{**NO_DEFAULTS, "enable_checkpointing": True},
+        **{**QUIET, "enable_checkpointing": True},
     )
     trainer.fit(_ValByStep(), loader(32, 4), loader(8, 8))  # validation after steps 2, 4, 6, 8
     assert _files(tmp_path) == ["step=4-val_metric=1.0.ckpt", "step=8-val_metric=0.5.ckpt"]
@@ -188,7 +189,7 @@ def test_every_n_train_steps_saves_once_per_step_with_accumulation(tmp_path):
         max_epochs=1,
         callbacks=[ckpt],
         accumulate_grad_batches=2,
-        **{**NO_DEFAULTS, "enable_checkpointing": True},
+        **{**QUIET, "enable_checkpointing": True},
     )
     trainer.fit(Scripted(), loader(32, 4))  # 8 micro batches, 4 optimizer steps
     assert _files(tmp_path) == [f"epoch=0-step={s}.ckpt" for s in (1, 2, 3, 4)]
@@ -231,7 +232,7 @@ def test_crash_mid_write_keeps_previous_checkpoints(tmp_path):
     trainer = Trainer(accelerator="cpu",
         max_epochs=3,
         callbacks=[_PoisonCheckpointsFrom(6), ckpt],
-        **{**NO_DEFAULTS, "enable_checkpointing": True},
+        **{**QUIET, "enable_checkpointing": True},
     )
     with pytest.raises(RuntimeError, match="pickler exploded halfway"):
         trainer.fit(Scripted(), loader(*TRAIN))
@@ -260,7 +261,7 @@ def test_state_dict_round_trip_and_resume(tmp_path):
         max_epochs=6,
         callbacks=[resumed],
         num_sanity_val_steps=0,
-        **{**NO_DEFAULTS, "enable_checkpointing": True},
+        **{**QUIET, "enable_checkpointing": True},
     )
     trainer.fit(
         Scripted(val_script=script), loader(*TRAIN), loader(*VAL), ckpt_path=str(tmp_path / "last.ckpt")
@@ -288,7 +289,7 @@ def test_state_from_another_directory_keeps_only_best_path(tmp_path):
 
 def test_second_fit_of_same_trainer_saves_again(tmp_path):
     ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)
-    trainer = Trainer(accelerator="cpu", max_epochs=1, callbacks=[ckpt], **{**NO_DEFAULTS, "enable_checkpointing": True})
+    trainer = Trainer(accelerator="cpu", max_epochs=1, callbacks=[ckpt], **{**QUIET, "enable_checkpointing": True})
     trainer.fit(Scripted(), loader(*TRAIN))
     trainer.fit(Scripted(), loader(*TRAIN))
     assert _files(tmp_path) == ["epoch=0-step=2-v1.ckpt", "epoch=0-step=2.ckpt"]

@@ -7,9 +7,10 @@ import re
 
 import pytest
 import torch
-from tests.helpers.callbacks import NO_DEFAULTS, Scripted, loader
 
 from callbacks import Callback, ProgressBar
+from tests.helpers.callbacks import Scripted, loader
+from tests.helpers.models import QUIET
 from trainer import Trainer
 
 
@@ -123,7 +124,7 @@ def _bar_lines(out, prefix):
 
 def test_resumed_epoch_starts_at_the_resumed_batch_and_ends_at_100_percent(tmp_path):
     path = str(tmp_path / "mid.ckpt")
-    Trainer(accelerator="cpu", max_epochs=1, callbacks=[_SaveAtBatch(13, path)], **NO_DEFAULTS).fit(Scripted(), loader(88, 4))
+    Trainer(accelerator="cpu", max_epochs=1, callbacks=[_SaveAtBatch(13, path)], **QUIET).fit(Scripted(), loader(88, 4))
     out = io.StringIO()
     trainer = Trainer(accelerator="cpu",
         max_epochs=1,

@@ -7,9 +7,10 @@ import os
 
 import pytest
 import torch
-from tests.helpers.callbacks import NO_DEFAULTS, Recorder, Scripted, event_files, loader, read_event_dir, scalars
 
 from callbacks import Callback, CSVLogger, LearningRateMonitor, TensorBoardLogger
+from tests.helpers.callbacks import Recorder, Scripted, event_files, loader, read_event_dir, scalars
+from tests.helpers.models import QUIET
 from trainer import Trainer
 
 
@@ -158,7 +159,7 @@ def test_closed_on_exception_and_readable(tmp_path):
         logger=logger,
         log_every_n_steps=1,
         callbacks=[recorder],
-        **{k: v for k, v in NO_DEFAULTS.items() if k != "logger"},
+        **{k: v for k, v in QUIET.items() if k != "logger"},
     )
     with pytest.raises(RuntimeError, match="failed on purpose at step 5"):
         trainer.fit(Scripted(fail_at_step=5), loader(32, 8))

@@ -6,10 +6,10 @@ import time
 
 import pytest
 import torch
-from tests.helpers.callbacks import Scripted
 from torch.utils.data import DataLoader, Dataset
 
 from callbacks import Logger, ThroughputMonitor
+from tests.helpers.callbacks import Scripted
 from trainer import Trainer
 
 KEYS = (

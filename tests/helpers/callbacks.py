@@ -13,8 +13,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from callbacks import Callback
 from trainer import TrainModule
 
-NO_DEFAULTS = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False}
-
 
 def data(n: int = 32, features: int = 3, seed: int = 0) -> TensorDataset:
     g = torch.Generator().manual_seed(seed)

@@ -9,6 +9,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from trainer import TrainModule
 
+# The quiet Trainer settings, defined once for the whole suite (tests, spawned ranks, scripts):
+# no logger, no progress bar, no checkpointing. Each Trainer call still names its accelerator
+# (tests/project/test_suite_portability.py checks it).
 QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False}
 
 

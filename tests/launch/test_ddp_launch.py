@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from tests.helpers.distributed import free_port, read_rank_results, run_ranks, run_script
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 

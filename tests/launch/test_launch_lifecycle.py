@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+
 from tests.helpers.distributed import REPO_ROOT, descendants, kill_all, run_ranks, run_script, script_env
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 

@@ -14,10 +14,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks.callback import Callback
+from tests.helpers.models import QUIET
 from trainer import Trainer, TrainModule
 from trainer.hooks import CALLBACK_HOOKS, HookDispatcher
-
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False}
 
 
 def _loader(n: int) -> DataLoader:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+
 from tests.helpers.distributed import free_port, read_rank_results, run_ranks, run_script
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "report_cluster_env.py")

@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.conftest import cuda_skip_reason
 
+from tests.conftest import cuda_skip_reason
 from trainer.accelerators.accelerator import Accelerator
 from trainer.strategies.selection import select_strategy
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from tests.helpers.distributed import save_rank_result
 from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
-
 from trainer import Trainer, rank_zero_only
 
 OUT = os.environ.get("LOCKSTEP_TEST_OUT", ".")

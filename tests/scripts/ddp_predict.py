@@ -16,11 +16,11 @@ import os
 from typing import Any
 
 import torch
-from tests.helpers.distributed import save_rank_result
-from tests.helpers.models import QUIET
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from tests.helpers.distributed import save_rank_result
+from tests.helpers.models import QUIET
 from trainer import Trainer, TrainModule
 
 

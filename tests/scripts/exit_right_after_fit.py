@@ -12,9 +12,9 @@ import os
 
 import torch
 import torch.distributed as dist
+
 from tests.helpers.distributed import save_rank_result
 from tests.helpers.models import QUIET, Regression, loader, regression_data
-
 from trainer import Trainer
 
 

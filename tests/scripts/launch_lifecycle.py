@@ -19,9 +19,8 @@ import sys
 import time
 from typing import Any
 
-from tests.helpers.models import QUIET, Regression, loader, regression_data
-
 from callbacks import ModelCheckpoint
+from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import DDPStrategy, Trainer
 
 OUT = os.environ.get("LOCKSTEP_TEST_OUT", ".")

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 import torch
-from tests.helpers.distributed import run_ranks
-from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
 from torch import nn
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Sampler, Subset
 
+from tests.helpers.distributed import run_ranks
+from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
 from trainer import DDPStrategy, Trainer, TrainModule, seed_everything
 
 pytestmark = pytest.mark.distributed

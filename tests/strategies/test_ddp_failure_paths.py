@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 import torch
-from tests.helpers.distributed import run_ranks
-from tests.helpers.models import QUIET, Regression, loader, regression_data
 
 from callbacks import Callback
+from tests.helpers.distributed import run_ranks
+from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import DDPStrategy, Trainer
 from trainer.checkpointing.checkpoint import load_checkpoint
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from tests.helpers.distributed import read_rank_results, run_script
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "ddp_predict.py")

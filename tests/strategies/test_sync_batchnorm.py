@@ -6,10 +6,10 @@ import copy
 import pytest
 import torch
 import torch.distributed as dist
-from tests.helpers.distributed import run_ranks
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from tests.helpers.distributed import run_ranks
 from trainer.strategies.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
 
 TOL = 1e-5

@@ -10,7 +10,6 @@ import torch
 from callbacks import Callback
 from tests.helpers.distributed import REPO_ROOT, read_rank_results, run_ranks, run_script
 from tests.helpers.models import QUIET, Regression, loader, regression_data
-from tests.helpers.resume_models import Noisy, make_loader
 from trainer import DDPStrategy, Trainer, seed_everything
 from trainer.launch.preemption import (
     PREEMPTION_EXIT_CODE,
@@ -115,6 +114,7 @@ import signal, sys, time
 sys.path.insert(0, {repo!r})
 import trainer.launch.preemption as preemption
 from callbacks import Callback
+from tests.helpers.resume_models import Noisy, make_loader
 from trainer import Trainer
 
 preemption.REPEAT_WINDOW_S = 0.5

@@ -1,4 +1,4 @@
-"""Launched by tests/test_ddp_launch.py the way users launch: torchrun, `python` + devices, ddp_spawn.
+"""Launched by tests/launch/test_ddp_launch.py the way users launch: torchrun, `python` + devices, ddp_spawn.
 
 Trains `Regression` (tests/helpers/models.py) for 2 epochs on 32 samples, micro batch 4, shuffle=False,
 and saves each rank's placement, final parameters and global_step with `save_rank_result`.

@@ -1,4 +1,4 @@
-"""Launched by tests/test_ddp_predict.py: `trainer.predict` under several processes.
+"""Launched by tests/strategies/test_ddp_predict.py: `trainer.predict` under several processes.
 
 Row ``i`` of every dataset holds the number ``i`` and ``predict_step`` returns the batch's row
 numbers, so the returned predictions show which rows came back, how often and in what order.

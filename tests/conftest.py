@@ -3,9 +3,10 @@
 Layout: ``tests/`` is a package whose folders mirror the code (``loops/``, ``checkpointing/``,
 ``data/``, ``strategies/``, ``distributed/``, ``launch/``, ``accelerators/``, ``optim/``,
 ``callbacks/``), plus ``faults/`` (the fault-injection matrix), ``project/`` (suite-wide checks:
-portability, import time, examples, benchmarks, bad input) and ``scripts/`` (run as
-subprocesses). Shared code lives in ``tests/helpers/`` and is imported one way everywhere, tests,
-spawned ranks and scripts alike: ``from tests.helpers.models import QUIET, Regression``
+portability, architecture rules, import time, examples, benchmarks, bad input), ``fixtures/``
+(files kept from older versions, e.g. a v0.1 checkpoint) and ``scripts/`` (run as subprocesses).
+Shared code lives in ``tests/helpers/`` and is imported one way everywhere, tests, spawned ranks
+and scripts alike: ``from tests.helpers.models import QUIET, Regression``
 (``run_script`` puts the checkout on ``PYTHONPATH``). ``QUIET`` in ``tests/helpers/models.py`` is
 the one definition of the quiet Trainer settings.
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")])
 
 # Writes to another object's private attribute that are allowed, each with its reason.

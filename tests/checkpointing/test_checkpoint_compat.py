@@ -8,7 +8,7 @@ from trainer.checkpointing.checkpoint import FORMAT_VERSION, load_checkpoint
 
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_a_v0_1_checkpoint_keeps_its_format():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
-from tests.models import QUIET, Regression, loader, regression_data
+from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Preempted, Trainer
 
 

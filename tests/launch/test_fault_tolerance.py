@@ -156,7 +156,7 @@ def _failing_rank(rank, world_size):
     torch.set_num_threads(1)
     started = time.monotonic()
     try:
-        Trainer(accelerator="cpu", max_epochs=3, strategy=DDPStrategy(timeout=30), **QUIET).fit(_Boom(), loader(regression_data(64), 4))
+        Trainer(accelerator="cpu", max_epochs=3, strategy=DDPStrategy(timeout=600), **QUIET).fit(_Boom(), loader(regression_data(64), 4))
     except Exception as err:  # noqa: BLE001 - the test inspects what each rank saw
         return type(err).__name__, str(err), time.monotonic() - started
     return "no error", "", time.monotonic() - started
@@ -171,7 +171,9 @@ def test_a_raising_rank_makes_the_others_fail_naming_it(tmp_path):
         "Rank 1 failed at epoch 0, global step 3, batch index 3: RuntimeError: boom on rank 1. "
         "Rank 0 stopped (at epoch 0, global step 3, batch index 3) because"
     ), text0
-    assert took0 < 30  # well within the process-group timeout: no hang
+    # No timed assert: the group timeout (600 s) is far beyond run_ranks' 90 s, so a rank 0 that
+    # waited for it would fail the test by timing out; it returned with the reason instead.
+    assert took0 < 600
 
 
 class _Where(Callback):

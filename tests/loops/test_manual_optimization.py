@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_helpers import run_ranks
-from models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 from torch import nn
 
+from tests.helpers.distributed import run_ranks
+from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 from trainer import Trainer, TrainModule
 from trainer.loops.anomaly import NonFiniteLossError
 

@@ -45,6 +45,7 @@ from trainer.loops.optimization import (
     scale_learning_rates,
 )
 from trainer.accelerators.precision import Precision, normalize_precision
+from trainer.distributed.cluster_environment import detect_cluster_environment
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.seed import install_worker_seeding
 from trainer.strategies.strategy import Strategy
@@ -326,8 +327,9 @@ class Trainer:
     ) -> None:
         """Train ``model``; ``ckpt_path`` ("last", "best" or a path) resumes a checkpoint.
 
-        Under torch's elastic agent, a restarted worker group (``TORCHELASTIC_RESTART_COUNT`` > 0)
-        resumes from the last checkpoint when ``ckpt_path`` is None. ``weights_only=False``
+        A restarted worker group (torch's elastic agent: ``TORCHELASTIC_RESTART_COUNT`` > 0) or a
+        requeued SLURM job (``SLURM_RESTART_COUNT`` > 0 in ``srun`` tasks) resumes from the last
+        checkpoint, when there is one, if ``ckpt_path`` is None. ``weights_only=False``
         allows checkpoints with arbitrary pickled objects: only for files you trust.
         """
         _check_module(model, training=True)
@@ -492,7 +494,7 @@ class Trainer:
         self._global_step = 0
         self._loss_check.reset()
         self._validated_in_fit = False
-        if ckpt_path is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        if ckpt_path is None and detect_cluster_environment().restart_count > 0:
             ckpt_path = "last" if self._strategy.broadcast(find_last_checkpoint(self)) else None
         if ckpt_path is not None:
             self._restore(ckpt_path, weights_only)

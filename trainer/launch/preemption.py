@@ -30,6 +30,9 @@ REPEAT_WINDOW_S = 2.0
 # note (the signal and the checkpoint saved), so the launcher can tell a pre-empted run from one
 # that was stopped or failed, and exit 75 saying what was saved.
 PREEMPTION_NOTES_ENV = "LOCKSTEP_PREEMPTION_NOTES"
+# "0" turns off the `scontrol requeue` of a pre-empted SLURM job (e.g. when the batch script or a
+# workflow manager resubmits by itself).
+SLURM_REQUEUE_ENV = "LOCKSTEP_SLURM_REQUEUE"
 
 
 class Preempted(SystemExit):
@@ -52,12 +55,15 @@ def announce_preemption(preempted: Preempted) -> None:
 
     ``#SBATCH --requeue`` alone requeues a job only when SLURM itself pre-empts it, and no exit
     code requeues a job unless the cluster sets ``RequeueExit``: so a pre-empted job that runs
-    under SLURM (``SLURM_JOB_ID`` set) asks for its requeue with ``scontrol requeue``.
+    under SLURM (``SLURM_JOB_ID`` set) asks for its requeue with ``scontrol requeue``, unless
+    ``LOCKSTEP_SLURM_REQUEUE=0``.
     """
     lines = [f"[lockstep] {preempted}"]
     job = os.environ.get("SLURM_JOB_ID")
     scontrol = shutil.which("scontrol")
-    if job and scontrol is None:
+    if job and os.environ.get(SLURM_REQUEUE_ENV, "1").strip() == "0":
+        lines.append(f"[lockstep] SLURM job {job}: not requeued ({SLURM_REQUEUE_ENV}=0).")
+    elif job and scontrol is None:
         lines.append(f"[lockstep] SLURM job {job}: scontrol not found, the job is not requeued.")
     elif job:
         try:

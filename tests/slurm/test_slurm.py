@@ -142,10 +142,14 @@ def test_sbatch_preempted_requeued_resumes_bitwise(
     assert "Pre-empted by SIGTERM: saved" in log, log
     assert f"SLURM job {job}: `scontrol requeue {job}`: requeued." in log, log
     assert "restart 1 on" in log and "srun exited with 0" in log, log
-    # The requeued run resumed (it wrote into a new log version) rather than starting again.
-    assert re.search(r"Restoring states from the checkpoint path at .*last\.ckpt|resum", log, re.I) or (
-        glob.glob(str(root / "**" / "last.ckpt"), recursive=True)
-    ), log
+    # The first run saved mid-run, and the requeued run went on from there (its progress bar starts
+    # past epoch 0) rather than from scratch, which would end with the same parameters.
+    last = glob.glob(str(root / "**" / "last.ckpt"), recursive=True)
+    assert len(last) == 1, last
+    saved_step = torch.load(last[0], map_location="cpu", weights_only=False)["global_step"]
+    assert 23 <= saved_step < EPOCHS * 23, saved_step
+    requeued_epochs = {int(e) for e in re.findall(r"Epoch (\d+):", log.partition("restart 1 on")[2])}
+    assert requeued_epochs and min(requeued_epochs) == saved_step // 23, (saved_step, requeued_epochs)
     params = _final_params(root)
     _assert_equal(params, srun_fit["params"])
     _assert_close(params, torchrun_fit, atol=1e-6)

@@ -58,21 +58,42 @@ def announce_preemption(preempted: Preempted) -> None:
     under SLURM (``SLURM_JOB_ID`` set) asks for its requeue with ``scontrol requeue``, unless
     ``LOCKSTEP_SLURM_REQUEUE=0``.
     """
-    lines = [f"[lockstep] {preempted}"]
+    _say(f"[lockstep] {preempted}")
     job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return
     scontrol = shutil.which("scontrol")
-    if job and os.environ.get(SLURM_REQUEUE_ENV, "1").strip() == "0":
-        lines.append(f"[lockstep] SLURM job {job}: not requeued ({SLURM_REQUEUE_ENV}=0).")
-    elif job and scontrol is None:
-        lines.append(f"[lockstep] SLURM job {job}: scontrol not found, the job is not requeued.")
-    elif job:
-        try:
-            done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=30)
-            result = "requeued" if done.returncode == 0 else f"not requeued: {(done.stderr or done.stdout).strip()}"
-        except (OSError, subprocess.TimeoutExpired) as err:
-            result = f"not requeued: {err}"
-        lines.append(f"[lockstep] SLURM job {job}: `scontrol requeue {job}`: {result}.")
-    sys.stderr.write("\n".join(lines) + "\n")
+    if os.environ.get(SLURM_REQUEUE_ENV, "1").strip() == "0":
+        _say(f"[lockstep] SLURM job {job}: not requeued ({SLURM_REQUEUE_ENV}=0).")
+    elif scontrol is None:
+        _say(f"[lockstep] SLURM job {job}: scontrol not found, the job is not requeued.")
+    else:
+        _say(f"[lockstep] SLURM job {job}: `scontrol requeue {job}`: {_requeue(scontrol, job)}.")
+
+
+def _requeue(scontrol: str, job: str) -> str:
+    # The requeue ends the job's processes at once with SIGTERM, scontrol among them, possibly
+    # before it has read the controller's answer (seen on a real SLURM). So scontrol runs with
+    # SIGTERM ignored (an ignored signal stays ignored across exec), and so does this process
+    # meanwhile; SLURM's SIGKILL follows only after the cluster's KillWait.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN) if on_main_thread else None
+    try:
+        done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"not requeued: {err}"
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    if done.returncode == 0:
+        return "requeued"
+    if done.returncode < 0:
+        return f"unknown whether requeued: scontrol was ended by {signal.Signals(-done.returncode).name}"
+    return f"not requeued: {(done.stderr or done.stdout).strip()}"
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
 

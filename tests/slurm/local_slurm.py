@@ -83,6 +83,24 @@ class LocalSlurm:
             fields.setdefault(key, value)
         return fields
 
+    def processes(self, **env: str) -> list[int]:
+        """Processes started for this cluster (jobs, steps, tasks) whose environment has ``env``.
+
+        Every one carries this cluster's ``SLURM_CONF`` (the pytest process itself does not).
+        """
+        wanted = {f"SLURM_CONF={self.conf}".encode(), *(f"{k}={v}".encode() for k, v in env.items())}
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = set((entry / "environ").read_bytes().split(b"\0"))
+            except OSError:
+                continue
+            if wanted <= environ:
+                pids.append(int(entry.name))
+        return pids
+
     def logs(self) -> str:
         """The daemons' logs, for a failure message."""
         return "".join(
@@ -203,18 +221,8 @@ class LocalSlurm:
             time.sleep(0.2)
 
     def _kill_leftover_steps(self) -> None:
-        # slurmstepd and job tasks can outlive slurmd: every process started for this cluster
-        # carries its SLURM_CONF in its environment (the pytest process itself does not).
-        marker = f"SLURM_CONF={self.conf}".encode()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
+        for pid in self.processes():
             try:
-                found = marker in (entry / "environ").read_bytes().split(b"\0")
+                os.kill(pid, signal.SIGKILL)
             except OSError:
-                continue
-            if found:
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                except OSError:
-                    pass
+                pass

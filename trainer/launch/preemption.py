@@ -131,25 +131,37 @@ class PreemptionWatch:
         self._previous: dict[int, Any] = {}
         self._flag: torch.Tensor | None = None
         self._work: Any = None
+        self._acting = False  # every rank agreed: saving, then leaving with code 75
 
     def install(self) -> None:
         """Catch the pre-emption signals (only possible on the main thread)."""
         self.signum = 0
+        self._acting = False
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in PREEMPTION_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def uninstall(self) -> None:
-        """Give the signals back to their previous handlers; wait for a pending agreement."""
+        """Give the signals back to their previous handlers; wait for a pending agreement.
+
+        A pre-empted SLURM task (``SLURM_JOB_ID`` set) keeps ignoring SIGTERM on its way out with
+        code 75: SLURM's own SIGTERMs (the requeue ends the job's tasks; ``srun
+        --kill-on-bad-exit`` ends the step once one task exited 75) would otherwise end it by the
+        signal, before rank 0 requeued the job or with 143 instead of 75. SLURM's SIGKILL after
+        ``KillWait`` still ends a task that does not leave.
+        """
+        keep_ignoring = self._acting and "SLURM_JOB_ID" in os.environ
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if keep_ignoring and sig == signal.SIGTERM else handler)
         self._previous.clear()
         if self._work is not None:
             self._work.wait()
             self._work = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._acting:
+            return  # the save is under way and the process leaves right after it: do not cut it short
         now = time.monotonic()
         if self.signum == signum:
             if now - self._signalled_at < REPEAT_WINDOW_S:
@@ -167,6 +179,7 @@ class PreemptionWatch:
         ``group`` is a CPU (gloo) group, so reading the flag never waits for an accelerator.
         """
         if world_size == 1:
+            self._acting = self.signum != 0
             return self.signum
         decided = 0
         if self._work is not None:
@@ -174,4 +187,5 @@ class PreemptionWatch:
             decided = int(self._flag[0])  # type: ignore[index]
         self._flag = torch.tensor([self.signum], dtype=torch.int64)
         self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=group, async_op=True)
+        self._acting = decided != 0
         return decided

@@ -15,8 +15,7 @@ from callbacks._utils import (
 from callbacks.logger import Logger
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class _FileLogger(Logger):
@@ -76,6 +75,16 @@ class _FileLogger(Logger):
     def is_global_zero(self) -> bool:
         return (self._rank if self._rank is not None else _env_global_rank()) == 0
 
+    def _default_save_dir(self, directory: str) -> None:
+        """Write under ``directory`` unless a ``save_dir`` was given."""
+        if self._save_dir is None:
+            self._save_dir = directory
+
+    def _fix_version(self, version: int | str | None) -> None:
+        """The version every rank agreed on (see `fix_log_versions`)."""
+        self._version = version
+        self._version_fixed = True
+
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._rank = trainer.global_rank
@@ -111,8 +120,7 @@ def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: boo
     if not group:
         return
     for lg in group:
-        if lg._save_dir is None:
-            lg._save_dir = os.fspath(trainer.default_root_dir)
+        lg._default_save_dir(os.fspath(trainer.default_root_dir))
     versions: list[int | str | None] = []
     if trainer.is_global_zero or not broadcast:
         pickers = [lg for lg in group if lg._picks_version]
@@ -121,5 +129,4 @@ def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: boo
     if broadcast:
         versions = trainer.strategy.broadcast(versions, src=0)
     for lg, version in zip(group, versions):
-        lg._version = version
-        lg._version_fixed = True
+        lg._fix_version(version)

@@ -8,7 +8,7 @@ import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer import Trainer
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 

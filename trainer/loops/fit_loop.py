@@ -7,7 +7,6 @@ epoch's batch count and validation schedule, and the pre-emption save.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 

@@ -2,7 +2,8 @@
 
 Nothing is shared with a system SLURM or with another test run: the munge key and socket, the
 ``slurm.conf``, the state, spool, log and pid files all live under ``root``; the controller and
-node daemon listen on free ports; the node gets its own name. Client commands (``sinfo``,
+node daemon listen on free ports; the cluster gets its own name and job ids start at a random
+number. The node is named after this host, as on a real cluster. Client commands (``sinfo``,
 ``srun``, ``sbatch``, ``scontrol``, ``scancel``) reach it through ``SLURM_CONF``, which
 ``LocalSlurm.env()`` sets, so ``scontrol requeue`` run by a job's rank 0 talks to this cluster too.
 

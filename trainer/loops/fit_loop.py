@@ -7,7 +7,6 @@ epoch's batch count and validation schedule, and the pre-emption save.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from trainer.checks import check_trainable
 from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
 from trainer.data.prefetcher import prefetch_to_device
+from trainer.distributed.cluster_environment import detect_cluster_environment
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.loops.accumulation import AccumulationWindows
 from trainer.loops.anomaly import NonFiniteLossCheck, check_finite_gradients
@@ -117,7 +117,7 @@ class FitLoop:
         check_grads = t.detect_non_finite_grads and t.precision != "16-mixed"
         self._grad_check_params = list(model.named_parameters()) if check_grads else None
         self.manual = None if model.automatic_optimization else ManualOptimization(self, self._grad_check_params)
-        if ckpt_path is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        if ckpt_path is None and detect_cluster_environment().restart_count > 0:
             ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
         if ckpt_path is not None:
             restore_fit(t, ckpt_path, weights_only)

@@ -269,3 +269,20 @@ def test_no_profiler_by_default_and_fast_dev_run_writes_no_profile(tmp_path):
                       enable_progress_bar=False)
     trainer.fit(Regression(), data)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_reload_calls_a_datamodules_hooks_again():
+    from trainer import DataModule
+
+    class Counting(DataModule):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def train_dataloader(self):
+            self.calls += 1
+            return loader(regression_data(16), 4)
+
+    dm = Counting()
+    Trainer(accelerator="cpu", max_epochs=4, reload_dataloaders_every_n_epochs=2, **QUIET).fit(Regression(), datamodule=dm)
+    assert dm.calls == 2  # epochs 0 and 2

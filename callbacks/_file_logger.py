@@ -32,12 +32,14 @@ class _FileLogger(Logger):
         name: str | None = "logs",
         version: int | str | None = None,
     ) -> None:
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         _validate_version(version)
         owner = type(self).__name__
         _check_path(owner, "save_dir", save_dir)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
-        self._save_dir = None if save_dir is None else os.fspath(save_dir)
+        self._save_dir = None if save_dir is None else storage.normalize(save_dir, "save_dir")
         self._name = name or ""
         self._version = version
         self._picks_version = version is None
@@ -58,7 +60,9 @@ class _FileLogger(Logger):
     @property
     def root_dir(self) -> str:
         """``<save_dir>/<name>``: the directory that holds every version."""
-        return os.path.join(self.save_dir, self._name)
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
+        return storage.join(self.save_dir, self._name)
 
     @property
     def version(self) -> int | str:
@@ -70,7 +74,9 @@ class _FileLogger(Logger):
     @property
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_N``: where this logger writes."""
-        return os.path.join(self.root_dir, _version_dir_name(self.version))
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
+        return storage.join(self.root_dir, _version_dir_name(self.version))
 
     @property
     def is_global_zero(self) -> bool:
@@ -78,12 +84,14 @@ class _FileLogger(Logger):
 
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         self._rank = trainer.global_rank
         if not self._version_fixed:
             fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
         if trainer.is_global_zero:
             # claim the version now, so a second run started in the same root gets the next one
-            os.makedirs(self.log_dir, exist_ok=True)
+            storage.makedirs(self.log_dir)
 
     def _hparams_to_plain(self, params: Any) -> dict[str, Any]:
         """``params`` (a dict, Namespace or object with ``__dict__``) as a plain dict."""

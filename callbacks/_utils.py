@@ -43,14 +43,16 @@ def _rank_zero_print(trainer: Trainer, message: str) -> None:
 # -- log directories --------------------------------------------------------------------------
 def _next_version(root: str) -> int:
     """One more than the highest ``version_N`` directory under ``root`` (0 if there is none)."""
+    from trainer.checkpointing import storage
+
     try:
-        names = os.listdir(root)
+        names = storage.listdir(root)
     except FileNotFoundError:
         return 0
     versions = [
         int(m.group(1))
         for m in map(_VERSION_DIR.match, names)
-        if m and os.path.isdir(os.path.join(root, m.group(0)))
+        if m and storage.isdir(storage.join(root, m.group(0)))
     ]
     return max(versions) + 1 if versions else 0
 

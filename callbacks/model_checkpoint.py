@@ -78,6 +78,8 @@ class ModelCheckpoint(Callback):
         auto_insert_metric_name: bool = True,
         verbose: bool = False,
     ) -> None:
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         _validate_mode(mode, "ModelCheckpoint")
         _check_path("ModelCheckpoint", "dirpath", dirpath)
         if monitor is not None and not isinstance(monitor, str):
@@ -99,7 +101,9 @@ class ModelCheckpoint(Callback):
         _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
-        self.dirpath: str | None = None if dirpath is None else os.path.expanduser(os.fspath(dirpath))
+        self.dirpath: str | None = (
+            None if dirpath is None else storage.normalize(os.path.expanduser(os.fspath(dirpath)), "dirpath")
+        )
         self.filename = filename or "{epoch}-{step}"
         self.monitor = monitor
         self.mode = mode
@@ -130,12 +134,16 @@ class ModelCheckpoint(Callback):
 
     # -- hooks ------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         # after every `setup`: the logger has fixed its version, so `trainer.log_dir` is final
         self._in_fit = True
         if self.dirpath is None:
             self.dirpath = self._default_dirpath(trainer)
         # an unwritable directory fails the fit now, not at the first save an epoch later
-        problem = _unwritable(self.dirpath) if trainer.is_global_zero else None
+        problem = None
+        if trainer.is_global_zero:
+            problem = storage.unwritable(self.dirpath) if storage.is_url(self.dirpath) else _unwritable(self.dirpath)
         if trainer.world_size > 1:
             self.dirpath, problem = trainer.strategy.broadcast((self.dirpath, problem), src=0)
         if problem is not None:
@@ -148,8 +156,8 @@ class ModelCheckpoint(Callback):
             self._pending_state = None
         if (
             trainer.is_global_zero
-            and os.path.isdir(self.dirpath)
-            and os.listdir(self.dirpath)
+            and storage.isdir(self.dirpath)
+            and storage.listdir(self.dirpath)
             and not self.best_k_models
         ):
             warnings.warn(
@@ -262,6 +270,8 @@ class ModelCheckpoint(Callback):
         ``<dirpath>/epoch=3-val_loss=0.12.ckpt``; ``ver=1`` appends ``-v1``.
         """
 
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         def replace(match: re.Match[str]) -> str:
             name, spec = match.group(1).strip(), match.group(2)
             if name not in metrics:
@@ -279,13 +289,15 @@ class ModelCheckpoint(Callback):
         name = _FIELD.sub(replace, self.filename)
         if ver is not None:
             name = f"{name}-v{ver}"
-        return os.path.join(self.dirpath or "", name + self.FILE_EXTENSION)
+        return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
 
     # -- saving -----------------------------------------------------------------------------
     def _default_dirpath(self, trainer: Trainer) -> str:
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         log_dir = trainer.log_dir if trainer.loggers else None
         base = log_dir if log_dir is not None else trainer.default_root_dir
-        return os.path.join(os.fspath(base), "checkpoints")
+        return storage.join(os.fspath(base), "checkpoints")
 
     def _epoch_due(self, trainer: Trainer) -> bool:
         n = self.every_n_epochs
@@ -319,6 +331,8 @@ class ModelCheckpoint(Callback):
 
     def _decide(self, trainer: Trainer) -> dict[str, Any]:
         """Rank 0: which files to write and delete, and the bookkeeping after this save."""
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         metrics: dict[str, Any] = dict(trainer.callback_metrics)
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
@@ -373,7 +387,7 @@ class ModelCheckpoint(Callback):
             else:
                 message = f"{self.monitor!r} was not in top {self.save_top_k}"
 
-        last_path = os.path.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        last_path = storage.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
         if self.save_last:
             state["last_model_path"] = last_path
         return {
@@ -385,6 +399,8 @@ class ModelCheckpoint(Callback):
         }
 
     def _apply_decision(self, trainer: Trainer, decision: Mapping[str, Any]) -> None:
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         before = self._bookkeeping()
         # bookkeeping first: the checkpoint being written records itself as saved
         self._set_bookkeeping(decision["state"])
@@ -407,10 +423,7 @@ class ModelCheckpoint(Callback):
         if trainer.is_global_zero:
             # only after the new file is safely on disk
             for path in decision["delete"]:
-                try:
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
+                storage.remove(path)
 
     def _bookkeeping(self) -> dict[str, Any]:
         return {
@@ -436,9 +449,11 @@ class ModelCheckpoint(Callback):
         self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None
     ) -> str:
         """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...)."""
+        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
         path = self.format_checkpoint_name(metrics)
         version = 0
-        while path != replaceable and (path in taken or os.path.exists(path)):
+        while path != replaceable and (path in taken or storage.exists(path)):
             version += 1
             path = self.format_checkpoint_name(metrics, ver=version)
         return path

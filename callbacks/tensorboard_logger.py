@@ -65,7 +65,10 @@ class TensorBoardLogger(_FileLogger):
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter  # heavy: only when a run writes
 
-            os.makedirs(self.log_dir, exist_ok=True)
+            from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
+
+            # a URL is written by TensorBoard's own file layer (fsspec or, for s3://, boto3)
+            storage.makedirs(self.log_dir)
             self._writer = SummaryWriter(log_dir=self.log_dir)
             weakref.finalize(self, self._writer.close)  # at the logger's end or the interpreter's
         return self._writer

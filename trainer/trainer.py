@@ -13,6 +13,7 @@ from callbacks.logger import Logger
 from trainer.accelerators.accelerator import Accelerator
 from trainer.loops.anomaly import NonFiniteLossCheck
 from trainer.arguments import check_bool, check_int, check_number, check_path, check_str
+from trainer.checkpointing import storage
 from trainer.checkpointing.checkpoint import (
     atomic_save,
     check_compatible,
@@ -124,7 +125,10 @@ class Trainer:
         self.limit_predict_batches = limit_predict_batches
         self.num_sanity_val_steps = num_sanity_val_steps
         self.use_distributed_sampler = use_distributed_sampler
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        # a URL is checked now: an unknown protocol must not become a local directory named "s3:"
+        self.default_root_dir = (
+            storage.normalize(default_root_dir, "default_root_dir") if default_root_dir is not None else os.getcwd()
+        )
 
         self.precision = normalize_precision(precision)
         self._accelerator = Accelerator.from_flag(accelerator)

@@ -5,6 +5,7 @@ from callbacks.csv_logger import CSVLogger
 from callbacks.early_stopping import EarlyStopping
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
+from callbacks.mlflow_logger import MLFlowLogger
 from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.progress_bar import ProgressBar
 from callbacks.tensorboard_logger import TensorBoardLogger
@@ -16,6 +17,7 @@ __all__ = [
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LearningRateMonitor",
+    "MLFlowLogger",
     "Logger",
     "ModelCheckpoint",
     "ProgressBar",

@@ -93,14 +93,6 @@ class _FileLogger(Logger):
             # claim the version now, so a second run started in the same root gets the next one
             storage.makedirs(self.log_dir)
 
-    def _hparams_to_plain(self, params: Any) -> dict[str, Any]:
-        """``params`` (a dict, Namespace or object with ``__dict__``) as a plain dict."""
-        if params is None:
-            return {}
-        if not isinstance(params, dict):
-            params = dict(vars(params)) if hasattr(params, "__dict__") else dict(params)
-        return dict(params)
-
 
 def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: bool) -> None:
     """Fix ``save_dir`` and version of each file logger in ``loggers`` whose version is not fixed.

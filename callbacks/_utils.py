@@ -118,6 +118,22 @@ def _to_float(value: Any) -> float:
     return float(value)
 
 
+def _flatten_hparams(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts and turn values TensorBoard cannot show into strings."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten_hparams(value, prefix=f"{name}/"))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif hasattr(value, "numel") and value.numel() == 1:
+            out[name] = _to_float(value)
+        else:
+            out[name] = str(value)
+    return out
+
+
 def _validate_mode(mode: str, owner: str) -> None:
     if not isinstance(mode, str):
         raise TypeError(f"{owner}(mode={mode!r}) is not supported: use 'min' or 'max'.")

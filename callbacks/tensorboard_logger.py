@@ -7,7 +7,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
-from callbacks._utils import _to_float
+from callbacks._utils import _flatten_hparams, _to_float
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -153,19 +153,3 @@ class TensorBoardLogger(_FileLogger):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def _flatten_hparams(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts and turn values TensorBoard cannot show into strings."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_flatten_hparams(value, prefix=f"{name}/"))
-        elif isinstance(value, (bool, int, float, str)):
-            out[name] = value
-        elif hasattr(value, "numel") and value.numel() == 1:
-            out[name] = _to_float(value)
-        else:
-            out[name] = str(value)
-    return out

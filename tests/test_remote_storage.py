@@ -31,7 +31,7 @@ def _in_tmp(tmp_path, monkeypatch):
 
 
 def _quiet(**kw: Any) -> dict[str, Any]:
-    return {"accelerator": "cpu", "enable_progress_bar": False, **kw}
+    return {"enable_progress_bar": False, **kw}
 
 
 # -- bad URLs ---------------------------------------------------------------------------------
@@ -42,14 +42,14 @@ def test_unknown_protocol_is_an_error_not_a_local_directory(tmp_path):
         ModelCheckpoint(dirpath="nosuch://b/ckpts")
     with pytest.raises(ValueError, match=r"save_dir='nosuch://b/logs': unknown storage protocol"):
         CSVLogger(save_dir="nosuch://b/logs")
-    trainer = Trainer(**_quiet(max_epochs=1, logger=False, enable_checkpointing=False))
+    trainer = Trainer(accelerator="cpu", **_quiet(max_epochs=1, logger=False, enable_checkpointing=False))
     with pytest.raises(ValueError, match=r"ckpt_path='nosuch://b/x.ckpt': unknown storage protocol"):
         trainer.fit(Regression(), make_loader(), ckpt_path="nosuch://b/x.ckpt")
     assert os.listdir(tmp_path) == []
 
 
 def test_file_url_is_the_local_path(tmp_path):
-    trainer = Trainer(**_quiet(max_epochs=1, logger=False), default_root_dir=f"file://{tmp_path}/run")
+    trainer = Trainer(accelerator="cpu", **_quiet(max_epochs=1, logger=False), default_root_dir=f"file://{tmp_path}/run")
     assert trainer.default_root_dir == f"{tmp_path}/run"
     trainer.fit(Regression(), make_loader())
     assert os.listdir(tmp_path / "run" / "checkpoints") == ["epoch=0-step=24.ckpt"]
@@ -59,7 +59,7 @@ def test_file_url_is_the_local_path(tmp_path):
 def test_memory_url_keeps_top_k_and_last_and_loads(tmp_path):
     root = "memory://test_memory_url/run"
     ckpt = ModelCheckpoint(monitor="train_loss", save_top_k=2, save_last=True, every_n_epochs=1)
-    trainer = Trainer(**_quiet(max_epochs=4, default_root_dir=root, callbacks=[ckpt]), logger=CSVLogger())
+    trainer = Trainer(accelerator="cpu", **_quiet(max_epochs=4, default_root_dir=root, callbacks=[ckpt]), logger=CSVLogger())
     trainer.fit(Regression(), make_loader())
     ckpt_dir = f"{root}/logs/version_0/checkpoints"
     names = sorted(storage.listdir(ckpt_dir))
@@ -67,7 +67,7 @@ def test_memory_url_keeps_top_k_and_last_and_loads(tmp_path):
     assert sorted(storage.join(ckpt_dir, n) for n in names if n != "last.ckpt") == sorted(ckpt.best_k_models)
     assert storage.exists(f"{root}/logs/version_0/metrics.csv")
     # validate from the best checkpoint there
-    Trainer(**_quiet(logger=False)).validate(Regression(), make_loader(), ckpt_path=ckpt.best_model_path)
+    Trainer(accelerator="cpu", **_quiet(logger=False)).validate(Regression(), make_loader(), ckpt_path=ckpt.best_model_path)
     assert os.listdir(tmp_path) == []
 
 
@@ -127,7 +127,7 @@ def test_s3_run_resumes_from_last_bitwise(s3_endpoint, tmp_path, request):
 
     seed_everything(0)
     straight = Noisy()
-    Trainer(**kw, logger=False, enable_checkpointing=False).fit(straight, make_loader())
+    Trainer(accelerator="cpu", **kw, logger=False, enable_checkpointing=False).fit(straight, make_loader())
 
     def checkpoints() -> ModelCheckpoint:  # the latest only (top-1 deletes the one before) and last
         return ModelCheckpoint(every_n_train_steps=4, save_last=True)
@@ -135,13 +135,13 @@ def test_s3_run_resumes_from_last_bitwise(s3_endpoint, tmp_path, request):
     seed_everything(0)
     first = Noisy()
     with pytest.raises(KeyboardInterrupt):
-        Trainer(**kw, default_root_dir=root, callbacks=[checkpoints(), _CrashAt(18)]).fit(first, make_loader())
+        Trainer(accelerator="cpu", **kw, default_root_dir=root, callbacks=[checkpoints(), _CrashAt(18)]).fit(first, make_loader())
     ckpt_dir = f"{root}/logs/version_0/checkpoints"
     assert sorted(storage.listdir(ckpt_dir)) == ["epoch=1-step=16.ckpt", "last.ckpt"]
 
     seed_everything(99)  # nothing but the checkpoint decides what happens next
     resumed = Noisy()
-    trainer = Trainer(**kw, default_root_dir=root, callbacks=[checkpoints()])
+    trainer = Trainer(accelerator="cpu", **kw, default_root_dir=root, callbacks=[checkpoints()])
     trainer.fit(resumed, make_loader(), ckpt_path="last")
     assert trainer.global_step == 24
     for a, b in zip(straight.parameters(), resumed.parameters()):

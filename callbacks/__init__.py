@@ -10,6 +10,7 @@ from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.progress_bar import ProgressBar
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
+from callbacks.wandb_logger import WandbLogger
 
 __all__ = [
     "Callback",
@@ -23,4 +24,5 @@ __all__ = [
     "ProgressBar",
     "TensorBoardLogger",
     "ThroughputMonitor",
+    "WandbLogger",
 ]

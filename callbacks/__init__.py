@@ -8,6 +8,7 @@ from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.mlflow_logger import MLFlowLogger
 from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.progress_bar import ProgressBar
+from callbacks.rich_progress_bar import RichProgressBar
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.wandb_logger import WandbLogger
@@ -22,6 +23,7 @@ __all__ = [
     "Logger",
     "ModelCheckpoint",
     "ProgressBar",
+    "RichProgressBar",
     "TensorBoardLogger",
     "ThroughputMonitor",
     "WandbLogger",

@@ -834,9 +834,9 @@ def _make_callbacks(
         from callbacks.lr_monitor import LearningRateMonitor
 
         given.append(LearningRateMonitor())
-    if progress_bar and "ProgressBar" not in names:
-        from callbacks.progress_bar import ProgressBar
+    from callbacks.progress_bar import ProgressBar
 
+    if progress_bar and not any(isinstance(cb, ProgressBar) for cb in given):  # RichProgressBar too
         given.append(ProgressBar())
     if checkpointing and "ModelCheckpoint" not in names:
         from callbacks.model_checkpoint import ModelCheckpoint

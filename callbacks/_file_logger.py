@@ -13,10 +13,10 @@ from callbacks._utils import (
     _version_dir_name,
 )
 from callbacks.logger import Logger
+from callbacks import storage
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class _FileLogger(Logger):
@@ -32,8 +32,6 @@ class _FileLogger(Logger):
         name: str | None = "logs",
         version: int | str | None = None,
     ) -> None:
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         _validate_version(version)
         owner = type(self).__name__
         _check_path(owner, "save_dir", save_dir)
@@ -60,8 +58,6 @@ class _FileLogger(Logger):
     @property
     def root_dir(self) -> str:
         """``<save_dir>/<name>``: the directory that holds every version."""
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         return storage.join(self.save_dir, self._name)
 
     @property
@@ -74,18 +70,24 @@ class _FileLogger(Logger):
     @property
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_N``: where this logger writes."""
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         return storage.join(self.root_dir, _version_dir_name(self.version))
 
     @property
     def is_global_zero(self) -> bool:
         return (self._rank if self._rank is not None else _env_global_rank()) == 0
 
+    def _default_save_dir(self, directory: str) -> None:
+        """Write under ``directory`` unless a ``save_dir`` was given."""
+        if self._save_dir is None:
+            self._save_dir = directory
+
+    def _fix_version(self, version: int | str | None) -> None:
+        """The version every rank agreed on (see `fix_log_versions`)."""
+        self._version = version
+        self._version_fixed = True
+
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         self._rank = trainer.global_rank
         if not self._version_fixed:
             fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
@@ -111,8 +113,7 @@ def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: boo
     if not group:
         return
     for lg in group:
-        if lg._save_dir is None:
-            lg._save_dir = os.fspath(trainer.default_root_dir)
+        lg._default_save_dir(os.fspath(trainer.default_root_dir))
     versions: list[int | str | None] = []
     if trainer.is_global_zero or not broadcast:
         pickers = [lg for lg in group if lg._picks_version]
@@ -121,5 +122,4 @@ def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: boo
     if broadcast:
         versions = trainer.strategy.broadcast(versions, src=0)
     for lg, version in zip(group, versions):
-        lg._version = version
-        lg._version_fixed = True
+        lg._fix_version(version)

@@ -7,8 +7,10 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
+from callbacks import storage
+
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer import Trainer
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -43,8 +45,6 @@ def _rank_zero_print(trainer: Trainer, message: str) -> None:
 # -- log directories --------------------------------------------------------------------------
 def _next_version(root: str) -> int:
     """One more than the highest ``version_N`` directory under ``root`` (0 if there is none)."""
-    from trainer.checkpointing import storage
-
     try:
         names = storage.listdir(root)
     except FileNotFoundError:

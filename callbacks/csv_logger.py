@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
 from callbacks._utils import _check_int, _to_float
+from callbacks import storage
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class CSVLogger(_FileLogger):
@@ -52,8 +52,6 @@ class CSVLogger(_FileLogger):
     @property
     def metrics_file_path(self) -> str:
         """Path of ``metrics.csv``."""
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         return storage.join(self.log_dir, self.METRICS_FILE)
 
     # -- Logger API -------------------------------------------------------------------------
@@ -75,8 +73,6 @@ class CSVLogger(_FileLogger):
         """Merge ``params`` into ``hparams.json`` (values JSON cannot hold are written as strings)."""
         if not self.is_global_zero:
             return
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         self._hparams.update(self._hparams_to_plain(params))
         text = json.dumps(self._hparams, indent=2, sort_keys=True, default=str)
         storage.write_bytes(storage.join(self.log_dir, self.HPARAMS_FILE), text.encode("utf-8"))
@@ -85,8 +81,6 @@ class CSVLogger(_FileLogger):
         """Write ``text`` to ``<log_dir>/<tag>.txt``."""
         if not self.is_global_zero:
             return
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         path = storage.join(self.log_dir, f"{tag.replace(os.sep, '_')}.txt")
         storage.write_bytes(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
 
@@ -94,8 +88,6 @@ class CSVLogger(_FileLogger):
         """Write buffered rows to ``metrics.csv``."""
         if not self._rows or not self.is_global_zero:
             return
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         new_columns = list(self._columns)
         for row in self._rows:
             new_columns.extend(key for key in row if key not in new_columns)
@@ -128,8 +120,6 @@ class CSVLogger(_FileLogger):
 
     def _rewrite(self, path: str, columns: list[str]) -> None:
         """Rewrite the file with ``columns`` as header: old rows first, then the buffered ones."""
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         old_rows: list[dict[str, str]] = []
         if self._columns and storage.exists(path):
             text = storage.read_bytes(path).decode("utf-8")

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import _env_global_rank, _flatten_hparams, _to_float
 from callbacks.logger import Logger
+from callbacks import storage
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 _BATCH = 1000  # MLflow's limit of metrics (and 100 of params) per log_batch request
 _PARAM_BATCH = 100
@@ -159,14 +159,12 @@ class MLFlowLogger(Logger):
     def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
         if not self.log_model or not trainer.is_global_zero:
             return
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         for cb in trainer.checkpoint_callbacks:
             paths = [*getattr(cb, "best_k_models", {}), getattr(cb, "last_model_path", "")]
             for path in dict.fromkeys(p for p in paths if p and storage.isfile(p)):
-                self._log_file(path, storage)
+                self._log_file(path)
 
-    def _log_file(self, path: str, storage: Any) -> None:
+    def _log_file(self, path: str) -> None:
         if not storage.is_url(path):
             self.experiment.log_artifact(self.run_id, path, "checkpoints")
             return

@@ -22,10 +22,10 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
+from callbacks import storage
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 # "{name}" or "{name:fmt}" in a filename template
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")
@@ -78,8 +78,6 @@ class ModelCheckpoint(Callback):
         auto_insert_metric_name: bool = True,
         verbose: bool = False,
     ) -> None:
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         _validate_mode(mode, "ModelCheckpoint")
         _check_path("ModelCheckpoint", "dirpath", dirpath)
         if monitor is not None and not isinstance(monitor, str):
@@ -134,8 +132,6 @@ class ModelCheckpoint(Callback):
 
     # -- hooks ------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         # after every `setup`: the logger has fixed its version, so `trainer.log_dir` is final
         self._in_fit = True
         if self.dirpath is None:
@@ -270,8 +266,6 @@ class ModelCheckpoint(Callback):
         ``<dirpath>/epoch=3-val_loss=0.12.ckpt``; ``ver=1`` appends ``-v1``.
         """
 
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         def replace(match: re.Match[str]) -> str:
             name, spec = match.group(1).strip(), match.group(2)
             if name not in metrics:
@@ -293,8 +287,6 @@ class ModelCheckpoint(Callback):
 
     # -- saving -----------------------------------------------------------------------------
     def _default_dirpath(self, trainer: Trainer) -> str:
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         log_dir = trainer.log_dir if trainer.loggers else None
         base = log_dir if log_dir is not None else trainer.default_root_dir
         return storage.join(os.fspath(base), "checkpoints")
@@ -331,8 +323,6 @@ class ModelCheckpoint(Callback):
 
     def _decide(self, trainer: Trainer) -> dict[str, Any]:
         """Rank 0: which files to write and delete, and the bookkeeping after this save."""
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         metrics: dict[str, Any] = dict(trainer.callback_metrics)
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
@@ -399,8 +389,6 @@ class ModelCheckpoint(Callback):
         }
 
     def _apply_decision(self, trainer: Trainer, decision: Mapping[str, Any]) -> None:
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         before = self._bookkeeping()
         # bookkeeping first: the checkpoint being written records itself as saved
         self._set_bookkeeping(decision["state"])
@@ -449,8 +437,6 @@ class ModelCheckpoint(Callback):
         self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None
     ) -> str:
         """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...)."""
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         path = self.format_checkpoint_name(metrics)
         version = 0
         while path != replaceable and (path in taken or storage.exists(path)):

@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from callbacks.progress_bar import ProgressBar, _Bar, _isatty
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class RichProgressBar(ProgressBar):

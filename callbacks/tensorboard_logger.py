@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
 from callbacks._utils import _flatten_hparams, _to_float
+from callbacks import storage
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class _NoOpExperiment:
@@ -64,8 +64,6 @@ class TensorBoardLogger(_FileLogger):
             return self._noop
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter  # heavy: only when a run writes
-
-            from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
 
             # a URL is written by TensorBoard's own file layer (fsspec or, for s3://, boto3)
             storage.makedirs(self.log_dir)

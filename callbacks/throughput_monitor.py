@@ -9,8 +9,7 @@ from callbacks._utils import _batch_size, _check_int
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class ThroughputMonitor(Callback):

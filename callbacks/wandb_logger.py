@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from callbacks._utils import _check_bool, _check_path, _env_global_rank, _to_float
 from callbacks.logger import Logger
+from callbacks import storage
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class WandbLogger(Logger):
@@ -146,7 +146,5 @@ class WandbLogger(Logger):
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._rank = trainer.global_rank
-        from trainer.checkpointing import storage  # not at the top: trainer imports callbacks
-
         if self._save_dir is None and not storage.is_url(trainer.default_root_dir):
             self._save_dir = os.fspath(trainer.default_root_dir)  # a URL root: the current directory

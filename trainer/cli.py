@@ -15,10 +15,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional, Sequence
 
-from callbacks.callback import Callback
-from trainer.checkpointing import storage
 from trainer.data.datamodule import DataModule
 from trainer.module import TrainModule
+from trainer.default_callbacks import Callback, storage
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
 

@@ -20,8 +20,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainer import Trainer, TrainModule, seed_everything
-from trainer.data.datamodule import DataModule
+from trainer import DataModule, Trainer, TrainModule, seed_everything
 
 
 def digits_datasets(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:

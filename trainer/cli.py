@@ -89,13 +89,4 @@ def main(argv: Sequence[str] | None = None) -> Any:
     saved = parser.dump(config, skip_none=False)
     trainer = Trainer(**trainer_kwargs, callbacks=[*callbacks, SaveConfig(saved)])
     model, data = objects.model, objects.data
-    ckpt_path = config.ckpt_path
-    if subcommand == "fit":
-        return trainer.fit(
-            model,
-            data.train_dataloader() if data is not None else None,
-            data.val_dataloader() if data is not None else None,
-            ckpt_path=ckpt_path,
-        )
-    loaders = getattr(data, f"{'val' if subcommand == 'validate' else subcommand}_dataloader")() if data else None
-    return getattr(trainer, subcommand)(model, loaders, ckpt_path=ckpt_path)
+    return getattr(trainer, subcommand)(model, datamodule=data, ckpt_path=config.ckpt_path)

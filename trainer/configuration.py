@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
+from trainer.default_callbacks import storage
 from trainer.distributed.rank_zero import rank_zero_info
 from trainer.profiler import make_profiler
 
@@ -46,8 +47,7 @@ def configure(trainer: Trainer, args: Mapping[str, Any]) -> None:
     trainer.max_epochs = max_epochs
     clip = args["gradient_clip_val"]
     trainer.gradient_clip_val = float(clip) if clip is not None else None
-    root = args["default_root_dir"]
-    trainer.default_root_dir = os.fspath(root) if root is not None else os.getcwd()
+    trainer.default_root_dir = storage.normalize(args["default_root_dir"] or os.getcwd(), "default_root_dir")
     trainer.profiler = make_profiler(args["profiler"])
     trainer.fast_dev_run = fast_dev_batches(args["fast_dev_run"])
     if trainer.fast_dev_run:

@@ -303,3 +303,22 @@ def test_seed_everything_workers_gives_each_rank_its_own_worker_seeds():
         assert not torch.equal(draws[0], draws[1])
     finally:
         seed_everything(0)
+
+
+def _trained_with_sanity_steps(steps: int) -> list[torch.Tensor]:
+    from trainer import seed_everything
+
+    seed_everything(3)
+    module = Regression()
+    data = regression_data(32)
+    trainer = Trainer(accelerator="cpu", max_epochs=2, num_sanity_val_steps=steps, **QUIET)
+    trainer.fit(module, loader(data, 4, shuffle=True), loader(data, 4))
+    return [p.detach().clone() for p in module.parameters()]
+
+
+def test_the_sanity_check_draws_no_random_numbers_training_is_the_same_without_it():
+    # each DataLoader iterator draws a seed from torch's RNG: unisolated, the sanity check's
+    # validation loader would change the shuffled training order (Lightning isolates it too)
+    with_check, without = _trained_with_sanity_steps(2), _trained_with_sanity_steps(0)
+    for a, b in zip(with_check, without):
+        assert torch.equal(a, b)

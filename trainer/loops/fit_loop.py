@@ -46,7 +46,7 @@ from trainer.loops.optimization import (
     step_schedulers,
 )
 from trainer.loops.progress import FitProgress
-from trainer.seed import install_worker_seeding
+from trainer.seed import install_worker_seeding, isolated_rng
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
@@ -218,7 +218,8 @@ class FitLoop:
         if t.val_dataloaders and t.num_sanity_val_steps != 0 and self.validation_enabled():
             t.state.stage = Stage.SANITY_CHECK
             hooks.call("on_sanity_check_start")
-            EvaluationLoop(t, Stage.SANITY_CHECK).run(t.val_dataloaders)
+            with isolated_rng():  # training draws the same random numbers with or without it
+                EvaluationLoop(t, Stage.SANITY_CHECK).run(t.val_dataloaders)
             hooks.call("on_sanity_check_end")
             t.state.stage = Stage.FIT
         hooks.call("on_train_start")

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from trainer.data.batch import batch_size as batch_size_of
+
 if TYPE_CHECKING:
     from trainer.strategies.strategy import Strategy
 
@@ -26,22 +28,6 @@ class _Entry:
     last: torch.Tensor
     total: torch.Tensor | None = None  # weighted sum (mean), sum, or running max/min
     weight: float = 0.0  # sum of batch sizes, a host number: no device op to keep it
-
-
-def batch_size_of(batch: Any) -> int:
-    """The size of a batch: the first dimension of the first tensor found in it (else 1)."""
-    stack = [batch]
-    while stack:
-        item = stack.pop(0)
-        if isinstance(item, torch.Tensor):
-            return int(item.shape[0]) if item.ndim else 1
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
-    return 1
 
 
 class MetricStore:
@@ -93,7 +79,8 @@ class MetricStore:
         if on_epoch:
             if batch_size is None:
                 if self._batch_size is None:
-                    self._batch_size = batch_size_of(self._batch) if self._batch is not None else 1
+                    size = batch_size_of(self._batch)
+                    self._batch_size = 1 if size is None else size
                 batch_size = self._batch_size
             _accumulate(entry, tensor, batch_size)
 

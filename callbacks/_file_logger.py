@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from callbacks._utils import (
     _check_path,
-    _env_global_rank,
     _next_version,
     _validate_version,
     _version_dir_name,
@@ -74,7 +73,12 @@ class _FileLogger(Logger):
 
     @property
     def is_global_zero(self) -> bool:
-        return (self._rank if self._rank is not None else _env_global_rank()) == 0
+        if self._rank is not None:
+            return self._rank == 0
+        # imported here: trainer.trainer imports this module while the trainer package loads
+        from trainer.distributed.rank_zero import current_global_rank
+
+        return current_global_rank() == 0
 
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:

@@ -20,10 +20,22 @@ class TrainModule(nn.Module):
     sched, "interval": "step"|"epoch", "frequency": n}}``.
     """
 
-    # Class attributes, not instance ones: a subclass that forgets super().__init__() still
+    # A class attribute, not an instance one: a subclass that forgets super().__init__() still
     # gets a clear error from nn.Module rather than an AttributeError from us.
     _trainer: Trainer | None = None
-    hparams: dict[str, Any] = {}
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The hyperparameters `save_hyperparameters` recorded (empty before): this module's own
+        dict, made on first use, so no ``__init__`` is needed for it."""
+        hparams = self.__dict__.get("_hparams")
+        if hparams is None:
+            hparams = self.__dict__["_hparams"] = {}
+        return hparams
+
+    @hparams.setter
+    def hparams(self, value: dict[str, Any]) -> None:
+        self.__dict__["_hparams"] = value
 
     # -- required ---------------------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any]:

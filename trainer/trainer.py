@@ -492,7 +492,7 @@ class Trainer:
         self._global_step = 0
         self._loss_check.reset()
         self._validated_in_fit = False
-        if ckpt_path is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        if ckpt_path is None and self._strategy.cluster_environment.restart_count > 0:
             ckpt_path = "last" if self._strategy.broadcast(find_last_checkpoint(self)) else None
         if ckpt_path is not None:
             self._restore(ckpt_path, weights_only)

@@ -19,6 +19,11 @@ __all__ = ["apply_to_tensors", "batch_size", "leaves", "tensors"]
 
 def _children(item: Any) -> Iterable[Any] | None:
     """The parts of a container, in order, or None for a leaf."""
+    kind = type(item)
+    if kind is tuple or kind is list:  # the common batches first: the ABC checks cost more
+        return item
+    if kind is dict:
+        return item.values()
     if isinstance(item, (str, bytes)):
         return None
     if isinstance(item, Mapping):
@@ -50,10 +55,15 @@ def tensors(batch: Any) -> Iterator[torch.Tensor]:
 def batch_size(batch: Any) -> int | None:
     """The first dimension of the first tensor in ``batch`` (1 for a 0-d tensor), None without
     tensors. Reads only shapes: no device sync."""
-    first = next(tensors(batch), None)
-    if first is None:
-        return None
-    return int(first.shape[0]) if first.dim() else 1
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    children = _children(batch)
+    if children is not None:
+        for child in children:
+            size = batch_size(child)
+            if size is not None:
+                return size
+    return None
 
 
 def apply_to_tensors(
@@ -63,6 +73,12 @@ def apply_to_tensors(
     leaf, in containers of the same types (dicts, lists, tuples, namedtuples, dataclasses)."""
     if isinstance(batch, torch.Tensor):
         return fn(batch)
+    kind = type(batch)
+    if kind is tuple or kind is list:  # the common batches first, as in `_children`
+        items = [apply_to_tensors(v, fn, other) for v in batch]
+        return items if kind is list else tuple(items)
+    if kind is dict:
+        return {k: apply_to_tensors(v, fn, other) for k, v in batch.items()}
     children = _children(batch)
     if children is None:
         return batch if other is None else other(batch)

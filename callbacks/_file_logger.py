@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from callbacks._utils import (
     _check_path,
+    _env_global_rank,
     _next_version,
     _validate_version,
     _version_dir_name,
@@ -14,8 +15,7 @@ from callbacks._utils import (
 from callbacks.logger import Logger
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class _FileLogger(Logger):
@@ -73,12 +73,17 @@ class _FileLogger(Logger):
 
     @property
     def is_global_zero(self) -> bool:
-        if self._rank is not None:
-            return self._rank == 0
-        # imported here: trainer.trainer imports this module while the trainer package loads
-        from trainer.distributed.rank_zero import current_global_rank
+        return (self._rank if self._rank is not None else _env_global_rank()) == 0
 
-        return current_global_rank() == 0
+    def _default_save_dir(self, directory: str) -> None:
+        """Write under ``directory`` unless a ``save_dir`` was given."""
+        if self._save_dir is None:
+            self._save_dir = directory
+
+    def _fix_version(self, version: int | str | None) -> None:
+        """The version every rank agreed on (see `fix_log_versions`)."""
+        self._version = version
+        self._version_fixed = True
 
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
@@ -115,8 +120,7 @@ def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: boo
     if not group:
         return
     for lg in group:
-        if lg._save_dir is None:
-            lg._save_dir = os.fspath(trainer.default_root_dir)
+        lg._default_save_dir(os.fspath(trainer.default_root_dir))
     versions: list[int | str | None] = []
     if trainer.is_global_zero or not broadcast:
         pickers = [lg for lg in group if lg._picks_version]
@@ -125,5 +129,4 @@ def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: boo
     if broadcast:
         versions = trainer.strategy.broadcast(versions, src=0)
     for lg, version in zip(group, versions):
-        lg._version = version
-        lg._version_fixed = True
+        lg._fix_version(version)

@@ -8,7 +8,7 @@ import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer import Trainer
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -25,6 +25,15 @@ class _MonitorKeyError(KeyError):
 
 
 # -- ranks ------------------------------------------------------------------------------------
+def _env_global_rank() -> int:
+    """Global rank before the Trainer has told us (loggers may be used before ``setup``)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return int(os.environ.get("RANK", 0))
+
+
 def _rank_zero_print(trainer: Trainer, message: str) -> None:
     """Print ``message`` once, from global rank 0."""
     if trainer.is_global_zero:

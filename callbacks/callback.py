@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imports for annotations only: keep `import callbacks` cheap
     import torch
 
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class Callback:

@@ -11,8 +11,7 @@ from callbacks._file_logger import _FileLogger
 from callbacks._utils import _check_int, _to_float
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class CSVLogger(_FileLogger):

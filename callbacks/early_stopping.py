@@ -19,8 +19,7 @@ from callbacks._utils import (
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class EarlyStopping(Callback):

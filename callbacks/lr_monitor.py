@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Any
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class LearningRateMonitor(Callback):

@@ -24,8 +24,7 @@ from callbacks._utils import (
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 # "{name}" or "{name:fmt}" in a filename template
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")

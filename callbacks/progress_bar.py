@@ -11,8 +11,7 @@ from callbacks._utils import _check_bool, _check_int, _check_number, _format_dur
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 # with no known total, a non-terminal stream gets a line this often
 _UNKNOWN_TOTAL_LINE_INTERVAL_S = 30.0

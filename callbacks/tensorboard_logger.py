@@ -12,8 +12,7 @@ from callbacks._utils import _to_float
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class _NoOpExperiment:

@@ -9,8 +9,7 @@ from callbacks._utils import _check_int
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer import Trainer, TrainModule
 
 
 class ThroughputMonitor(Callback):
@@ -66,10 +65,7 @@ class ThroughputMonitor(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        # imported here, not at the top: trainer.trainer imports callbacks while `trainer` loads
-        from trainer.data.batch import batch_size
-
-        size = batch_size(batch)
+        size = trainer.metric_logger.train.batch_size  # the size `self.log` weights this batch by
         self._samples += size if size is not None else trainer.micro_batch_size or 0
         self._batches += 1
         step = trainer.global_step

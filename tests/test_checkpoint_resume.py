@@ -59,17 +59,17 @@ def test_resume_never_maps_the_checkpoint_to_the_run_device(tmp_path, monkeypatc
     # tensors and torch.set_rng_state raised. Loading must not depend on the run's device:
     # restoring here with the strategy reporting a CUDA device must still resume exactly (on a
     # CPU-only machine torch refuses to map anything to CUDA, so any use of the device fails).
+    import trainer.loops.fit_loop as fit_loop_module
     from trainer.strategies.strategy import Strategy
-    from trainer.trainer import Trainer as TrainerClass
 
-    restore = TrainerClass._restore
+    restore = fit_loop_module.restore_fit
 
-    def restore_as_on_a_gpu(self, *args, **kwargs):
+    def restore_as_on_a_gpu(*args, **kwargs):
         with monkeypatch.context() as m:
             m.setattr(Strategy, "root_device", property(lambda _: torch.device("cuda", 0)))
-            return restore(self, *args, **kwargs)
+            return restore(*args, **kwargs)
 
-    monkeypatch.setattr(TrainerClass, "_restore", restore_as_on_a_gpu)
+    monkeypatch.setattr(fit_loop_module, "restore_fit", restore_as_on_a_gpu)
     straight, resumed, _ = straight_and_resumed(str(tmp_path), 18, own_generator=True, accelerator="cpu")
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
 
@@ -95,9 +95,9 @@ def test_rng_states_are_restored_from_cpu_bytes_whatever_tensors_were_loaded(tmp
         ckpt["rank_states"] = _rng_tensors_as_int64(ckpt["rank_states"])
         return ckpt
 
-    import trainer.trainer as trainer_module
+    import trainer.checkpointing.connector as connector_module
 
-    monkeypatch.setattr(trainer_module, "load_checkpoint", load_with_foreign_rng_tensors)
+    monkeypatch.setattr(connector_module, "load_checkpoint", load_with_foreign_rng_tensors)
     stop, stop_step = POSITIONS[position]
     straight, resumed, _ = straight_and_resumed(str(tmp_path), stop_step, own_generator=True, stop=stop, accelerator="cpu")
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))

@@ -582,11 +582,17 @@ class PlainModule(TrainModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+def test_the_hook_table_names_every_callback_hook():
+    defined = {n for n in vars(Callback) if n.startswith("on_") or n in ("setup", "teardown")}
+    assert set(CALLBACK_HOOKS) == defined
+    assert len(CALLBACK_HOOKS) == len(set(CALLBACK_HOOKS))
+
+
 def test_only_overridden_hooks_are_dispatched():
     cb, plain = OnlyBatchEnd(), Callback()
     module = PlainModule()
     trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[cb, plain], **QUIET)
-    table = HookDispatcher(trainer, module, [cb, plain])
+    table = HookDispatcher(trainer, module, [cb, plain], Callback)
     assert {n for n in CALLBACK_HOOKS if table._callbacks[n]} == {"on_train_batch_end"}
     assert len(table._callbacks["on_train_batch_end"]) == 1  # `plain` overrides nothing
     assert not any(table._module[n] for n in CALLBACK_HOOKS)  # PlainModule overrides no hook

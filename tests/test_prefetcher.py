@@ -186,7 +186,7 @@ def test_cpu_fit_leaves_loaders_unpinned_and_does_not_prefetch():
     train = loader(data, 4)
     t = Trainer(max_epochs=1, accelerator="cpu", **QUIET)
     t.fit(Regression(), train)
-    assert not train.pin_memory and not t.fit_loop._prefetching
+    assert not train.pin_memory and not t.fit_loop.prefetching
 
 
 # -- CUDA ----------------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ def test_cuda_fit_pins_prefetches_and_trains_like_the_plain_path(monkeypatch):
         t = Trainer(max_epochs=2, accelerator="cuda", devices=1, pin_memory=prefetch, **QUIET)
         module = Regression()
         t.fit(module, train)
-        assert t.fit_loop._prefetching is prefetch and train.pin_memory is prefetch
+        assert t.fit_loop.prefetching is prefetch and train.pin_memory is prefetch
         runs[prefetch] = [p.detach().cpu() for p in module.parameters()]
     for a, b in zip(runs[True], runs[False]):
         assert torch.equal(a, b)

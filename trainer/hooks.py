@@ -8,21 +8,62 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from callbacks.callback import Callback
-
 if TYPE_CHECKING:
+    from trainer.default_callbacks import Callback
     from trainer.module import TrainModule
     from trainer.trainer import Trainer
 
-CALLBACK_HOOKS = tuple(
-    name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown")
+# Every hook a callback may implement, by name (`Callback` defines each; a test checks both agree).
+CALLBACK_HOOKS = (
+    "setup",
+    "teardown",
+    "on_fit_start",
+    "on_fit_end",
+    "on_sanity_check_start",
+    "on_sanity_check_end",
+    "on_train_start",
+    "on_train_end",
+    "on_train_epoch_start",
+    "on_train_epoch_end",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_before_zero_grad",
+    "on_validation_start",
+    "on_validation_end",
+    "on_validation_epoch_start",
+    "on_validation_epoch_end",
+    "on_validation_batch_start",
+    "on_validation_batch_end",
+    "on_test_start",
+    "on_test_end",
+    "on_test_epoch_start",
+    "on_test_epoch_end",
+    "on_test_batch_start",
+    "on_test_batch_end",
+    "on_predict_start",
+    "on_predict_end",
+    "on_predict_epoch_start",
+    "on_predict_epoch_end",
+    "on_predict_batch_start",
+    "on_predict_batch_end",
+    "on_exception",
+    "on_save_checkpoint",
+    "on_load_checkpoint",
 )
 
 
 class HookDispatcher:
-    """Calls ``hook(*args)`` on the module, then ``hook(trainer, module, *args)`` on callbacks."""
+    """Calls ``hook(*args)`` on the module, then ``hook(trainer, module, *args)`` on callbacks.
 
-    def __init__(self, trainer: Trainer, module: TrainModule, callbacks: list[Callback]) -> None:
+    Without a module (``module=None``: before the first run) it calls nothing.
+    """
+
+    def __init__(
+        self, trainer: Trainer, module: TrainModule | None, callbacks: list[Callback], callback_base: type
+    ) -> None:
         from trainer.module import TrainModule
 
         self._module: dict[str, list[Callable[..., Any]]] = {}
@@ -31,11 +72,12 @@ class HookDispatcher:
         for name in CALLBACK_HOOKS:
             base = getattr(TrainModule, name, None)
             own = getattr(type(module), name, None)
-            self._module[name] = [getattr(module, name)] if base is not None and own is not base else []
+            overridden = module is not None and base is not None and own is not base
+            self._module[name] = [getattr(module, name)] if overridden else []
             self._callbacks[name] = [
                 _with_context(getattr(cb, name), trainer, module)
                 for cb in callbacks
-                if getattr(type(cb), name) is not getattr(Callback, name)
+                if module is not None and getattr(type(cb), name) is not getattr(callback_base, name)
             ]
             self._all[name] = self._module[name] + self._callbacks[name]
 
@@ -55,7 +97,7 @@ class HookDispatcher:
             fn(*args)
 
 
-def _with_context(fn: Callable[..., Any], trainer: Trainer, module: TrainModule) -> Callable[..., Any]:
+def _with_context(fn: Callable[..., Any], trainer: Trainer, module: TrainModule | None) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         return fn(trainer, module, *args)
 

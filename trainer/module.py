@@ -208,7 +208,7 @@ class TrainModule(nn.Module):
                 f"self.log({name!r}) was called outside a Trainer run; call it from a step or hook "
                 "during trainer.fit/validate/test."
             )
-        trainer._active_metrics.log(
+        trainer.metric_logger.active.log(
             name,
             value,
             prog_bar=prog_bar,
@@ -254,10 +254,15 @@ class TrainModule(nn.Module):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
         return self._trainer
 
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        """Attach the module to the Trainer that runs it (the Trainer does this at every run)."""
+        self._trainer = trainer
+
     @property
     def device(self) -> torch.device:
         """The device the module's parameters live on (the strategy's device during a run)."""
-        if self._trainer is not None and self._trainer._strategy is not None:
+        if self._trainer is not None:
             return self._trainer.strategy.root_device
         for p in self.parameters():
             return p.device

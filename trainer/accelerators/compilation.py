@@ -18,3 +18,13 @@ def compile_module(module: nn.Module) -> None:
 def is_compiled(module: nn.Module) -> bool:
     """Whether ``module.compile()`` was applied to ``module``."""
     return module._compiled_call_impl is not None
+
+
+def prepare_for_speed(module: nn.Module, channels_last: bool, compile: bool) -> None:
+    """``channels_last`` then ``compile``, in place, before the strategy moves and wraps ``module``."""
+    if channels_last:
+        from trainer.accelerators.memory_format import to_channels_last
+
+        to_channels_last(module)
+    if compile and not is_compiled(module):  # a second fit keeps the first compile's caches
+        compile_module(module)

@@ -1,17 +1,12 @@
-"""Checkpoint files: what they hold, atomic writes, safe loading, and restoring a run exactly.
+"""Checkpoint files: the format version, atomic writes, safe loading, and whether one fits a run.
 
-A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the epoch, the
-global step, the position inside the epoch, every callback's state, the hyperparameters, the
-world size and accumulation it was made with, and each rank's RNG and loader-generator states
-together with the RNG states that decided the interrupted epoch's order (see `trainer.checkpointing.resume`).
-
+What a checkpoint holds and how a run is restored from it: `trainer.checkpointing.connector`.
 A checkpoint is always loaded to the CPU: RNG states must be CPU byte tensors, and
 ``load_state_dict`` moves module and optimizer states to their parameters' devices.
 """
 from __future__ import annotations
 
 import enum
-import glob
 import numbers
 import os
 import re
@@ -22,18 +17,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
-from trainer.distributed.rank_zero import rank_zero_warn
-from trainer.checkpointing.resume import (
-    capture_generators,
-    capture_rng_state,
-    restore_generators,
-    restore_rng_state,
-    restore_sampler_seeds,
-)
-
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
 
 FORMAT_VERSION = 2
 
@@ -175,36 +160,7 @@ def _first_line(err: Exception) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
-    """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it).
-
-    ``gather=False``: no collective; ``rank_states`` holds only this rank's entry.
-    """
-    module = trainer.module
-    loop = trainer.fit_loop
-    checkpoint: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "state_dict": module.state_dict(),
-        "optimizer_states": [opt.state_dict() for opt in trainer.optimizers],
-        "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
-        "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
-        "precision": trainer._precision.state_dict(),
-        "epoch": trainer.current_epoch,
-        "global_step": trainer.global_step,
-        "loops": {"fit_loop": {"batches_done": loop.batches_done, "epoch_finished": loop.epoch_finished}},
-        "rank_states": gather_rank_states(trainer, gather),
-        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
-        "hyper_parameters": _weights_only_loadable(dict(module.hparams)),
-        "world_size": trainer.world_size,
-        "accumulate_grad_batches": trainer.accumulate_grad_batches,
-        "lr_scaled": trainer._lr_scaled,
-    }
-    module.on_save_checkpoint(checkpoint)
-    trainer._hooks.call_callbacks("on_save_checkpoint", checkpoint)
-    return checkpoint
-
-
-def _weights_only_loadable(value: Any) -> Any:
+def weights_only_loadable(value: Any) -> Any:
     """``value`` with everything ``torch.load(weights_only=True)`` refuses turned into plain data.
 
     Paths become strings, classes and functions their qualified names, enums ``"Class.NAME"``,
@@ -218,11 +174,11 @@ def _weights_only_loadable(value: Any) -> Any:
     if isinstance(value, torch.device):
         return str(value)
     if isinstance(value, Mapping):
-        return {_weights_only_loadable(k): _weights_only_loadable(v) for k, v in value.items()}
+        return {weights_only_loadable(k): weights_only_loadable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):  # a namedtuple becomes a tuple
-        return (list if isinstance(value, list) else tuple)(_weights_only_loadable(v) for v in value)
+        return (list if isinstance(value, list) else tuple)(weights_only_loadable(v) for v in value)
     if isinstance(value, (set, frozenset)):
-        return sorted((_weights_only_loadable(v) for v in value), key=repr)
+        return sorted((weights_only_loadable(v) for v in value), key=repr)
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
@@ -236,29 +192,6 @@ def _weights_only_loadable(value: Any) -> Any:
     if isinstance(value, str):  # a str subclass
         return str(value)
     return repr(value)
-
-
-def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
-    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run;
-    ``gather=False``: none, and only this rank's entry unless the fit loop has every rank's)."""
-    strategy = trainer.strategy
-    if gather and strategy.in_group:
-        return strategy.all_gather_object(_rank_state(trainer))
-    if trainer.fit_loop.rank_states_at_end is not None:
-        return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
-    # Outside any fit (the group is gone) or while the run fails, only this rank's state is
-    # known; the others resume with the RNG states they have.
-    mine = _rank_state(trainer)
-    return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
-
-
-def _rank_state(trainer: Trainer) -> dict[str, Any]:
-    return {
-        "epoch_state": trainer.fit_loop.epoch_state,
-        "rng": capture_rng_state(),
-        # what decides the next epoch's order when the checkpoint is at an epoch boundary
-        "generators": capture_generators(trainer.train_dataloader),
-    }
 
 
 def check_compatible(
@@ -309,113 +242,3 @@ def _optimizer_problems(i: int, opt: Any, state: dict[str, Any], saved_class: st
     return []
 
 
-def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
-    """Restore a fit from ``checkpoint``: weights, optimizers, schedulers, callbacks, position, RNG."""
-    module = trainer.module
-    configs = trainer.lr_scheduler_configs
-    check_compatible(checkpoint, path, module, trainer.optimizers, configs)
-    module.load_state_dict(checkpoint["state_dict"])
-    module.on_load_checkpoint(checkpoint)
-    trainer._hooks.call_callbacks("on_load_checkpoint", checkpoint)
-    for opt, state in zip(trainer.optimizers, checkpoint["optimizer_states"]):
-        opt.load_state_dict(state)
-    for cfg, state in zip(configs, checkpoint.get("lr_schedulers", [])):
-        cfg.scheduler.load_state_dict(state)
-    trainer._precision.load_state_dict(checkpoint.get("precision", {}))
-    states = checkpoint.get("callbacks", {})
-    for cb in trainer.callbacks:
-        if cb.state_key in states:
-            cb.load_state_dict(states[cb.state_key])
-    trainer._global_step = int(checkpoint["global_step"])
-    trainer._lr_scaled = bool(checkpoint.get("lr_scaled", False))  # the saved LRs are final: never rescale
-    _restore_position(trainer, checkpoint)
-
-
-def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
-    position = checkpoint.get("loops", {}).get("fit_loop", {})
-    finished = bool(position.get("epoch_finished", False))
-    batches_done = int(position.get("batches_done", 0))
-    epoch = int(checkpoint["epoch"])
-    saved_world = int(checkpoint.get("world_size", trainer.world_size))
-    rank_states = checkpoint.get("rank_states")
-    same_world = saved_world == trainer.world_size and rank_states is not None
-    if saved_world != trainer.world_size:
-        rank_zero_warn(
-            f"Resuming a checkpoint made with world size {saved_world} on world size "
-            f"{trainer.world_size}: the module, optimizer and scheduler states are restored (the "
-            "learning rates as saved, not scaled again), but the data order changes"
-            + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
-        )
-    mine = rank_states[trainer.global_rank] if same_world else None
-    if finished or not batches_done:
-        trainer._current_epoch = epoch + 1 if finished else epoch
-        if mine is not None:
-            restore_rng_state(mine["rng"])
-            restore_generators(trainer.train_dataloader, mine.get("generators", []))
-            if mine.get("epoch_state") is not None:
-                restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
-        return
-    trainer._current_epoch = epoch
-    if same_world and any(s is None or s.get("epoch_state") is None for s in rank_states):
-        # Every rank must make the same choice, or one resumes mid-epoch while another restarts
-        # the epoch and they wait in different collectives.
-        rank_zero_warn(
-            "The checkpoint holds the interrupted epoch's order for only some ranks (written by "
-            "save_checkpoint while the run was failing, or outside a fit): the epoch restarts "
-            "from its first batch on every rank."
-        )
-        return
-    if mine is None or mine.get("epoch_state") is None:
-        return  # the epoch restarts from its first batch (warned above)
-    accumulate = int(checkpoint.get("accumulate_grad_batches", 1))
-    start = batches_done - batches_done % accumulate
-    if start != batches_done:
-        rank_zero_warn(
-            f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
-            f"{accumulate} micro batches); that window is trained again from its first micro batch."
-        )
-    trainer.fit_loop.resume_from = {"batches_done": start, "epoch_state": mine["epoch_state"], "rng": mine["rng"]}
-
-
-def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
-    """A path, or ``"last"`` / ``"best"`` resolved through the checkpoint callbacks and the disk."""
-    if ckpt_path == "best":
-        cb = trainer.checkpoint_callback
-        path = getattr(cb, "best_model_path", None)
-        if not path:
-            raise ValueError("ckpt_path='best' but no ModelCheckpoint has a best checkpoint yet.")
-        return str(path)
-    if ckpt_path == "last":
-        path = find_last_checkpoint(trainer)
-        if path is None:
-            raise ValueError(
-                f"ckpt_path='last' but there is no last checkpoint under {trainer.default_root_dir!r} or "
-                "in a ModelCheckpoint's dirpath (save_last=True writes one; so does a pre-emption)."
-            )
-        return path
-    return os.fspath(ckpt_path)
-
-
-def find_last_checkpoint(trainer: Trainer) -> str | None:
-    """The newest ``last*.ckpt`` in a ModelCheckpoint's dirpath or under ``default_root_dir``."""
-    candidates = []
-    for cb in trainer.checkpoint_callbacks:
-        for attr in ("last_model_path",):
-            value = getattr(cb, attr, None)
-            if value and os.path.isfile(value):
-                candidates.append(str(value))
-        dirpath = getattr(cb, "dirpath", None)
-        if dirpath:
-            candidates += glob.glob(os.path.join(str(dirpath), "last*.ckpt"))
-    candidates += glob.glob(os.path.join(trainer.default_root_dir, "**", "last*.ckpt"), recursive=True)
-    candidates = [c for c in candidates if os.path.isfile(c)]
-    return max(candidates, key=os.path.getmtime) if candidates else None
-
-
-def preemption_checkpoint_path(trainer: Trainer) -> str:
-    """Where a pre-empted run saves: ``last.ckpt`` beside the run's other checkpoints."""
-    for cb in trainer.checkpoint_callbacks:
-        dirpath = getattr(cb, "dirpath", None)
-        if dirpath:
-            return os.path.join(str(dirpath), "last.ckpt")
-    return os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")

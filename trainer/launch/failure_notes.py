@@ -144,3 +144,23 @@ def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, 
         )
     _write_note(store, rank, False, where, exc)
     return None
+
+
+def record_for_elastic_agent(exc: BaseException, rank: int) -> None:
+    """Under torch's elastic agent, write the traceback where the agent reports it from."""
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ or not isinstance(exc, Exception):
+        return
+    # torch's ErrorHandler.record_exception writes the traceback of the exception being handled,
+    # which for a RankFailedError is the broken collective's, not the error it reports: write
+    # the same file (torch's documented format) with ``exc``'s own traceback and cause.
+    callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    info = {"py_callstack": callstack, "timestamp": str(int(time.time()))}
+    # For the Trainer's launcher: a broken collective or an error about a peer is a consequence,
+    # the rank's own error a cause.
+    info["lockstep_consequence"] = is_consequence(exc, rank)
+    data = {"message": {"message": f"{type(exc).__name__}: {exc}", "extraInfo": info}}
+    try:
+        with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+            json.dump(data, f)
+    except Exception:  # the original exception matters more than its report
+        pass

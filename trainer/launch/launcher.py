@@ -226,15 +226,7 @@ class SpawnLauncher:
             )
             _join_forwarding_preemption(context, out)
             outcome = torch.load(Path(out) / "rank0.pt", weights_only=False)
-        model = args[0] if args and args[0] is not None else trainer._module
-        if model is not None:
-            model.load_state_dict(outcome["state_dict"])
-            trainer._module = model
-            model._trainer = trainer
-        trainer._global_step = outcome["global_step"]
-        trainer._current_epoch = outcome["current_epoch"]
-        trainer._callback_metrics = outcome["callback_metrics"]
-        trainer._logged_metrics = outcome["logged_metrics"]
+        trainer.adopt_spawned_run(args[0] if args else None, outcome)
         _restore_callback_states(trainer, outcome["callbacks"])
         return outcome["result"]
 
@@ -365,8 +357,7 @@ def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str,
         torch.save(
             {
                 "state_dict": {k: v.cpu() for k, v in module.state_dict().items()},
-                "global_step": trainer.global_step,
-                "current_epoch": trainer.current_epoch,
+                "progress": trainer.fit_loop.progress.state_dict(),
                 "callback_metrics": {k: v.cpu() for k, v in trainer.callback_metrics.items()},
                 "logged_metrics": trainer.logged_metrics,
                 "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},

@@ -6,44 +6,73 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from trainer.data.loaders import has_length, num_batches, short_loader_error
+from trainer.accelerators.compilation import prepare_for_speed
+from trainer.checkpointing.connector import load_weights
+from trainer.data.loaders import as_loader_list, has_length, num_batches, short_loader_error
 from trainer.metrics.metric_store import MetricStore
+from trainer.stage import EVALUATION, Stage
 
 if TYPE_CHECKING:
+    from trainer.module import TrainModule
     from trainer.trainer import Trainer
-
-_PREFIX = {"validate": "validation", "sanity_check": "validation", "test": "test", "predict": "predict"}
 
 
 class EvaluationLoop:
-    """Runs ``<stage>_step`` over the stage's dataloaders with gradients off."""
+    """Runs the stage's step (``validation_step``, ...) over its dataloaders with gradients off."""
 
-    def __init__(self, trainer: Trainer, stage: str) -> None:
+    def __init__(self, trainer: Trainer, stage: Stage) -> None:
         self.trainer = trainer
         self.stage = stage
-        self.prefix = _PREFIX[stage]
+        self.settings = EVALUATION[stage]
         self.metrics = MetricStore(training=False)
         self.dataloader_idx = 0
         self.batch_idx: int | None = None  # the batch being loaded or run (None: outside the batches)
         self._several = False
 
-    def run(self, dataloaders: list[Any], limit: int | float | None) -> list[Any]:
+    def setup(self, model: TrainModule, loaders: Any, ckpt_path: Any, weights_only: bool) -> list[Any]:
+        """The stage's loaders (given, or the module's hook), the module placed, weights loaded."""
+        t, s, strategy = self.trainer, self.settings, self.trainer.strategy
+        source = loaders if loaders is not None else getattr(model, s.loader_hook)()
+        given = as_loader_list(source, f"trainer.{self.stage}(dataloaders=...)")
+        dataloaders = [strategy.process_dataloader(dl, self.stage.value) for dl in given]
+        if not dataloaders:
+            raise ValueError(
+                f"No {self.stage} data: pass dataloaders to trainer.{self.stage}(...) or define "
+                f"{type(model).__name__}.{s.loader_hook}()."
+            )
+        prepare_for_speed(model, t.channels_last, t.compile)
+        strategy.setup_module(model)
+        if ckpt_path is not None:
+            load_weights(t, ckpt_path, weights_only)
+        counts = [num_batches(dl, getattr(t, s.limit), s.limit_label) for dl in dataloaders]
+        if self.stage == Stage.VALIDATE:  # `num_val_batches` (the progress bar's total) reads them
+            t.val_dataloaders = dataloaders
+        elif self.stage == Stage.TEST:
+            t.num_test_batches = counts
+        else:
+            t.num_predict_batches = counts
+        return dataloaders
+
+    def run(self, dataloaders: list[Any]) -> list[Any]:
         """Evaluate; returns one metric dict per loader (or, for predict, the outputs)."""
-        t, p = self.trainer, self.prefix
-        hooks, module = t._hooks, t.module
-        step_fn = getattr(module, f"{p}_step")
+        t, s = self.trainer, self.settings
+        hooks, module, strategy = t.hooks, t.module, t.strategy
+        t.state.evaluation = self  # errors name this run's batch
+        step_fn = getattr(module, s.step)
         if len(dataloaders) > 1:
-            _check_accepts_dataloader_idx(step_fn, f"{p}_step", len(dataloaders))
+            _check_accepts_dataloader_idx(step_fn, s.step, len(dataloaders))
+        limit = getattr(t, s.limit)
+        move = strategy.root_device.type != "cpu" or t.channels_last  # CPU batches already are in place
         was_training = module.training
         module.eval()
         self.metrics.reset()
-        t._active_metrics = self.metrics
+        t.metric_logger.start_evaluation(self.metrics)
         predictions: list[list[Any]] = [[] for _ in dataloaders]
         multiple = self._several = len(dataloaders) > 1
         try:
             with torch.no_grad():
-                hooks.call(f"on_{p}_start")
-                hooks.call(f"on_{p}_epoch_start")
+                hooks.call(s.start)
+                hooks.call(s.epoch_start)
                 for dl_idx, loader in enumerate(dataloaders):
                     self.metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if multiple else ""
                     extra = (dl_idx,) if multiple else ()
@@ -54,32 +83,36 @@ class EvaluationLoop:
                         if limit_n is not None and batch_idx >= limit_n:
                             break
                         seen += 1
-                        batch = t._move_batch(batch)
+                        if move:
+                            batch = strategy.accelerator.move_batch(
+                                batch, strategy.root_device, channels_last=t.channels_last
+                            )
                         self.metrics.set_batch(batch)
-                        hooks.call(f"on_{p}_batch_start", batch, batch_idx, dl_idx)
-                        with t._precision.autocast():
+                        hooks.call(s.batch_start, batch, batch_idx, dl_idx)
+                        with t.precision_plugin.autocast():
                             output = step_fn(batch, batch_idx, *extra)
-                        if self.stage == "predict":
+                        if self.stage == Stage.PREDICT:
                             predictions[dl_idx].append(output)
-                        hooks.call(f"on_{p}_batch_end", output, batch, batch_idx, dl_idx)
+                        hooks.call(s.batch_end, output, batch, batch_idx, dl_idx)
                         self.batch_idx = batch_idx + 1  # loading the next one
                     if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
                         # Samples would be missing from the metrics unnoticed, and a step that runs
                         # a collective of its own would leave the peers waiting in it.
-                        raise short_loader_error(p, t.global_rank, seen, limit_n)
+                        raise short_loader_error(s.name, t.global_rank, seen, limit_n)
                 self.batch_idx = None
                 self.metrics.dataloader_suffix = ""
-                hooks.call_module(f"on_{p}_epoch_end")
-                values = self.metrics.epoch_values(t.strategy, sync_all=t.world_size > 1)
-                if self.stage != "sanity_check":
-                    t._callback_metrics.update(values)
-                    t._eval_progress_bar_keys = self.metrics.progress_bar_keys()
-                    t._log_metrics(values)
-                hooks.call_callbacks(f"on_{p}_epoch_end")
-                hooks.call(f"on_{p}_end")
+                hooks.call_module(s.epoch_end)
+                if self.stage == Stage.SANITY_CHECK:  # its values are never published
+                    values = self.metrics.epoch_values(strategy, sync_all=t.world_size > 1)
+                else:
+                    values = t.metric_logger.publish_epoch(
+                        self.metrics, strategy, t.global_step, t.current_epoch, sync_all=t.world_size > 1
+                    )
+                hooks.call_callbacks(s.epoch_end)
+                hooks.call(s.end)
         finally:
             module.train(was_training)
-        if self.stage == "predict":
+        if self.stage == Stage.PREDICT:
             if t.world_size > 1:
                 predictions = _gather_predictions(t, dataloaders, predictions)
             return predictions[0] if not multiple else predictions
@@ -93,11 +126,11 @@ class EvaluationLoop:
         return f"{loader}, batch index {self.batch_idx}"
 
     def _batches(self, loader: Any, limit: int | float | None) -> int | None:
-        if self.stage == "sanity_check":
+        n = num_batches(loader, limit, self.settings.limit_label)
+        if self.stage == Stage.SANITY_CHECK:
             # the sanity check runs at most num_sanity_val_steps batches, whatever the limit
-            n = num_batches(loader, limit, "val")
             return _cap(n, self.trainer.num_sanity_val_steps)
-        return num_batches(loader, limit, self.prefix if self.prefix != "validation" else "val")
+        return n
 
 
 def _gather_predictions(trainer: Trainer, loaders: list[Any], mine: list[list[Any]]) -> list[list[Any]]:

@@ -41,11 +41,21 @@ class MetricStore:
         self.aggregates: dict[str, torch.Tensor] = {}  # what `epoch_values` last returned
         self._batch: Any = None
         self._batch_size: int | None = None
+        self._batch_size_known = False
 
     def set_batch(self, batch: Any) -> None:
         """The batch being processed (its size weights epoch means; computed only if needed)."""
         self._batch = batch
-        self._batch_size = None
+        self._batch_size_known = False
+
+    @property
+    def batch_size(self) -> int | None:
+        """The size of the batch being processed, as `trainer.data.batch.batch_size` reads it
+        (None without tensors); computed once per batch, for ``self.log`` and ThroughputMonitor."""
+        if not self._batch_size_known:
+            self._batch_size = batch_size_of(self._batch)
+            self._batch_size_known = True
+        return self._batch_size
 
     def log(
         self,
@@ -78,10 +88,8 @@ class MetricStore:
         entry.last = tensor
         if on_epoch:
             if batch_size is None:
-                if self._batch_size is None:
-                    size = batch_size_of(self._batch)
-                    self._batch_size = 1 if size is None else size
-                batch_size = self._batch_size
+                size = self.batch_size
+                batch_size = 1 if size is None else size
             _accumulate(entry, tensor, batch_size)
 
     def step_values(self, strategy: Strategy) -> dict[str, torch.Tensor]:
@@ -143,7 +151,7 @@ class MetricStore:
         self._entries.clear()
         self.aggregates = {}
         self._batch = None
-        self._batch_size = None
+        self._batch_size_known = False
 
 
 def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:

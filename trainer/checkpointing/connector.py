@@ -1,0 +1,234 @@
+"""What a checkpoint holds, and restoring a run from one in named steps.
+
+A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the fit's
+position (`FitProgress`: epoch, global step, place inside the epoch), every callback's state, the
+hyperparameters, the world size and accumulation it was made with, and each rank's RNG and
+loader-generator states together with the RNG states that decided the interrupted epoch's order
+(see `trainer.checkpointing.resume`). Restoring runs: weights, callbacks, optimizers and
+schedulers, position, random state.
+"""
+from __future__ import annotations
+
+import glob
+import os
+from typing import TYPE_CHECKING, Any
+
+from trainer.checkpointing.checkpoint import (
+    FORMAT_VERSION,
+    atomic_save,
+    check_compatible,
+    load_checkpoint,
+    weights_only_loadable,
+)
+from trainer.checkpointing.resume import (
+    capture_generators,
+    capture_rng_state,
+    restore_generators,
+    restore_rng_state,
+    restore_sampler_seeds,
+)
+from trainer.distributed.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from trainer.trainer import Trainer
+
+
+def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
+    """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it).
+
+    ``gather=False``: no collective; ``rank_states`` holds only this rank's entry.
+    """
+    module, loop = trainer.module, trainer.fit_loop
+    checkpoint: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "state_dict": module.state_dict(),
+        "optimizer_states": [opt.state_dict() for opt in trainer.optimizers],
+        "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
+        "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
+        "precision": trainer.precision_plugin.state_dict(),
+        **loop.progress.state_dict(),
+        "rank_states": gather_rank_states(trainer, gather),
+        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "hyper_parameters": weights_only_loadable(dict(module.hparams)),
+        "world_size": trainer.world_size,
+        "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        "lr_scaled": loop.lr_scaled,
+    }
+    module.on_save_checkpoint(checkpoint)
+    trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
+    return checkpoint
+
+
+def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str]) -> None:
+    """`Trainer.save_checkpoint`: check the losses, dump on every rank, write on global rank 0."""
+    loss_check = trainer.fit_loop.loss_check
+    if trainer.state.failing and trainer.world_size > 1:
+        if trainer.is_global_zero:  # the peers may be gone: no collective
+            loss_check.check_before_save(trainer.strategy, agree=False)
+            atomic_save(dump_checkpoint(trainer, gather=False), filepath)
+        return
+    loss_check.check_before_save(trainer.strategy)
+    checkpoint = dump_checkpoint(trainer)
+    if trainer.is_global_zero:
+        atomic_save(checkpoint, filepath)
+    trainer.strategy.barrier("save_checkpoint")
+
+
+def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
+    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run;
+    ``gather=False``: none, and only this rank's entry unless the fit loop has every rank's)."""
+    strategy = trainer.strategy
+    if gather and strategy.in_group:
+        return strategy.all_gather_object(_rank_state(trainer))
+    if trainer.fit_loop.rank_states_at_end is not None:
+        return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
+    # Outside any fit (the group is gone) or while the run fails, only this rank's state is
+    # known; the others resume with the RNG states they have.
+    mine = _rank_state(trainer)
+    return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
+
+
+def _rank_state(trainer: Trainer) -> dict[str, Any]:
+    return {
+        "epoch_state": trainer.fit_loop.epoch_state,
+        "rng": capture_rng_state(),
+        # what decides the next epoch's order when the checkpoint is at an epoch boundary
+        "generators": capture_generators(trainer.train_dataloader),
+    }
+
+
+def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Restore a fit from ``checkpoint`` in named steps, after checking it fits the run."""
+    check_compatible(checkpoint, path, trainer.module, trainer.optimizers, trainer.lr_scheduler_configs)
+    _restore_weights(trainer, checkpoint)
+    _restore_callbacks(trainer, checkpoint)
+    _restore_optimization(trainer, checkpoint)
+    _restore_position(trainer, checkpoint)
+
+
+def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:
+    """Load only the module's weights from ``ckpt_path`` (validate, test and predict)."""
+    path = trainer.strategy.broadcast(resolve_checkpoint_path(trainer, ckpt_path))
+    checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+    check_compatible(checkpoint, path, trainer.module, [], [])
+    trainer.module.load_state_dict(checkpoint["state_dict"])
+    return checkpoint
+
+
+def restore_fit(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> None:
+    """Resolve ``ckpt_path`` on global rank 0, load it on every rank and restore the fit from it."""
+    path = trainer.strategy.broadcast(resolve_checkpoint_path(trainer, ckpt_path))
+    checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+    restore_checkpoint(trainer, checkpoint, path)
+
+
+def _restore_weights(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    trainer.module.load_state_dict(checkpoint["state_dict"])
+    trainer.module.on_load_checkpoint(checkpoint)
+
+
+def _restore_callbacks(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    trainer.hooks.call_callbacks("on_load_checkpoint", checkpoint)
+    states = checkpoint.get("callbacks", {})
+    for cb in trainer.callbacks:
+        if cb.state_key in states:
+            cb.load_state_dict(states[cb.state_key])
+
+
+def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    for opt, state in zip(trainer.optimizers, checkpoint["optimizer_states"]):
+        opt.load_state_dict(state)
+    for cfg, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+        cfg.scheduler.load_state_dict(state)
+    trainer.precision_plugin.load_state_dict(checkpoint.get("precision", {}))
+    trainer.fit_loop.lr_scaled = bool(checkpoint.get("lr_scaled", False))  # the saved LRs are final: never rescale
+
+
+def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    """The epoch, step and place in the epoch, and the random state that continues from there."""
+    progress = trainer.fit_loop.progress
+    progress.load_state_dict(checkpoint)
+    finished, batches_done = progress.epoch_finished, progress.batches_done
+    saved_world = int(checkpoint.get("world_size", trainer.world_size))
+    rank_states = checkpoint.get("rank_states")
+    same_world = saved_world == trainer.world_size and rank_states is not None
+    if saved_world != trainer.world_size:
+        rank_zero_warn(
+            f"Resuming a checkpoint made with world size {saved_world} on world size "
+            f"{trainer.world_size}: the module, optimizer and scheduler states are restored (the "
+            "learning rates as saved, not scaled again), but the data order changes"
+            + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
+        )
+    mine = rank_states[trainer.global_rank] if same_world else None
+    if finished or not batches_done:
+        if finished:
+            progress.finish_epoch()
+        else:
+            progress.start_epoch(0)
+        if mine is not None:
+            restore_rng_state(mine["rng"])
+            restore_generators(trainer.train_dataloader, mine.get("generators", []))
+            if mine.get("epoch_state") is not None:
+                restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
+        return
+    progress.start_epoch(0)  # the loop starts the epoch where `resume_mid_epoch` says
+    if same_world and any(s is None or s.get("epoch_state") is None for s in rank_states):
+        # Every rank must make the same choice, or one resumes mid-epoch while another restarts
+        # the epoch and they wait in different collectives.
+        rank_zero_warn(
+            "The checkpoint holds the interrupted epoch's order for only some ranks (written by "
+            "save_checkpoint while the run was failing, or outside a fit): the epoch restarts "
+            "from its first batch on every rank."
+        )
+        return
+    if mine is None or mine.get("epoch_state") is None:
+        return  # the epoch restarts from its first batch (warned above)
+    accumulate = int(checkpoint.get("accumulate_grad_batches", 1))
+    start = batches_done - batches_done % accumulate
+    if start != batches_done:
+        rank_zero_warn(
+            f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
+            f"{accumulate} micro batches); that window is trained again from its first micro batch."
+        )
+    trainer.fit_loop.resume_mid_epoch(start, mine["epoch_state"], mine["rng"])
+
+
+def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
+    """A path, or ``"last"`` / ``"best"`` resolved through the checkpoint callbacks and the disk."""
+    if ckpt_path == "best":
+        cb = trainer.checkpoint_callback
+        path = cb.best_model_path if cb is not None else None
+        if not path:
+            raise ValueError("ckpt_path='best' but no ModelCheckpoint has a best checkpoint yet.")
+        return str(path)
+    if ckpt_path == "last":
+        path = find_last_checkpoint(trainer)
+        if path is None:
+            raise ValueError(
+                f"ckpt_path='last' but there is no last checkpoint under {trainer.default_root_dir!r} or "
+                "in a ModelCheckpoint's dirpath (save_last=True writes one; so does a pre-emption)."
+            )
+        return path
+    return os.fspath(ckpt_path)
+
+
+def find_last_checkpoint(trainer: Trainer) -> str | None:
+    """The newest ``last*.ckpt`` in a ModelCheckpoint's dirpath or under ``default_root_dir``."""
+    candidates = []
+    for cb in trainer.checkpoint_callbacks:
+        if cb.last_model_path and os.path.isfile(cb.last_model_path):
+            candidates.append(str(cb.last_model_path))
+        dirpath = cb.dirpath
+        if dirpath:
+            candidates += glob.glob(os.path.join(str(dirpath), "last*.ckpt"))
+    candidates += glob.glob(os.path.join(trainer.default_root_dir, "**", "last*.ckpt"), recursive=True)
+    candidates = [c for c in candidates if os.path.isfile(c)]
+    return max(candidates, key=os.path.getmtime) if candidates else None
+
+
+def preemption_checkpoint_path(trainer: Trainer) -> str:
+    """Where a pre-empted run saves: ``last.ckpt`` beside the run's other checkpoints."""
+    for cb in trainer.checkpoint_callbacks:
+        if cb.dirpath:
+            return os.path.join(str(cb.dirpath), "last.ckpt")
+    return os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")

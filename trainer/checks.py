@@ -1,0 +1,97 @@
+"""Checks before any work: the Trainer's own arguments, the module it is given, its parameters.
+
+Devices, strategy, accelerator and precision are checked where they are parsed.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from trainer.arguments import check_bool, check_int, check_number, check_path, check_str
+from trainer.data.loaders import check_limit
+from trainer.loops.optimization import lr_scale_factor
+from trainer.module import TrainModule
+from trainer.stage import EVALUATION, Stage
+
+
+_FLAGS = (
+    "sync_batchnorm",
+    "enable_progress_bar",
+    "enable_checkpointing",
+    "use_distributed_sampler",
+    "detect_non_finite_loss",
+    "detect_non_finite_grads",
+    "compile",
+    "channels_last",
+    "pin_memory",
+)
+
+
+def check_trainer_arguments(args: Mapping[str, Any]) -> None:
+    """The checks of `Trainer`'s own arguments (devices, strategy, accelerator and precision are
+    checked where they are parsed)."""
+    check_int("max_steps", args["max_steps"], minimum=-1)
+    if args["max_epochs"] is not None:
+        check_int("max_epochs", args["max_epochs"], minimum=-1)
+    check_int("accumulate_grad_batches", args["accumulate_grad_batches"], minimum=1)
+    check_int("log_every_n_steps", args["log_every_n_steps"], minimum=1)
+    check_int("num_sanity_val_steps", args["num_sanity_val_steps"], minimum=-1)
+    if args["check_val_every_n_epoch"] is not None:
+        check_int("check_val_every_n_epoch", args["check_val_every_n_epoch"], minimum=1)
+    _check_val_check_interval(args["val_check_interval"])
+    for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches"):
+        check_limit(name, args[name])
+    # a NaN clip value turns every gradient into NaN at the first step
+    check_number("gradient_clip_val", args["gradient_clip_val"], minimum=0, allow_none=True)
+    algorithm = args["gradient_clip_algorithm"]
+    check_str("gradient_clip_algorithm", algorithm)
+    if algorithm not in ("norm", "value"):
+        raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {algorithm!r}")
+    lr_scale_factor(args["scale_lr"], 1)  # validates the flag
+    for name in _FLAGS:
+        check_bool(name, args[name])
+    deterministic = args["deterministic"]
+    if not isinstance(deterministic, (bool, str)):
+        raise TypeError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
+    if deterministic not in (True, False, "warn"):
+        raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
+    check_path("default_root_dir", args["default_root_dir"])
+
+
+def _check_val_check_interval(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"val_check_interval must be an int (batches) or a float fraction, got {value!r}")
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"val_check_interval as an int must be >= 1, got {value}")
+    if isinstance(value, float) and not 0.0 < value <= 1.0:
+        raise ValueError(f"val_check_interval as a fraction must be in (0.0, 1.0], got {value}")
+
+
+def check_call(model: Any, stage: Stage, ckpt_path: Any, weights_only: Any) -> None:
+    """The arguments of ``trainer.<stage>(model, ..., ckpt_path, weights_only)``."""
+    check_module(model, training=stage == Stage.FIT, stage=stage.value)
+    check_path("ckpt_path", ckpt_path)
+    check_bool("weights_only", weights_only)  # torch.load would take "no" as True
+
+
+def check_module(model: Any, training: bool, stage: str = "fit") -> None:
+    if not isinstance(model, TrainModule):
+        raise TypeError(f"trainer.{stage}() needs a TrainModule subclass instance, got {type(model).__name__}.")
+    required = ["training_step", "configure_optimizers"] if training else [EVALUATION[Stage(stage)].step]
+    for name in required:
+        if name == "predict_step":
+            continue  # it has a default (self(batch))
+        if getattr(type(model), name) is getattr(TrainModule, name):
+            raise NotImplementedError(
+                f"{type(model).__name__} does not define {name}(), which trainer.{stage}() needs."
+            )
+
+
+def check_trainable(model: TrainModule) -> None:
+    """Before any step: a model with nothing to train fails later with a misleading message."""
+    params = list(model.parameters())
+    if not any(p.requires_grad for p in params):
+        what = f"all {len(params)} of its parameters have requires_grad=False" if params else "it has none"
+        raise ValueError(
+            f"No parameter of {type(model).__name__} requires grad ({what}): there is nothing to train. "
+            "Unfreeze the parameters to train (p.requires_grad_(True)) before trainer.fit."
+        )

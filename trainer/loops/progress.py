@@ -1,0 +1,48 @@
+"""`FitProgress`: where a fit stands. The fit loop owns it; checkpoints save and restore it."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class FitProgress:
+    """The run's position: epoch, optimizer steps, and the place inside the current epoch."""
+
+    current_epoch: int = 0
+    global_step: int = 0  # optimizer steps taken (one per accumulation window)
+    batch_idx: int = 0  # the batch being trained
+    batches_done: int = 0  # batches of the current epoch fully trained (where a resume continues)
+    epoch_finished: bool = False  # the current epoch has no batch left (its end hooks may run)
+
+    def start_epoch(self, first_batch: int) -> None:
+        """An epoch (or the rest of an interrupted one) begins at ``first_batch``."""
+        self.batch_idx = self.batches_done = first_batch
+
+    def batch_trained(self, batch_idx: int, is_last: bool) -> None:
+        """``batch_idx`` is fully trained: a checkpoint from here on continues after it."""
+        self.batches_done = batch_idx + 1
+        self.epoch_finished = is_last
+
+    def finish_epoch(self) -> None:
+        """The epoch's end hooks ran: the next epoch starts at its first batch."""
+        self.current_epoch += 1
+        self.batch_idx = self.batches_done = 0
+        self.epoch_finished = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The checkpoint entries (format unchanged since format_version 2)."""
+        return {
+            "epoch": self.current_epoch,
+            "global_step": self.global_step,
+            "loops": {"fit_loop": {"batches_done": self.batches_done, "epoch_finished": self.epoch_finished}},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take the position a checkpoint (or a spawned run's rank 0) recorded."""
+        position = state.get("loops", {}).get("fit_loop", {})
+        self.current_epoch = int(state["epoch"])
+        self.global_step = int(state["global_step"])
+        self.batches_done = int(position.get("batches_done", 0))
+        self.epoch_finished = bool(position.get("epoch_finished", False))
+        self.batch_idx = self.batches_done

@@ -1,0 +1,116 @@
+"""`MetricLogger`: where logged values go: callback metrics, the loggers, the progress bar.
+
+The loops hand it a `MetricStore` (the training epoch's, or one evaluation run's) and tell it
+when to publish step values and epoch aggregates; it keeps what the Trainer's read-only
+``callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics`` return.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+
+from trainer.metrics.metric_store import MetricStore
+
+if TYPE_CHECKING:
+    from trainer.default_callbacks import Logger
+    from trainer.strategies.strategy import Strategy
+
+
+class MetricLogger:
+    """The metrics of one Trainer: the training store, the active store and what was published."""
+
+    def __init__(self, loggers: list[Logger]) -> None:
+        self.loggers = loggers
+        self.train = MetricStore(training=True)
+        self.active = self.train  # where `self.log` records now: training, or the running evaluation
+        self.last_loss: torch.Tensor | None = None  # the latest training loss (the progress bar's `loss`)
+        self._callback_metrics: dict[str, torch.Tensor] = {}
+        self._logged: dict[str, float] = {}
+        self._eval_progress_bar_keys: list[str] = []
+
+    # -- what the Trainer's properties return ---------------------------------------------------
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """Latest training step values and every published aggregate (tensors)."""
+        return {**self.train.current_values(), **self._callback_metrics}
+
+    @property
+    def logged_metrics(self) -> dict[str, float]:
+        """What was last sent to the loggers."""
+        return dict(self._logged)
+
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """What the progress bar shows, read from the device now.
+
+        During an evaluation run: that run's ``prog_bar=True`` values (latest batch, then the
+        run's aggregate). Otherwise: the training loss as ``loss`` (unless the module shows its
+        own ``loss`` or ``train_loss``), the training ``prog_bar=True`` values and the last
+        evaluation's.
+        """
+        run = self.active
+        if not run.training:
+            values = {**run.current_values(), **run.aggregates}
+            return {key: float(values[key]) for key in run.progress_bar_keys() if key in values}
+        train_keys = self.train.progress_bar_keys()
+        out: dict[str, float] = {}
+        if self.last_loss is not None and not {"loss", "train_loss"} & set(train_keys):
+            out["loss"] = float(self.last_loss)
+        current = self.callback_metrics
+        for key in [*train_keys, *self._eval_progress_bar_keys]:
+            if key in current:
+                out[key] = float(current[key])
+        return out
+
+    # -- the loops' calls -----------------------------------------------------------------------
+    def start_training_epoch(self) -> None:
+        """A new training epoch: forget the last epoch's step values."""
+        self.train.reset()
+        self.active = self.train
+
+    def start_evaluation(self, store: MetricStore) -> None:
+        """An evaluation run records into ``store`` until `end_evaluation`."""
+        self.active = store
+
+    def end_evaluation(self) -> None:
+        """Back to training (after a validation run inside fit)."""
+        self.active = self.train
+
+    def publish_step(self, strategy: Strategy, step: int, epoch: int) -> None:
+        """Send the training step values to the loggers (at ``log_every_n_steps``)."""
+        if self.loggers:
+            self._send(self.train.step_values(strategy), strategy, step, epoch)
+
+    def publish_epoch(
+        self, store: MetricStore, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Publish ``store``'s epoch aggregates (callback metrics and loggers); return them."""
+        values = store.epoch_values(strategy, sync_all=sync_all)
+        self._callback_metrics.update(values)
+        if not store.training:
+            self._eval_progress_bar_keys = store.progress_bar_keys()
+        self._send(values, strategy, step, epoch)
+        return values
+
+    def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, float]) -> None:
+        """Take another process's published metrics (rank 0's, after a spawned run)."""
+        self._callback_metrics = dict(callback_metrics)
+        self._logged = dict(logged)
+
+    def _send(self, values: Mapping[str, torch.Tensor], strategy: Strategy, step: int, epoch: int) -> None:
+        if not values or not self.loggers or not strategy.is_global_zero:
+            return
+        numbers = {k: float(v) for k, v in values.items()}
+        numbers["epoch"] = float(epoch)  # every record: CSV rows group by it
+        self._logged.update(numbers)
+        for lg in self.loggers:
+            lg.log_metrics(numbers, step=step)
+
+    def log_run_start(self, hparams: Mapping[str, Any], summary: str, strategy: Strategy) -> None:
+        """Hyperparameters and a one-line summary of the run's shape, once per fit."""
+        if not self.loggers or not strategy.is_global_zero:
+            return
+        for lg in self.loggers:
+            if hparams:
+                lg.log_hyperparams(dict(hparams))
+            lg.log_text("run_summary", summary)

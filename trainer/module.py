@@ -1,13 +1,15 @@
 """`TrainModule`: the user's model, its steps, its optimizers and its hooks."""
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from trainer.loops.manual import ManualOptimization
     from trainer.trainer import Trainer
 
 
@@ -20,9 +22,11 @@ class TrainModule(nn.Module):
     sched, "interval": "step"|"epoch", "frequency": n}}``.
     """
 
-    # A class attribute, not an instance one: a subclass that forgets super().__init__() still
+    # Class attributes, not instance ones: a subclass that forgets super().__init__() still
     # gets a clear error from nn.Module rather than an AttributeError from us.
     _trainer: Trainer | None = None
+    #: ``False``: the module steps its optimizers itself in ``training_step`` (docs/train-module.md)
+    automatic_optimization: bool = True
 
     @property
     def hparams(self) -> dict[str, Any]:
@@ -245,6 +249,86 @@ class TrainModule(nn.Module):
         for n in ignore or ():
             hparams.pop(n, None)
         self.hparams = hparams
+
+    # -- optimizers (manual optimization: docs/train-module.md) ---------------------------------
+    def optimizers(self) -> Any:
+        """The optimizer (one) or the list of them, in ``configure_optimizers`` order.
+
+        Under manual optimization they are `ManualOptimizer` wrappers whose ``step()`` runs the
+        precision plugin and the step hooks and counts ``global_step``; otherwise the optimizers.
+        """
+        manual = self.trainer.fit_loop.manual
+        opts: list[Any] = list(manual.optimizers) if manual is not None else list(self.trainer.optimizers)
+        return opts[0] if len(opts) == 1 else opts
+
+    def lr_schedulers(self) -> Any:
+        """The scheduler (one), the list of them, or None. Under manual optimization you step them."""
+        scheds = [cfg.scheduler for cfg in self.trainer.lr_scheduler_configs]
+        if not scheds:
+            return None
+        return scheds[0] if len(scheds) == 1 else scheds
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward for manual optimization: hooks, precision (loss scaling), gradient sync over ranks.
+
+        Use it instead of ``loss.backward()``. Under a distributed strategy every call averages the
+        gradients over the ranks, except inside `no_backward_sync`.
+        """
+        self._manual("manual_backward").backward(loss, *args, **kwargs)
+
+    def no_backward_sync(self) -> contextlib.AbstractContextManager[None]:
+        """Context: ``manual_backward`` calls inside do not sync gradients over ranks.
+
+        For manual accumulation: run the first N-1 micro batches' backward inside it, the last one
+        outside; that backward syncs the sum, exactly as one backward of the whole batch would.
+        """
+        self._manual("no_backward_sync")
+        return self.trainer.strategy.block_backward_sync()
+
+    def clip_gradients(
+        self,
+        optimizer: Any,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip ``optimizer``'s gradients by global norm (default) or by value, unscaled first under fp16."""
+        self._manual("clip_gradients").clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Only ``optimizer``'s parameters require grad until `untoggle_optimizer` (as in Lightning)."""
+        from trainer.loops.manual import toggle
+
+        toggle(self, optimizer, self._toggled_state())
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Give the other optimizers' parameters back the ``requires_grad`` they had at `toggle_optimizer`."""
+        from trainer.loops.manual import untoggle
+
+        untoggle(self, optimizer, self._toggled_state())
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """`toggle_optimizer` for the ``with`` block, `untoggle_optimizer` after it."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+    def _toggled_state(self) -> dict[torch.Tensor, bool]:
+        state = self.__dict__.get("_param_requires_grad_state")
+        if state is None:
+            state = self.__dict__["_param_requires_grad_state"] = {}
+        return state
+
+    def _manual(self, what: str) -> ManualOptimization:
+        manual = self.trainer.fit_loop.manual
+        if manual is None:
+            raise RuntimeError(
+                f"self.{what}() is for manual optimization: set self.automatic_optimization = False "
+                "in __init__ (docs/train-module.md), and call it from training_step during fit."
+            )
+        return manual
 
     # -- where am I -------------------------------------------------------------------------
     @property

@@ -51,6 +51,7 @@ class Precision:
             torch.amp.GradScaler("cuda") if self.precision == "16-mixed" else None
         )
         self._dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.precision)
+        self._unscaled: set[int] = set()  # optimizers unscaled since the last `update` (fp16)
 
     def autocast(self) -> ContextManager[Any]:
         """The context forward passes run in."""
@@ -58,29 +59,34 @@ class Precision:
             return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self._dtype)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Backward, through the loss scaler under fp16."""
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward (arguments as ``Tensor.backward``'s), through the loss scaler under fp16."""
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
+            self.scaler.scale(loss).backward(*args, **kwargs)
         else:
-            loss.backward()
+            loss.backward(*args, **kwargs)
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        """Bring gradients back to their true scale (before clipping or inspecting them)."""
-        if self.scaler is not None:
+        """Bring gradients back to their true scale (before clipping or inspecting them).
+
+        Once per optimizer between updates: a manual ``clip_gradients`` unscales before the step does.
+        """
+        if self.scaler is not None and id(optimizer) not in self._unscaled:
+            self._unscaled.add(id(optimizer))
             self.scaler.unscale_(optimizer)
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, **kwargs: Any) -> None:
         """Step; under fp16 the scaler skips the step when gradients overflowed."""
         if self.scaler is not None:
-            self.scaler.step(optimizer)
+            self.scaler.step(optimizer, **kwargs)
         else:
-            optimizer.step()
+            optimizer.step(**kwargs)
 
     def update(self) -> None:
         """Adjust the loss scale once per optimizer step (after every optimizer stepped)."""
         if self.scaler is not None:
             self.scaler.update()
+            self._unscaled.clear()
 
     def state_dict(self) -> dict[str, Any]:
         """The grad scaler's state (empty without one)."""

@@ -155,6 +155,28 @@ class ProcessGroupStrategy(Strategy):
         """Whether the process group exists (it is destroyed when fit/validate/test end)."""
         return dist.is_initialized()
 
+    def sync_gradients(self) -> None:
+        """Average every existing gradient over the ranks: one flat all-reduce per dtype.
+
+        Manual optimization calls it after each ``manual_backward``, except inside
+        `block_backward_sync`. Every rank must hold gradients
+        for the same parameters (the same ones took part in its backward passes). Syncing twice is
+        harmless: the gradients are then equal on every rank, and their mean is themselves.
+        """
+        assert self.module is not None
+        if self.backward_sync_blocked:
+            return
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for param in self.module.parameters():
+            if param.grad is not None:
+                by_dtype.setdefault(param.grad.dtype, []).append(param.grad)
+        for grads in by_dtype.values():
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat)
+            flat /= self.world_size
+            for grad, part in zip(grads, flat.split([g.numel() for g in grads])):
+                grad.copy_(part.view_as(grad))
+
     # -- collectives ----------------------------------------------------------------------------
     def reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:
         """All-reduce a copy of ``tensor`` (``mean`` = sum / W)."""

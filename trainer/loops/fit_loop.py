@@ -7,7 +7,6 @@ epoch's batch count and validation schedule, and the pre-emption save.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ from trainer.loops.accumulation import AccumulationWindows
 from trainer.loops.anomaly import NonFiniteLossCheck, check_finite_gradients
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.loss_normalization import ItemMeanNormalizer
+from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.distributed.rank_zero import rank_zero_info
 from trainer.loops.optimization import (
     SchedulerMetrics,
@@ -72,6 +72,7 @@ class FitLoop:
         self._validated = False  # a plateau scheduler's missing monitor may still come from validation
         self._move_batches = False
         self.prefetching = False  # this epoch copies batches to the device on a side stream
+        self.manual: ManualOptimization | None = None  # the module steps its optimizers itself
 
     # -- the run's position (read by the Trainer's properties) ---------------------------------
     @property
@@ -114,6 +115,7 @@ class FitLoop:
         # Under fp16 the scaler skips steps with overflowed gradients itself: nothing to report.
         check_grads = t.detect_non_finite_grads and t.precision != "16-mixed"
         self._grad_check_params = list(model.named_parameters()) if check_grads else None
+        self.manual = None if model.automatic_optimization else ManualOptimization(self, self._grad_check_params)
         if ckpt_path is None and strategy.cluster_environment.restart_count > 0:
             ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
         if ckpt_path is not None:
@@ -227,6 +229,8 @@ class FitLoop:
         hooks.call("on_train_epoch_start")
         self.count_training_batches()  # a sampler's length may change between epochs
         # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
+        if self.manual is not None:
+            check_manual_arguments(t)
         windows = AccumulationWindows(
             t.accumulate_grad_batches, self.num_training_batches if self._train_length_known else None
         )
@@ -296,13 +300,29 @@ class FitLoop:
         self, batch: Any, batch_idx: int, is_last: bool, window_end: bool, windows: AccumulationWindows
     ) -> None:
         t, progress = self.trainer, self.progress
-        hooks, strategy, precision, module = t.hooks, t.strategy, t.precision_plugin, t.module
+        hooks, strategy = t.hooks, t.strategy
         if self._move_batches:  # not when the prefetcher already moved it
             batch = strategy.accelerator.move_batch(batch, strategy.root_device, channels_last=t.channels_last)
         metrics = t.metric_logger.train
         metrics.set_batch(batch)
         metrics.in_step = True
         hooks.call("on_train_batch_start", batch, batch_idx)
+        if self.manual is not None:  # accumulate_grad_batches is 1: every batch ends a window
+            output = self.manual.training_step(batch, batch_idx)
+            self.manual.batch_done()
+        else:
+            output = self._automatic_step(batch, batch_idx, window_end, windows)
+        progress.batch_trained(batch_idx, is_last)  # the position a checkpoint written from here on records
+        if window_end:
+            signum = self._preemption.agreed(t.world_size, strategy.control_group)
+            if signum:
+                self._save_and_exit_for_preemption(signum)
+        hooks.call("on_train_batch_end", output, batch, batch_idx)
+        metrics.in_step = False
+
+    def _automatic_step(self, batch: Any, batch_idx: int, window_end: bool, windows: AccumulationWindows) -> Any:
+        t, progress = self.trainer, self.progress
+        hooks, strategy, precision, module = t.hooks, t.strategy, t.precision_plugin, t.module
         with strategy.no_sync(window_end):
             with precision.autocast():
                 output = strategy.training_step(module, batch, batch_idx)
@@ -322,13 +342,7 @@ class FitLoop:
         hooks.call("on_after_backward")
         if window_end:
             self._optimizer_step(windows.grad_correction(batch_idx))
-        progress.batch_trained(batch_idx, is_last)  # the position a checkpoint written from here on records
-        if window_end:
-            signum = self._preemption.agreed(t.world_size, strategy.control_group)
-            if signum:
-                self._save_and_exit_for_preemption(signum)
-        hooks.call("on_train_batch_end", output, batch, batch_idx)
-        metrics.in_step = False
+        return output
 
     def _optimizer_step(self, grad_correction: float) -> None:
         t, progress = self.trainer, self.progress
@@ -367,7 +381,7 @@ class FitLoop:
         t.hooks.call_module("on_train_epoch_end")
         t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, progress.global_step, progress.current_epoch)
         t.hooks.call_callbacks("on_train_epoch_end")
-        if t.lr_scheduler_configs:
+        if t.lr_scheduler_configs and self.manual is None:  # manual optimization steps its own
             step_schedulers(t.lr_scheduler_configs, "epoch", progress.current_epoch + 1, self._scheduler_metrics)
         progress.finish_epoch()
         self._agree_on_stop()

@@ -132,6 +132,18 @@ class DDPStrategy(ProcessGroupStrategy):
         assert self.model is not None
         return self.model(batch, batch_idx)
 
+    def manual_training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+        """Through the wrapper with DDP's reducer off: ``manual_backward`` syncs, any number of times."""
+        assert self.model is not None
+        if self.ddp_kwargs["static_graph"]:
+            raise ValueError(
+                "DDPStrategy(static_graph=True) does not apply to manual optimization "
+                "(automatic_optimization = False): manual_backward syncs the gradients, not DDP's "
+                "reducer. Remove static_graph=True."
+            )
+        with self.model.no_sync():  # type: ignore[operator]
+            return self.model(batch, batch_idx)
+
     def no_sync(self, sync: bool) -> ContextManager[Any]:
         """Skip DDP's all-reduce for micro batches that do not end a window."""
         if self.model is None:

@@ -6,7 +6,7 @@ every collective is the identity. The distributed strategies live in their own m
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager, TypeVar
+from typing import Any, ContextManager, Iterator, TypeVar
 
 import torch
 from torch import nn
@@ -34,6 +34,7 @@ class Strategy:
         self.model: nn.Module | None = None
         self.launcher: Any = None  # set when this process must start the workers itself
         self.control_group: Any = None  # a CPU group for small host-side agreements (None: default group)
+        self._backward_sync_blocked = 0  # depth of `block_backward_sync` contexts
 
     # -- set-up -----------------------------------------------------------------------------
     def connect(
@@ -135,6 +136,32 @@ class Strategy:
     def training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
         """Run the module's ``training_step`` through the model wrapper, if there is one."""
         return module.training_step(batch, batch_idx)
+
+    def manual_training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+        """``training_step`` under manual optimization, where `sync_gradients` syncs the gradients."""
+        return self.training_step(module, batch, batch_idx)
+
+    def sync_gradients(self) -> None:
+        """Average the module's gradients over all ranks now (after a ``manual_backward``), unless
+        inside `block_backward_sync`."""
+
+    @contextlib.contextmanager
+    def block_backward_sync(self) -> Iterator[None]:
+        """Manual optimization: ``manual_backward`` inside does not sync gradients (Lightning's name).
+
+        The first synced backward after it averages the accumulated sum, which is linear: N micro
+        batches accumulated this way give the gradient of their whole batch.
+        """
+        self._backward_sync_blocked += 1
+        try:
+            yield
+        finally:
+            self._backward_sync_blocked -= 1
+
+    @property
+    def backward_sync_blocked(self) -> bool:
+        """Whether a `block_backward_sync` context is open."""
+        return self._backward_sync_blocked > 0
 
     def no_sync(self, sync: bool) -> ContextManager[Any]:
         """Context for a micro batch's forward and backward; ``sync=False`` skips the gradient sync."""

@@ -163,11 +163,11 @@ class ProcessGroupStrategy(Strategy):
         for the same parameters (the same ones took part in its backward passes). Syncing twice is
         harmless: the gradients are then equal on every rank, and their mean is themselves.
         """
-        assert self.module is not None
+        assert self.model is not None
         if self.backward_sync_blocked:
             return
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for param in self.module.parameters():
+        for param in self.model.parameters():  # a DDP wrapper's are its module's
             if param.grad is not None:
                 by_dtype.setdefault(param.grad.dtype, []).append(param.grad)
         for grads in by_dtype.values():

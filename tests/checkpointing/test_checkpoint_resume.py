@@ -62,14 +62,16 @@ def test_resume_never_maps_the_checkpoint_to_the_run_device(tmp_path, monkeypatc
     import trainer.loops.fit_loop as fit_loop_module
     from trainer.strategies.strategy import Strategy
 
-    restore = fit_loop_module.restore_fit
+    def as_on_a_gpu(fn):
+        def call(*args, **kwargs):
+            with monkeypatch.context() as m:
+                m.setattr(Strategy, "root_device", property(lambda _: torch.device("cuda", 0)))
+                return fn(*args, **kwargs)
 
-    def restore_as_on_a_gpu(*args, **kwargs):
-        with monkeypatch.context() as m:
-            m.setattr(Strategy, "root_device", property(lambda _: torch.device("cuda", 0)))
-            return restore(*args, **kwargs)
+        return call
 
-    monkeypatch.setattr(fit_loop_module, "restore_fit", restore_as_on_a_gpu)
+    for name in ("read_checkpoint", "restore_checkpoint"):  # reading the file, then restoring from it
+        monkeypatch.setattr(fit_loop_module, name, as_on_a_gpu(getattr(fit_loop_module, name)))
     straight, resumed, _ = straight_and_resumed(str(tmp_path), 18, own_generator=True, accelerator="cpu")
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
 

@@ -140,7 +140,7 @@ def test_cuda_accelerator_without_cuda():
 
 
 def test_no_train_dataloader():
-    with pytest.raises(ValueError, match=r"No training data: pass train_dataloaders to trainer.fit\(...\) or "
+    with pytest.raises(ValueError, match=r"No training data: pass train_dataloaders or a datamodule to trainer.fit\(...\) or "
                        r"define Regression.train_dataloader\(\)"):
         Trainer(accelerator="cpu", **QUIET).fit(Regression())
 

@@ -28,8 +28,8 @@ pytest.importorskip("lightning", reason="needs `lightning` (the bench extra: pip
 pytest.importorskip("torchmetrics", reason="needs `torchmetrics` (installed with lightning, the bench extra)")
 
 EXAMPLES = ["classifier", "autoencoder", "gan"]
+# with the examples' own accelerator="cpu"
 SAME = {
-    "accelerator": "cpu",
     "devices": 1,
     "precision": "32-true",
     "deterministic": True,
@@ -124,3 +124,15 @@ def test_lightning_gan_on_two_lockstep_ranks_matches_lightning_with_the_whole_ba
     scalars, images = _logger_names(str(tmp_path / "lockstep"))
     assert scalars - _by_design(scalars) == want["logger_scalars"]
     assert images == want["logger_images"]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_lightning_wrote_loads_with_load_from_checkpoint(tmp_path):
+    model, trainer = load("autoencoder", "lightning").main(str(tmp_path), **SAME)
+    trainer.save_checkpoint(tmp_path / "lightning.ckpt")
+    ported = load("autoencoder", "lockstep").LitAutoEncoder
+    loaded = ported.load_from_checkpoint(tmp_path / "lightning.ckpt", lr=0.5)
+    assert isinstance(loaded, ported) and not loaded.training
+    assert loaded.hparams.latent_dim == 4 and loaded.hparams.lr == 0.5  # saved hparams, then overrides
+    want = {k: p.detach() for k, p in model.named_parameters()}
+    _assert_same_parameters({k: p.detach() for k, p in loaded.named_parameters()}, want, atol=0.0)

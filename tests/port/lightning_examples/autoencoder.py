@@ -57,6 +57,6 @@ def main(root_dir, **trainer_kwargs):
     L.seed_everything(7)
     model = LitAutoEncoder()
     datamodule = RandomImagesDataModule()
-    trainer = L.Trainer(default_root_dir=root_dir, max_epochs=3, log_every_n_steps=2, **trainer_kwargs)
+    trainer = L.Trainer(accelerator="cpu", default_root_dir=root_dir, max_epochs=3, log_every_n_steps=2, **trainer_kwargs)
     trainer.fit(model, datamodule=datamodule)
     return model, trainer

@@ -56,6 +56,6 @@ class LitClassifier(L.LightningModule):
 def main(root_dir, **trainer_kwargs):
     L.seed_everything(42)
     model = LitClassifier()
-    trainer = L.Trainer(default_root_dir=root_dir, max_epochs=3, log_every_n_steps=2, **trainer_kwargs)
+    trainer = L.Trainer(accelerator="cpu", default_root_dir=root_dir, max_epochs=3, log_every_n_steps=2, **trainer_kwargs)
     trainer.fit(model)
     return model, trainer

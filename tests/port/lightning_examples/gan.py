@@ -103,6 +103,6 @@ def main(root_dir, batch_size=8, **trainer_kwargs):
     # data order is fixed (no shuffle), so 2 ranks with half the batch each see the same global batches
     train_loader = DataLoader(make_images_and_noise(), batch_size=batch_size)
     logger = TensorBoardLogger(save_dir=root_dir, name="gan")
-    trainer = L.Trainer(default_root_dir=root_dir, max_epochs=2, log_every_n_steps=1, logger=logger, **trainer_kwargs)
+    trainer = L.Trainer(accelerator="cpu", default_root_dir=root_dir, max_epochs=2, log_every_n_steps=1, logger=logger, **trainer_kwargs)
     trainer.fit(model, train_loader)
     return model, trainer

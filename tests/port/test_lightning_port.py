@@ -9,8 +9,8 @@ same seed. Same final parameters to 1e-6, same names logged. The GAN also runs o
 and matches Lightning's 1-process run with the whole batch.
 
 Settings that only decide output (progress bar, model summary, checkpoint files) are off on both;
-they change no number. What the loggers receive differs by design in two names, listed in
-`BY_DESIGN` and in docs/migration.md.
+they change no number. What the loggers receive differs by design in a few names, dropped by
+`_by_design` (and `"epoch"` in `trainer.logged_metrics`), as docs/migration.md lists.
 """
 from __future__ import annotations
 

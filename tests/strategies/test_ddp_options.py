@@ -80,3 +80,10 @@ def test_early_powersgd_compresses(results):
 def test_unknown_hook_name_is_rejected_at_construction():
     with pytest.raises(ValueError, match="ddp_comm_hook must be one of"):
         DDPStrategy(ddp_comm_hook="int8_compress")
+
+
+@pytest.mark.parametrize("name, find_unused", [("ddp_find_unused_parameters_true", True), ("ddp_find_unused_parameters_false", False)])
+def test_lightnings_find_unused_parameters_strategy_names(name, find_unused):
+    strategy = Trainer(accelerator="cpu", devices=2, strategy=name, **QUIET).strategy
+    assert isinstance(strategy, DDPStrategy)
+    assert strategy.ddp_kwargs["find_unused_parameters"] is find_unused

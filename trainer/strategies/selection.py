@@ -15,7 +15,16 @@ from trainer.arguments import check_int
 from trainer.distributed.cluster_environment import detect_cluster_environment
 from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
 
-STRATEGY_NAMES = ("auto", "single_device", "ddp", "ddp_spawn", "allreduce")
+STRATEGY_NAMES = (
+    "auto",
+    "single_device",
+    "ddp",
+    "ddp_spawn",
+    "allreduce",
+    # Lightning's names for DDP with DDP's own find_unused_parameters (a ported project keeps them)
+    "ddp_find_unused_parameters_true",
+    "ddp_find_unused_parameters_false",
+)
 
 
 def parse_devices(devices: Any) -> int | str:
@@ -110,6 +119,8 @@ def _make(name: str) -> Strategy:
         return AllReduceStrategy()
     if name == "single_device":
         return SingleDeviceStrategy()
+    if name.startswith("ddp_find_unused_parameters_"):
+        return DDPStrategy(find_unused_parameters=name.endswith("_true"))
     return DDPStrategy()  # "auto", "ddp", "ddp_spawn"
 
 

@@ -103,7 +103,9 @@ def test_lightning_example_on_lockstep_computes_lightnings_numbers(name, tmp_pat
 
 
 def _gan_on_rank(rank: int, world_size: int, root: str) -> dict[str, Any]:
-    model, trainer = load("gan", "lockstep").main(root, batch_size=4, **{**SAME, "devices": 2, "strategy": "ddp"})
+    # the strategy name a Lightning GAN needs under DDP (toggle_optimizer leaves parameters unused)
+    strategy = "ddp_find_unused_parameters_true"
+    model, trainer = load("gan", "lockstep").main(root, batch_size=4, **{**SAME, "devices": 2, "strategy": strategy})
     return {
         "params": {k: p.detach().clone() for k, p in model.named_parameters()},
         "global_step": trainer.global_step,

@@ -341,10 +341,9 @@ class Trainer:
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
         try:
             self._strategy.setup_environment()
-            if stage == Stage.FIT:
-                if self.local_rank == 0:
-                    model.prepare_data()
-                self._strategy.barrier("prepare_data")
+            if self.local_rank == 0:  # every stage, as in Lightning
+                model.prepare_data()
+            self._strategy.barrier("prepare_data")
             self.hooks.call("setup", stage.value)
             result = body()
         except BaseException as exc:

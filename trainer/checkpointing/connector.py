@@ -54,8 +54,8 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
         "lr_scaled": loop.lr_scaled,
     }
-    module.on_save_checkpoint(checkpoint)
     trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
+    module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning
     return checkpoint
 
 

@@ -267,3 +267,41 @@ def test_print_without_progress_bar_prints(capsys):
     trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     trainer.fit(Prints(), _loader(2))
     assert capsys.readouterr().out == "hello from batch 0\n"
+
+
+# -- two ranks ---------------------------------------------------------------------------------
+class SumsOnRanks(Base):
+    def __init__(self) -> None:
+        super().__init__()
+        import torchmetrics
+
+        self.val_total = torchmetrics.SumMetric()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.val_total(batch[0].sum())
+        self.log("val_total", self.val_total)
+        self.log("val_plain_sum", batch[0].sum(), reduce_fx="sum")
+        self.print(f"rank {self.global_rank} batch {batch_idx}")
+
+
+def _metric_on_two_ranks(rank: int, world_size: int) -> dict[str, Any]:
+    import contextlib
+
+    out = io.StringIO()
+    trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
+    with contextlib.redirect_stdout(out):
+        results = [trainer.validate(SumsOnRanks(), _loader(8))[0] for _ in range(2)]
+    return {"results": results, "printed": out.getvalue()}
+
+
+@pytest.mark.distributed
+def test_a_metric_syncs_itself_over_two_ranks_and_print_is_rank_zero_only():
+    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    from distributed_helpers import run_ranks
+
+    r0, r1 = run_ranks(_metric_on_two_ranks, world_size=2)
+    full = float(torch.arange(16, dtype=torch.float32).sum())  # every rank's shard, summed
+    for r in (r0, r1):
+        assert r["results"] == [{"val_total": full, "val_plain_sum": full}] * 2
+    assert r0["printed"] == "rank 0 batch 0\nrank 0 batch 1\n" * 2
+    assert r1["printed"] == ""

@@ -126,7 +126,8 @@ def test_logger_false_reaches_callback_metrics_and_progress_bar_but_no_logger(tm
     for name in ("hidden", "hidden_step", "hidden_epoch", "hidden_d", "val_hidden"):
         assert name in metrics, name
     assert "hidden" in trainer.progress_bar_metrics
-    assert {"shown_step", "shown_epoch", "shown", "val_shown"} <= capture.names()
+    assert {"shown_step", "shown_epoch", "val_shown"} <= capture.names()
+    assert "shown" not in capture.names()  # as Lightning: only the _step and _epoch forms
     assert not {n for n in capture.names() if "hidden" in n}  # before: all of them were sent
     assert not {n for n in trainer.logged_metrics if "hidden" in n}
 
@@ -305,3 +306,83 @@ def test_a_metric_syncs_itself_over_two_ranks_and_print_is_rank_zero_only():
         assert r["results"] == [{"val_total": full, "val_plain_sum": full}] * 2
     assert r0["printed"] == "rank 0 batch 0\nrank 0 batch 1\n" * 2
     assert r1["printed"] == ""
+
+
+# -- the same names as Lightning ---------------------------------------------------------------
+def _names_module(base: type) -> type:
+    import torchmetrics
+
+    class Names(base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(2, 1)
+            self.mean = torchmetrics.MeanMetric()
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = nn.functional.mse_loss(self(x), y)
+            self.log("both", loss, on_step=True, on_epoch=True)
+            self.log("step_only", loss)
+            self.log("epoch_only", loss, on_step=False, on_epoch=True, reduce_fx="max")
+            self.log("hidden", loss, logger=False, on_epoch=True)
+            self.mean(loss)
+            self.log_dict({"tm": self.mean}, on_step=True, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val_loss", nn.functional.mse_loss(self(x), y), prog_bar=True)
+
+        def on_train_epoch_end(self):
+            self.log("at_epoch_end", 1.0)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.001)
+
+    return Names
+
+
+def test_metric_names_match_lightning(tmp_path):
+    """callback_metrics and what reaches the loggers have Lightning's names (and the same values)."""
+    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `bench` extra) is not installed")
+
+    class LightningCapture(pl.loggers.Logger):
+        name, version = "capture", 0
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.keys: set[str] = set()
+
+        def log_metrics(self, metrics, step=None):
+            self.keys |= set(metrics)
+
+        def log_hyperparams(self, *args, **kwargs):
+            pass
+
+    runs = {}
+    for framework in ("lightning", "lockstep"):
+        torch.manual_seed(0)
+        kw = dict(max_epochs=2, log_every_n_steps=1, enable_progress_bar=False, enable_checkpointing=False)
+        if framework == "lightning":
+            capture: Any = LightningCapture()
+            trainer: Any = pl.Trainer(accelerator="cpu", devices=1, logger=capture, enable_model_summary=False,
+                                      default_root_dir=tmp_path / framework, **kw)
+            module = _names_module(pl.LightningModule)()
+        else:
+            capture = Capture()
+            trainer = Trainer(accelerator="cpu", logger=capture, default_root_dir=tmp_path / framework, **kw)
+            module = _names_module(TrainModule)()
+        trainer.fit(module, _loader(6), _loader(4))
+        sent = capture.keys if framework == "lightning" else capture.names()
+        runs[framework] = (
+            {k: float(v) for k, v in trainer.callback_metrics.items()},
+            {k for k in sent if not k.startswith("lr-")},  # Lockstep's default LearningRateMonitor
+        )
+    (l_metrics, l_sent), (o_metrics, o_sent) = runs["lightning"], runs["lockstep"]
+    assert o_sent == l_sent
+    assert o_metrics.keys() == l_metrics.keys()
+    assert o_metrics == pytest.approx(l_metrics, rel=1e-6)

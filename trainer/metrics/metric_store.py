@@ -140,8 +140,19 @@ class MetricStore:
         return out
 
     def hidden_from_loggers(self) -> set[str]:
-        """Names (with their ``_step``/``_epoch`` forms) logged with ``logger=False``."""
-        return {key + sfx for key, e in self._entries.items() if not e.logger for sfx in ("", "_step", "_epoch")}
+        """Names the loggers do not get (as in Lightning).
+
+        All forms of a value logged with ``logger=False``; the bare name of one logged both
+        on_step and on_epoch (the loggers get ``name_step`` and ``name_epoch``; the bare name is
+        the callback metric that monitors use).
+        """
+        hidden = set()
+        for key, e in self._entries.items():
+            if not e.logger:
+                hidden.update((key, key + "_step", key + "_epoch"))
+            elif e.on_step and e.on_epoch:
+                hidden.add(key)
+        return hidden
 
     def progress_bar_keys(self) -> list[str]:
         """Keys the module asked to show on the progress bar."""

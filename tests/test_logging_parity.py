@@ -211,7 +211,8 @@ def test_logging_does_not_import_torchmetrics():
         "        enable_checkpointing=False).fit(M(), dl)\n"
         "assert 'torchmetrics' not in sys.modules, 'torchmetrics was imported'\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(os.getcwd()), os.environ.get("PYTHONPATH", "")])}
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100)
     assert done.returncode == 0, done.stderr[-2000:]
 

@@ -1,5 +1,15 @@
 """Suite-wide rules that let the same tests pass on a CPU laptop, a GPU machine and ``pytest -n auto``.
 
+Layout: ``tests/`` is a package whose folders mirror the code (``loops/``, ``checkpointing/``,
+``data/``, ``strategies/``, ``distributed/``, ``launch/``, ``accelerators/``, ``optim/``,
+``callbacks/``), plus ``faults/`` (the fault-injection matrix), ``project/`` (suite-wide checks:
+portability, architecture rules, import time, examples, benchmarks, bad input), ``fixtures/``
+(files kept from older versions, e.g. a v0.1 checkpoint) and ``scripts/`` (run as subprocesses).
+Shared code lives in ``tests/helpers/`` and is imported one way everywhere, tests, spawned ranks
+and scripts alike: ``from tests.helpers.models import QUIET, Regression``
+(``run_script`` puts the checkout on ``PYTHONPATH``). ``QUIET`` in ``tests/helpers/models.py`` is
+the one definition of the quiet Trainer settings.
+
 - ``@pytest.mark.cuda`` (or ``@pytest.mark.cuda(devices=N)``) skips a test, with the reason, on a
   machine with fewer than N CUDA devices (default 1).
 - Every test runs with its own empty ``tmp_path`` as working directory, so output a Trainer writes

@@ -60,6 +60,14 @@ def make_callbacks(callbacks: Any, loggers: list[Logger], progress_bar: bool, ch
     return [*loggers, *ordinary, *checkpoint_callbacks(given)]
 
 
+def first_log_dir(loggers: list[Logger], default: str) -> str:
+    """Where the first logger that has a directory writes, else ``default``."""
+    for lg in loggers:
+        if lg.log_dir is not None:
+            return lg.log_dir
+    return default
+
+
 def checkpoint_callbacks(callbacks: list[Callback]) -> list[ModelCheckpoint]:
     """Every `ModelCheckpoint` (subclasses included) among ``callbacks``, in order."""
     return [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]

@@ -2,18 +2,24 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+import os
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 import torch
 from torch import nn
+
+from trainer.checkpointing.from_checkpoint import load_module
+from trainer.hyperparameters import HyperparametersMixin
 
 if TYPE_CHECKING:
     from trainer.loops.manual import ManualOptimization
     from trainer.trainer import Trainer
 
 
-class TrainModule(nn.Module):
+_M = TypeVar("_M", bound="TrainModule")
+
+
+class TrainModule(HyperparametersMixin, nn.Module):
     """Subclass this: define ``training_step`` and ``configure_optimizers``, optionally the rest.
 
     ``training_step(batch, batch_idx)`` returns the loss (a scalar tensor) or a dict with key
@@ -25,7 +31,6 @@ class TrainModule(nn.Module):
     # Class attributes, not instance ones: a subclass that forgets super().__init__() still
     # gets a clear error from nn.Module rather than an AttributeError from us.
     _trainer: Trainer | None = None
-    hparams: dict[str, Any] = {}
     #: ``False``: the module steps its optimizers itself in ``training_step`` (docs/train-module.md)
     automatic_optimization: bool = True
 
@@ -255,27 +260,19 @@ class TrainModule(nn.Module):
 
         print_above_progress(self._trainer, *args, **kwargs)
 
-    def save_hyperparameters(self, *names: str, ignore: list[str] | None = None) -> None:
-        """Record the calling ``__init__``'s arguments in ``self.hparams`` (logged and checkpointed)."""
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        if caller is None or caller.f_code.co_name != "__init__":
-            raise RuntimeError("save_hyperparameters() must be called from your module's __init__")
-        code = caller.f_code
-        n_args = code.co_argcount + code.co_kwonlyargcount
-        arg_names = list(code.co_varnames[:n_args])
-        values = caller.f_locals
-        hparams = {n: values[n] for n in arg_names[1:] if n in values}  # skip `self`
-        if code.co_flags & inspect.CO_VARKEYWORDS:
-            hparams.update(values.get(code.co_varnames[n_args + bool(code.co_flags & inspect.CO_VARARGS)], {}))
-        if names:
-            unknown = [n for n in names if n not in hparams]
-            if unknown:
-                raise ValueError(f"save_hyperparameters: {unknown} are not arguments of __init__ ({list(hparams)})")
-            hparams = {n: hparams[n] for n in names}
-        for n in ignore or ():
-            hparams.pop(n, None)
-        self.hparams = hparams
+    # -- checkpoints ------------------------------------------------------------------------
+    @classmethod
+    def load_from_checkpoint(
+        cls: type[_M],
+        checkpoint_path: str | os.PathLike[str],
+        map_location: torch.device | str | None = None,
+        strict: bool = True,
+        **hparam_overrides: Any,
+    ) -> _M:
+        """A module rebuilt from a checkpoint: ``cls(**saved hparams, **hparam_overrides)`` with the
+        saved weights (loaded with ``weights_only=True``), in eval mode on ``map_location`` (CPU by
+        default). ``strict`` is ``load_state_dict``'s."""
+        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides)
 
     # -- optimizers (manual optimization: docs/train-module.md) ---------------------------------
     def optimizers(self) -> Any:

@@ -11,6 +11,13 @@ import torch
 _SEED_ENV = "LOCKSTEP_GLOBAL_SEED"
 
 
+def use_deterministic_algorithms(deterministic: bool | str) -> None:
+    """``Trainer(deterministic=True | "warn")``: torch's deterministic algorithms (``"warn"``: warn only)."""
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
+
+
 def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     """Seed Python's ``random``, NumPy (if installed) and torch (CPU and every CUDA device).
 

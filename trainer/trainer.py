@@ -14,9 +14,10 @@ from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
 from trainer.checks import check_call, check_trainer_arguments
+from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.loaders import loader_batch_size, num_batches
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
-from trainer.default_callbacks import make_callbacks, make_loggers, share_log_versions
+from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions
 from trainer.hooks import HookDispatcher
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
@@ -24,6 +25,7 @@ from trainer.loops.fit_loop import FitLoop
 from trainer.loops.optimization import LRSchedulerConfig
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
+from trainer.seed import use_deterministic_algorithms
 from trainer.stage import Stage, TrainerState
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
@@ -105,9 +107,7 @@ class Trainer:
             use_distributed_sampler=use_distributed_sampler,
         )
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
-        if deterministic:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
+        use_deterministic_algorithms(deterministic)
 
         self.loggers: list[Logger] = make_loggers(logger, self.default_root_dir)
         self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, enable_progress_bar, enable_checkpointing)
@@ -117,6 +117,7 @@ class Trainer:
         self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self.train_dataloader: Any = None
         self.val_dataloaders: list[Any] = []
+        self.datamodule: DataModule | None = None  # the current (or last) run's
         self.num_test_batches: list[int | None] = []
         self.num_predict_batches: list[int | None] = []
         self.fit_loop = FitLoop(self, detect_non_finite_loss)
@@ -210,10 +211,7 @@ class Trainer:
     @property
     def log_dir(self) -> str:
         """Where the first logger writes, else ``default_root_dir``."""
-        for lg in self.loggers:
-            if lg.log_dir is not None:
-                return lg.log_dir
-        return self.default_root_dir
+        return first_log_dir(self.loggers, self.default_root_dir)
 
     @property
     def logger(self) -> Logger | None:
@@ -239,8 +237,7 @@ class Trainer:
     @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
         """The first ModelCheckpoint (or subclass), if any."""
-        cbs = self.checkpoint_callbacks
-        return cbs[0] if cbs else None
+        return next(iter(self.checkpoint_callbacks), None)
 
     @property
     def checkpoint_callbacks(self) -> list[ModelCheckpoint]:
@@ -255,8 +252,9 @@ class Trainer:
         val_dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
+        datamodule: DataModule | None = None,
     ) -> None:
-        """Train ``model``; ``ckpt_path`` ("last", "best" or a path) resumes a checkpoint.
+        """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
         A restarted run (``restart_count`` > 0 in the cluster environment: torch's elastic agent
         restarting the worker group, or SLURM requeueing the job) resumes from the last checkpoint
@@ -264,11 +262,12 @@ class Trainer:
         pickled objects: only for files you trust.
         """
         check_call(model, Stage.FIT, ckpt_path, weights_only)
+        train_dataloaders, datamodule = attach_datamodule(self, Stage.FIT, train_dataloaders, datamodule, val_dataloaders)
         self._run(
             Stage.FIT,
             model,
             lambda: self.fit_loop.fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
-            (model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
+            (model, train_dataloaders, val_dataloaders, ckpt_path, weights_only, datamodule),
         )
 
     def validate(
@@ -277,13 +276,14 @@ class Trainer:
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
+        datamodule: DataModule | None = None,
     ) -> list[dict[str, float]]:
-        """Run ``validation_step`` over the validation data; one metric dict per loader.
+        """Run ``validation_step`` over the loaders (or a ``datamodule``'s); one metric dict per loader.
 
         ``ckpt_path`` loads the weights first; ``weights_only=False`` allows checkpoints with
         arbitrary pickled objects: only for files you trust.
         """
-        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only)
+        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule)
 
     def test(
         self,
@@ -291,9 +291,10 @@ class Trainer:
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
+        datamodule: DataModule | None = None,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over the test data; one metric dict per loader (see `validate`)."""
-        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only)
+        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule)
 
     def predict(
         self,
@@ -301,9 +302,10 @@ class Trainer:
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
+        datamodule: DataModule | None = None,
     ) -> list[Any]:
         """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
-        return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only)
+        return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically.
@@ -341,9 +343,7 @@ class Trainer:
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
         try:
             self._strategy.setup_environment()
-            if self.local_rank == 0:  # every stage, as in Lightning
-                model.prepare_data()
-            self._strategy.barrier("prepare_data")
+            prepare_and_set_up_data(self, model, stage)
             self.hooks.call("setup", stage.value)
             result = body()
         except BaseException as exc:
@@ -374,6 +374,7 @@ class Trainer:
             if self.is_global_zero:
                 for lg in self.loggers:
                     lg.finalize(status)
+            tear_down_data(self, stage)
             self.hooks.call("teardown", stage.value)
             if status == "success":  # no rank leaves the group while another still uses it
                 self._strategy.barrier("teardown")
@@ -382,16 +383,17 @@ class Trainer:
             self._strategy.teardown()
 
     def _evaluate(
-        self, stage: Stage, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool
+        self, stage: Stage, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool, datamodule: Any
     ) -> Any:
         if model is None:
             if self._module is None:
                 raise ValueError(f"trainer.{stage}() needs a model: pass one, or call fit first.")
             model = self._module
         check_call(model, stage, ckpt_path, weights_only)
+        loaders, datamodule = attach_datamodule(self, stage, loaders, datamodule)
 
         def body() -> Any:
             loop = EvaluationLoop(self, stage)
             return loop.run(loop.setup(model, loaders, ckpt_path, weights_only))
 
-        return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only))
+        return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only, datamodule))

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from tests.distributed_helpers import REPO_ROOT, free_port
+from tests.helpers.distributed import REPO_ROOT, free_port
 from trainer.checkpointing.checkpoint import load_checkpoint
 
 SCRIPT = Path(__file__).resolve().parent / "fault_script.py"

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from fault_harness import MARKER_VAR, blamed_rank, run_processes
+from tests.faults.fault_harness import MARKER_VAR, blamed_rank, run_processes
 
 pytestmark = pytest.mark.faults
 

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_harness import Outcome, blamed_rank, record, run_case
+from tests.faults.fault_harness import Outcome, blamed_rank, record, run_case
 
 pytestmark = [pytest.mark.faults, pytest.mark.distributed, pytest.mark.timeout(300)]
 

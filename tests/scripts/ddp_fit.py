@@ -1,6 +1,6 @@
-"""Launched by tests/test_ddp_launch.py the way users launch: torchrun, `python` + devices, ddp_spawn.
+"""Launched by tests/launch/test_ddp_launch.py the way users launch: torchrun, `python` + devices, ddp_spawn.
 
-Trains `Regression` (tests/models.py) for 2 epochs on 32 samples, micro batch 4, shuffle=False,
+Trains `Regression` (tests/helpers/models.py) for 2 epochs on 32 samples, micro batch 4, shuffle=False,
 and saves each rank's placement, final parameters and global_step with `save_rank_result`.
 Markers on stdout let the test count which processes ran which part of the script:
 
@@ -26,9 +26,8 @@ import sys
 import time
 from typing import Any
 
-from distributed_helpers import save_rank_result
-from models import QUIET, Regression, loader, params_of, regression_data
-
+from tests.helpers.distributed import save_rank_result
+from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
 from trainer import Trainer, rank_zero_only
 
 OUT = os.environ.get("LOCKSTEP_TEST_OUT", ".")

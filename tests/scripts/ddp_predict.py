@@ -1,4 +1,4 @@
-"""Launched by tests/test_ddp_predict.py: `trainer.predict` under several processes.
+"""Launched by tests/strategies/test_ddp_predict.py: `trainer.predict` under several processes.
 
 Row ``i`` of every dataset holds the number ``i`` and ``predict_step`` returns the batch's row
 numbers, so the returned predictions show which rows came back, how often and in what order.
@@ -16,11 +16,11 @@ import os
 from typing import Any
 
 import torch
-from distributed_helpers import save_rank_result
-from models import QUIET
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+from tests.helpers.distributed import save_rank_result
+from tests.helpers.models import QUIET
 from trainer import Trainer, TrainModule
 
 

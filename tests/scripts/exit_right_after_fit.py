@@ -1,4 +1,4 @@
-"""Launched by tests/test_ddp_launch.py: a script whose last statement is ``trainer.fit``.
+"""Launched by tests/launch/test_ddp_launch.py: a script whose last statement is ``trainer.fit``.
 
 At ``on_train_end`` (before the Trainer's final barrier) every thread of this process is pinned to
 one CPU and torch's gloo worker threads are moved to the idle scheduling class, so they run only
@@ -12,9 +12,9 @@ import os
 
 import torch
 import torch.distributed as dist
-from distributed_helpers import save_rank_result
-from models import QUIET, Regression, loader, regression_data
 
+from tests.helpers.distributed import save_rank_result
+from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer
 
 

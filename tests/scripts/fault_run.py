@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from callbacks import Callback, ModelCheckpoint  # noqa: E402
-from tests.distributed_helpers import save_rank_result  # noqa: E402
-from tests.resume_models import Noisy, make_loader  # noqa: E402
+from tests.helpers.distributed import save_rank_result  # noqa: E402
+from tests.helpers.resume_models import Noisy, make_loader  # noqa: E402
 from trainer import Trainer, seed_everything  # noqa: E402
 
 

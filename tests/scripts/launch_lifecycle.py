@@ -1,5 +1,5 @@
 """A 2-worker run launched by `python` (Trainer(devices=2) or ddp_spawn) for the launcher tests in
-tests/test_launch_lifecycle.py: what happens when the launcher dies, a rank fails, workers print.
+tests/launch/test_launch_lifecycle.py: what happens when the launcher dies, a rank fails, workers print.
 
     --mode train | print | raise-setup | raise-step    [--strategy ddp|ddp_spawn]
 
@@ -19,9 +19,8 @@ import sys
 import time
 from typing import Any
 
-from models import QUIET, Regression, loader, regression_data
-
 from callbacks import ModelCheckpoint
+from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import DDPStrategy, Trainer
 
 OUT = os.environ.get("LOCKSTEP_TEST_OUT", ".")

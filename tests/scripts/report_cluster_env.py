@@ -7,8 +7,8 @@ import dataclasses
 
 import torch
 import torch.distributed as dist
-from distributed_helpers import save_rank_result
 
+from tests.helpers.distributed import save_rank_result
 from trainer.distributed.cluster_environment import detect_cluster_environment
 
 env = detect_cluster_environment()

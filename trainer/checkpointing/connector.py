@@ -2,10 +2,11 @@
 
 A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the fit's
 position (`FitProgress`: epoch, global step, place inside the epoch), every callback's state, the
-hyperparameters, the world size and accumulation it was made with, and each rank's RNG and
-loader-generator states together with the RNG states that decided the interrupted epoch's order
-(see `trainer.checkpointing.resume`). Restoring runs: weights, callbacks, optimizers and
-schedulers, position, random state.
+hyperparameters, the DataModule's state and hyperparameters (when the run has one), the world
+size and accumulation it was made with, and each rank's RNG and loader-generator states together
+with the RNG states that decided the interrupted epoch's order (see `trainer.checkpointing.resume`).
+Restoring runs: the DataModule's state (before its loaders are made), then weights, callbacks,
+optimizers and schedulers, position, random state.
 """
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ from trainer.checkpointing.checkpoint import (
     check_compatible,
     load_checkpoint,
     weights_only_loadable,
+)
+from trainer.checkpointing.from_checkpoint import (
+    DATAMODULE_HPARAMS_KEY,
+    DATAMODULE_STATE_KEY,
+    MODULE_HPARAMS_KEY,
 )
 from trainer.checkpointing.resume import (
     capture_generators,
@@ -49,11 +55,15 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
         **loop.progress.state_dict(),
         "rank_states": gather_rank_states(trainer, gather),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
-        "hyper_parameters": weights_only_loadable(dict(module.hparams)),
+        MODULE_HPARAMS_KEY: weights_only_loadable(dict(module.hparams)),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
         "lr_scaled": loop.lr_scaled,
     }
+    datamodule = trainer.datamodule
+    if datamodule is not None:
+        checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
+        checkpoint[DATAMODULE_HPARAMS_KEY] = weights_only_loadable(dict(datamodule.hparams))
     trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning
     return checkpoint
@@ -98,7 +108,8 @@ def _rank_state(trainer: Trainer) -> dict[str, Any]:
 
 
 def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
-    """Restore a fit from ``checkpoint`` in named steps, after checking it fits the run."""
+    """Restore a fit from ``checkpoint`` in named steps, after checking it fits the run (the
+    DataModule's state is restored before, by `restore_datamodule`, ahead of its loaders)."""
     check_compatible(checkpoint, path, trainer.module, trainer.optimizers, trainer.lr_scheduler_configs)
     _restore_weights(trainer, checkpoint)
     _restore_callbacks(trainer, checkpoint)
@@ -107,19 +118,24 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) 
 
 
 def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:
-    """Load only the module's weights from ``ckpt_path`` (validate, test and predict)."""
-    path = trainer.strategy.broadcast(resolve_checkpoint_path(trainer, ckpt_path))
-    checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+    """Load the module's weights and the DataModule's state from ``ckpt_path`` (validate, test, predict)."""
+    path, checkpoint = read_checkpoint(trainer, ckpt_path, weights_only)
     check_compatible(checkpoint, path, trainer.module, [], [])
     trainer.module.load_state_dict(checkpoint["state_dict"])
+    restore_datamodule(trainer, checkpoint)
     return checkpoint
 
 
-def restore_fit(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> None:
-    """Resolve ``ckpt_path`` on global rank 0, load it on every rank and restore the fit from it."""
+def read_checkpoint(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> tuple[str, dict[str, Any]]:
+    """Resolve ``ckpt_path`` on global rank 0 and load that file on every rank: (path, checkpoint)."""
     path = trainer.strategy.broadcast(resolve_checkpoint_path(trainer, ckpt_path))
-    checkpoint = load_checkpoint(path, map_location="cpu", weights_only=weights_only)
-    restore_checkpoint(trainer, checkpoint, path)
+    return path, load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+
+
+def restore_datamodule(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    """The run's DataModule gets its saved state (first: its loaders may depend on it)."""
+    if trainer.datamodule is not None and DATAMODULE_STATE_KEY in checkpoint:
+        trainer.datamodule.load_state_dict(checkpoint[DATAMODULE_STATE_KEY])
 
 
 def _restore_weights(trainer: Trainer, checkpoint: dict[str, Any]) -> None:

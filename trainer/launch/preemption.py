@@ -30,6 +30,9 @@ REPEAT_WINDOW_S = 2.0
 # note (the signal and the checkpoint saved), so the launcher can tell a pre-empted run from one
 # that was stopped or failed, and exit 75 saying what was saved.
 PREEMPTION_NOTES_ENV = "LOCKSTEP_PREEMPTION_NOTES"
+# "0" turns off the `scontrol requeue` of a pre-empted SLURM job (e.g. when the batch script or a
+# workflow manager resubmits by itself).
+SLURM_REQUEUE_ENV = "LOCKSTEP_SLURM_REQUEUE"
 
 
 class Preempted(SystemExit):
@@ -52,21 +55,45 @@ def announce_preemption(preempted: Preempted) -> None:
 
     ``#SBATCH --requeue`` alone requeues a job only when SLURM itself pre-empts it, and no exit
     code requeues a job unless the cluster sets ``RequeueExit``: so a pre-empted job that runs
-    under SLURM (``SLURM_JOB_ID`` set) asks for its requeue with ``scontrol requeue``.
+    under SLURM (``SLURM_JOB_ID`` set) asks for its requeue with ``scontrol requeue``, unless
+    ``LOCKSTEP_SLURM_REQUEUE=0``.
     """
-    lines = [f"[lockstep] {preempted}"]
+    _say(f"[lockstep] {preempted}")
     job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return
     scontrol = shutil.which("scontrol")
-    if job and scontrol is None:
-        lines.append(f"[lockstep] SLURM job {job}: scontrol not found, the job is not requeued.")
-    elif job:
-        try:
-            done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=30)
-            result = "requeued" if done.returncode == 0 else f"not requeued: {(done.stderr or done.stdout).strip()}"
-        except (OSError, subprocess.TimeoutExpired) as err:
-            result = f"not requeued: {err}"
-        lines.append(f"[lockstep] SLURM job {job}: `scontrol requeue {job}`: {result}.")
-    sys.stderr.write("\n".join(lines) + "\n")
+    if os.environ.get(SLURM_REQUEUE_ENV, "1").strip() == "0":
+        _say(f"[lockstep] SLURM job {job}: not requeued ({SLURM_REQUEUE_ENV}=0).")
+    elif scontrol is None:
+        _say(f"[lockstep] SLURM job {job}: scontrol not found, the job is not requeued.")
+    else:
+        _say(f"[lockstep] SLURM job {job}: `scontrol requeue {job}`: {_requeue(scontrol, job)}.")
+
+
+def _requeue(scontrol: str, job: str) -> str:
+    # The requeue ends the job's processes at once with SIGTERM, scontrol among them, possibly
+    # before it has read the controller's answer (seen on a real SLURM). So scontrol runs with
+    # SIGTERM ignored (an ignored signal stays ignored across exec), and so does this process
+    # meanwhile; SLURM's SIGKILL follows only after the cluster's KillWait.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN) if on_main_thread else None
+    try:
+        done = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"not requeued: {err}"
+    finally:
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    if done.returncode == 0:
+        return "requeued"
+    if done.returncode < 0:
+        return f"unknown whether requeued: scontrol was ended by {signal.Signals(-done.returncode).name}"
+    return f"not requeued: {(done.stderr or done.stdout).strip()}"
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
 
@@ -104,25 +131,37 @@ class PreemptionWatch:
         self._previous: dict[int, Any] = {}
         self._flag: torch.Tensor | None = None
         self._work: Any = None
+        self._acting = False  # every rank agreed: saving, then leaving with code 75
 
     def install(self) -> None:
         """Catch the pre-emption signals (only possible on the main thread)."""
         self.signum = 0
+        self._acting = False
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in PREEMPTION_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
     def uninstall(self) -> None:
-        """Give the signals back to their previous handlers; wait for a pending agreement."""
+        """Give the signals back to their previous handlers; wait for a pending agreement.
+
+        A pre-empted SLURM task (``SLURM_JOB_ID`` set) keeps ignoring SIGTERM on its way out with
+        code 75: SLURM's own SIGTERMs (the requeue ends the job's tasks; ``srun
+        --kill-on-bad-exit`` ends the step once one task exited 75) would otherwise end it by the
+        signal, before rank 0 requeued the job or with 143 instead of 75. SLURM's SIGKILL after
+        ``KillWait`` still ends a task that does not leave.
+        """
+        keep_ignoring = self._acting and "SLURM_JOB_ID" in os.environ
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if keep_ignoring and sig == signal.SIGTERM else handler)
         self._previous.clear()
         if self._work is not None:
             self._work.wait()
             self._work = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self._acting:
+            return  # the save is under way and the process leaves right after it: do not cut it short
         now = time.monotonic()
         if self.signum == signum:
             if now - self._signalled_at < REPEAT_WINDOW_S:
@@ -140,6 +179,7 @@ class PreemptionWatch:
         ``group`` is a CPU (gloo) group, so reading the flag never waits for an accelerator.
         """
         if world_size == 1:
+            self._acting = self.signum != 0
             return self.signum
         decided = 0
         if self._work is not None:
@@ -147,4 +187,5 @@ class PreemptionWatch:
             decided = int(self._flag[0])  # type: ignore[index]
         self._flag = torch.tensor([self.signum], dtype=torch.int64)
         self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=group, async_op=True)
+        self._acting = decided != 0
         return decided

@@ -8,6 +8,7 @@ import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.connector import load_weights
+from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, has_length, num_batches, short_loader_error
 from trainer.metrics.metric_store import MetricStore
 from trainer.stage import EVALUATION, Stage
@@ -30,20 +31,21 @@ class EvaluationLoop:
         self._several = False
 
     def setup(self, model: TrainModule, loaders: Any, ckpt_path: Any, weights_only: bool) -> list[Any]:
-        """The stage's loaders (given, or the module's hook), the module placed, weights loaded."""
+        """The stage's loaders (given, or the DataModule's or module's hook), the module placed, weights loaded."""
         t, s, strategy = self.trainer, self.settings, self.trainer.strategy
-        source = loaders if loaders is not None else getattr(model, s.loader_hook)()
+        if ckpt_path is not None:  # first: a DataModule's restored state may decide its loaders
+            load_weights(t, ckpt_path, weights_only)
+        owner = data_source(t, model)
+        source = loaders if loaders is not None else getattr(owner, s.loader_hook)()
         given = as_loader_list(source, f"trainer.{self.stage}(dataloaders=...)")
         dataloaders = [strategy.process_dataloader(dl, self.stage.value) for dl in given]
         if not dataloaders:
             raise ValueError(
-                f"No {self.stage} data: pass dataloaders to trainer.{self.stage}(...) or define "
-                f"{type(model).__name__}.{s.loader_hook}()."
+                f"No {self.stage} data: pass dataloaders or a datamodule to trainer.{self.stage}(...) or define "
+                f"{type(owner).__name__}.{s.loader_hook}()."
             )
         prepare_for_speed(model, t.channels_last, t.compile)
         strategy.setup_module(model)
-        if ckpt_path is not None:
-            load_weights(t, ckpt_path, weights_only)
         counts = [num_batches(dl, getattr(t, s.limit), s.limit_label) for dl in dataloaders]
         if self.stage == Stage.VALIDATE:  # `num_val_batches` (the progress bar's total) reads them
             t.val_dataloaders = dataloaders

@@ -7,7 +7,6 @@ epoch's batch count and validation schedule, and the pre-emption save.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +17,16 @@ from trainer.checkpointing.connector import (
     find_last_checkpoint,
     gather_rank_states,
     preemption_checkpoint_path,
-    restore_fit,
+    read_checkpoint,
+    restore_checkpoint,
+    restore_datamodule,
 )
 from trainer.checks import check_trainable
 from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
+from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
 from trainer.data.prefetcher import prefetch_to_device
+from trainer.distributed.cluster_environment import detect_cluster_environment
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.loops.accumulation import AccumulationWindows
 from trainer.loops.anomaly import NonFiniteLossCheck, check_finite_gradients
@@ -31,6 +34,7 @@ from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.loss_normalization import ItemMeanNormalizer
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.distributed.rank_zero import rank_zero_info
+from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import (
     SchedulerMetrics,
     clip_gradients,
@@ -106,6 +110,12 @@ class FitLoop:
         """`Trainer.fit`'s work: data, module and optimizers set up, a checkpoint restored, training."""
         t, strategy = self.trainer, self.trainer.strategy
         self._reset()
+        if ckpt_path is None and detect_cluster_environment().restart_count > 0:
+            ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
+        path, checkpoint = "", None
+        if ckpt_path is not None:
+            path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)
+            restore_datamodule(t, checkpoint)  # before its loaders are asked for, as in Lightning
         self.setup_data(model, train, val)
         prepare_for_speed(model, t.channels_last, t.compile)
         check_trainable(model)
@@ -117,10 +127,8 @@ class FitLoop:
         check_grads = t.detect_non_finite_grads and t.precision != "16-mixed"
         self._grad_check_params = list(model.named_parameters()) if check_grads else None
         self.manual = None if model.automatic_optimization else ManualOptimization(self, self._grad_check_params)
-        if ckpt_path is None and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
-            ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
-        if ckpt_path is not None:
-            restore_fit(t, ckpt_path, weights_only)
+        if checkpoint is not None:
+            restore_checkpoint(t, checkpoint, path)
         else:
             self.scale_learning_rates()
         summary = (
@@ -128,17 +136,19 @@ class FitLoop:
             f"accumulation {t.accumulate_grad_batches}, global batch {t.global_batch_size}, "
             f"precision {t.precision}, strategy {strategy.name}"
         )
-        t.metric_logger.log_run_start(model.hparams, summary, strategy)
+        hparams = merged_hparams(model.hparams, t.datamodule.hparams if t.datamodule is not None else None)
+        t.metric_logger.log_run_start(hparams, summary, strategy)
         self.run()
 
     def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:
-        """The fit's loaders (given, or the module's hooks), sharded, seeded, pinned and counted."""
+        """The fit's loaders (given, or the DataModule's or module's hooks), sharded, seeded, pinned and counted."""
         t, strategy = self.trainer, self.trainer.strategy
-        loader = train if train is not None else model.train_dataloader()
+        source = data_source(t, model)
+        loader = train if train is not None else source.train_dataloader()
         if loader is None:
             raise ValueError(
-                "No training data: pass train_dataloaders to trainer.fit(...) or define "
-                f"{type(model).__name__}.train_dataloader()."
+                "No training data: pass train_dataloaders or a datamodule to trainer.fit(...) or define "
+                f"{type(source).__name__}.train_dataloader()."
             )
         if isinstance(loader, (list, tuple)):
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
@@ -146,7 +156,7 @@ class FitLoop:
         t.train_dataloader = strategy.process_dataloader(loader, "fit")
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
-        val_loaders = as_loader_list(val if val is not None else model.val_dataloader(), "fit(val_dataloaders=...)")
+        val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
         t.val_dataloaders = [strategy.process_dataloader(dl, "validate") for dl in val_loaders]
         if t.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
             for dl in (t.train_dataloader, *t.val_dataloaders):

@@ -1,0 +1,42 @@
+"""A checkpoint written by Lockstep 0.1 (before the architecture reshape) resumes bit for bit."""
+from __future__ import annotations
+
+import torch
+
+from tests.fixtures.legacy_checkpoint import TOTAL_EPOCHS, LegacyRegression, loader, params, trainer
+from trainer.checkpointing.checkpoint import FORMAT_VERSION, load_checkpoint
+
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def test_a_v0_1_checkpoint_keeps_its_format():
+    saved = load_checkpoint(FIXTURES / "v0_1_mid_epoch.ckpt")
+    assert saved["format_version"] == FORMAT_VERSION
+    assert (saved["epoch"], saved["global_step"]) == (1, 7)
+    assert saved["loops"] == {"fit_loop": {"batches_done": 6, "epoch_finished": False}}
+
+
+def test_a_v0_1_checkpoint_resumes_to_the_same_parameters(tmp_path):
+    expected = torch.load(FIXTURES / "v0_1_resumed.pt", weights_only=True)
+    resumed = trainer(str(tmp_path), max_epochs=TOTAL_EPOCHS)
+    module = LegacyRegression()
+    resumed.fit(module, loader(), ckpt_path=FIXTURES / "v0_1_mid_epoch.ckpt")
+    assert resumed.global_step == expected["global_step"]
+    for got, want in zip(params(module), expected["params"]):
+        assert torch.equal(got, want)
+
+
+def test_a_checkpoint_written_today_has_the_v0_1_keys(tmp_path):
+    first = trainer(str(tmp_path), max_steps=7)
+    first.fit(LegacyRegression(), loader())
+    first.save_checkpoint(tmp_path / "now.ckpt")
+    now = load_checkpoint(tmp_path / "now.ckpt")
+    legacy = load_checkpoint(FIXTURES / "v0_1_mid_epoch.ckpt")
+    assert set(now) == set(legacy)
+    assert now["loops"] == legacy["loops"]
+    for key in ("epoch", "global_step", "world_size", "accumulate_grad_batches", "lr_scaled", "hyper_parameters"):
+        assert now[key] == legacy[key], key
+    for name, tensor in legacy["state_dict"].items():
+        assert torch.equal(now["state_dict"][name], tensor), name

@@ -1,0 +1,138 @@
+"""The shape of the code: who may write whose state, which package imports which, and sizes."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = sorted([*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")])
+
+# Writes to another object's private attribute that are allowed, each with its reason.
+ALLOWED_PRIVATE_WRITES = {
+    # torch's LRScheduler reports its rates through `_last_lr` (get_last_lr) and has no setter;
+    # scaling a scheduler's rates for W must scale what it reports too.
+    ("trainer/optim/warmup.py", "scheduler._last_lr"),
+}
+
+
+def _private_writes(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for sub in ast.walk(target):
+                if not (isinstance(sub, ast.Attribute) and sub.attr.startswith("_") and not sub.attr.startswith("__")):
+                    continue
+                if isinstance(sub.value, ast.Name) and sub.value.id in ("self", "cls"):
+                    continue
+                found.append(ast.unparse(sub))
+    return found
+
+
+def test_no_module_writes_another_objects_private_attributes():
+    offenders = [
+        f"{path.relative_to(REPO)}: {expr}"
+        for path in SOURCES
+        for expr in _private_writes(path)
+        if (path.relative_to(REPO).as_posix(), expr) not in ALLOWED_PRIVATE_WRITES
+    ]
+    assert offenders == []
+
+
+def test_the_private_write_check_finds_writes(tmp_path):
+    source = tmp_path / "sample.py"
+    source.write_text(
+        "def f(trainer, loop):\n"
+        "    trainer._global_step += 1\n"
+        "    loop.progress._x, y = 1, 2\n"
+        "    self._mine = 1\n"
+        "    trainer.public = 1\n"
+    )
+    assert _private_writes(source) == ["trainer._global_step", "loop.progress._x"]
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """Modules ``path`` imports when it runs (not those under ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            skipped.update(id(n) for n in ast.walk(node))
+    modules = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def _all_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_callbacks_never_import_the_trainer_when_they_run():
+    # Callbacks depend on the trainer's public types for annotations only.
+    for path in REPO.glob("callbacks/**/*.py"):
+        assert not any(m == "trainer" or m.startswith("trainer.") for m in _runtime_imports(path)), path
+        for module in _all_imports(path):
+            if module.startswith("trainer"):
+                assert module == "trainer", f"{path.name} imports {module}: use the public `from trainer import ...`"
+
+
+def test_the_trainer_reaches_callbacks_in_one_place():
+    importers = sorted(
+        path.relative_to(REPO).as_posix()
+        for path in REPO.glob("trainer/**/*.py")
+        if any(m == "callbacks" or m.startswith("callbacks.") for m in _all_imports(path))
+    )
+    assert importers == ["trainer/default_callbacks.py"]
+
+
+def test_no_import_cycle_between_trainer_and_callbacks():
+    graph = {_module_name(p): {m for m in _runtime_imports(p) if m.split(".")[0] in ("trainer", "callbacks")} for p in SOURCES}
+    # An import of a module also runs its packages' __init__ files.
+    for name, deps in graph.items():
+        graph[name] = {".".join(d.split(".")[:i]) for d in deps for i in range(1, d.count(".") + 2)} - {name}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for dep in graph.get(node, ()):
+            if state.get(dep) == 1:
+                cycle = path[path.index(dep):] + [dep] if dep in path else [node, dep]
+                if {c.split(".")[0] for c in cycle} == {"trainer", "callbacks"}:
+                    pytest.fail("import cycle between trainer/ and callbacks/: " + " -> ".join(cycle))
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[node] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_the_trainer_module_stays_small():
+    lines = (REPO / "trainer" / "trainer.py").read_text(encoding="utf-8").count("\n")
+    assert lines < 400, f"trainer/trainer.py has {lines} lines: move loop logic to the part that owns it"

@@ -1,0 +1,46 @@
+"""The digits example: >= 95% validation accuracy, in one process and in two with accumulation."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers.distributed import REPO_ROOT, run_script
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+SCRIPT = str(REPO_ROOT / "examples" / "digits.py")
+
+
+def _run(tmp_path, *args, devices="1"):
+    out = tmp_path / "result.json"
+    proc = run_script(
+        [SCRIPT, "--accelerator", "cpu", "--devices", devices, "--root", str(tmp_path / "run"), "--result-json", str(out), *args],
+        launcher="python",
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("digits1")
+    result, _ = _run(tmp_path)
+    return tmp_path, result
+
+
+def test_digits_one_process(one_process):
+    tmp_path, result = one_process
+    assert result["val_acc"] >= 0.95
+    assert result["world_size"] == 1
+    assert list((tmp_path / "run" / "logs" / "version_0").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.distributed
+def test_digits_two_processes_with_accumulation(tmp_path, one_process):
+    result, proc = _run(tmp_path, "--accumulate", "2", devices="2")
+    assert result["world_size"] == 2
+    assert result["val_acc"] >= 0.95
+    assert abs(result["val_acc"] - one_process[1]["val_acc"]) <= 0.02
+    # one TensorBoard event-file set, written by global rank 0 only
+    assert len(list((tmp_path / "run" / "logs").glob("version_*"))) == 1

@@ -1,0 +1,82 @@
+"""DDPStrategy options: ``ddp_comm_hook`` names (on gloo) and ``static_graph``, with accumulation.
+
+Every variant trains the same model on 2 ranks with A=2; the ranks must end identical (the hook
+really ran on every bucket), the hook must be the one named, and the result must match plain
+DDP: exactly for ``static_graph``, to the hook's precision for the compressing hooks.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from tests.helpers.distributed import run_ranks
+from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
+from trainer import DDPStrategy, Trainer
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+
+
+def _variants() -> dict[str, dict[str, Any]]:
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import PowerSGDState
+
+    return {
+        "plain": {},
+        "static_graph": {"static_graph": True},
+        "fp16_compress": {"ddp_comm_hook": "fp16_compress"},
+        "bf16_compress": {"ddp_comm_hook": "bf16_compress"},
+        "powersgd": {"ddp_comm_hook": "powersgd"},
+        # compress from the 2nd synced step on, even matrices too small to gain from it
+        "powersgd_early": {"ddp_comm_hook": "powersgd", "ddp_comm_state": PowerSGDState(
+            process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=2, min_compression_rate=0.1
+        )},
+    }
+
+
+def _train_variants(rank: int, world_size: int) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    out = {}
+    for name, kwargs in _variants().items():
+        strategy = DDPStrategy(**kwargs)
+        trainer = Trainer(accelerator="cpu", max_epochs=2, accumulate_grad_batches=2, strategy=strategy, **QUIET)
+        module = Regression("adamw", lr=0.01)
+        trainer.fit(module, loader(regression_data(64), 4))
+        hook = strategy.model._get_ddp_logging_data().get("comm_hook", "")  # type: ignore[union-attr]
+        out[name] = {"params": params_of(module), "steps": trainer.global_step, "hook": hook}
+    return out
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_ranks(_train_variants, world_size=2, init_group=False, timeout=170)
+
+
+@pytest.mark.parametrize("name", list(_variants()))
+def test_ranks_agree_and_the_named_hook_ran(results, name):
+    r0, r1 = results[0][name], results[1][name]
+    assert r0["steps"] == r1["steps"] == 8
+    assert_params_close(r0["params"], r1["params"], atol=0.0)
+    expected = {"fp16_compress": "fp16_compress_hook", "bf16_compress": "bf16_compress_hook",
+                "powersgd": "powerSGD_hook", "powersgd_early": "powerSGD_hook"}.get(name, "")
+    assert expected in r0["hook"]
+
+
+@pytest.mark.parametrize(
+    "name, atol",
+    [("static_graph", 1e-6), ("fp16_compress", 2e-3), ("bf16_compress", 2e-2), ("powersgd", 1e-6)],
+)
+def test_matches_plain_ddp(results, name, atol):
+    # powersgd with torch's defaults all-reduces plainly for its first 1000 steps
+    assert_params_close(results[0][name]["params"], results[0]["plain"]["params"], atol=atol)
+
+
+def test_early_powersgd_compresses(results):
+    early, plain = results[0]["powersgd_early"]["params"], results[0]["plain"]["params"]
+    diffs = [(a - b).abs().max().item() for a, b in zip(early, plain)]
+    assert 0 < max(diffs) < 0.5
+
+
+def test_unknown_hook_name_is_rejected_at_construction():
+    with pytest.raises(ValueError, match="ddp_comm_hook must be one of"):
+        DDPStrategy(ddp_comm_hook="int8_compress")

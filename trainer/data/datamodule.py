@@ -1,0 +1,129 @@
+"""`DataModule`: a run's data in one object (download, split, loaders, state), and the Trainer's
+use of it: which loaders a run takes, and the data hooks around the run, in Lightning 2.x's order.
+
+Before the run's ``setup``: ``datamodule.prepare_data()`` (local rank 0 of each node; the other
+ranks wait), then the module's ``prepare_data`` (fit only), then ``datamodule.setup(stage)``; the
+module's and callbacks' ``setup`` follow. At the end, ``datamodule.teardown(stage)`` runs before
+theirs.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from trainer.checkpointing.from_checkpoint import load_datamodule
+from trainer.hyperparameters import HyperparametersMixin
+from trainer.stage import Stage
+
+if TYPE_CHECKING:
+    from trainer.module import TrainModule
+    from trainer.trainer import Trainer
+
+_D = TypeVar("_D", bound="DataModule")
+
+
+class DataModule(HyperparametersMixin):
+    """Subclass this: define the loaders the runs need, optionally ``prepare_data`` and ``setup``.
+
+    Pass it as ``trainer.fit(model, datamodule=dm)`` (or ``trainer.fit(model, dm)``), and to
+    ``validate`` / ``test`` / ``predict`` the same way. Its loaders replace the module's loader
+    hooks for that run. Under ``devices=N`` (spawned processes) it must pickle.
+    """
+
+    prepare_data_per_node: bool = True  # False: prepare_data runs on global rank 0 only (a shared disk)
+    trainer: Trainer | None = None  # the Trainer running it (set at every run)
+
+    def prepare_data(self) -> None:
+        """Download or write data once per node (local rank 0); the other ranks wait."""
+
+    def setup(self, stage: str) -> None:
+        """Build what every rank needs for ``stage`` (fit/validate/test/predict): splits, datasets."""
+
+    def teardown(self, stage: str) -> None:
+        """Release what ``setup`` built; called also after an exception."""
+
+    def train_dataloader(self) -> Any:
+        """The training DataLoader (needed by ``fit``)."""
+        return None
+
+    def val_dataloader(self) -> Any:
+        """The validation DataLoader(s) (``fit`` validates when there are some)."""
+        return None
+
+    def test_dataloader(self) -> Any:
+        """The test DataLoader(s)."""
+        return None
+
+    def predict_dataloader(self) -> Any:
+        """The predict DataLoader(s)."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to save in checkpoints (plain data and tensors, so it loads with weights_only)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (on resume, before any loader is asked for)."""
+
+    @classmethod
+    def load_from_checkpoint(
+        cls: type[_D],
+        checkpoint_path: str | os.PathLike[str],
+        map_location: torch.device | str | None = None,
+        **hparam_overrides: Any,
+    ) -> _D:
+        """A DataModule rebuilt from a checkpoint's ``datamodule_hyper_parameters``, overridden by
+        ``hparam_overrides``, with its saved ``state_dict`` loaded (tensors on ``map_location``)."""
+        return load_datamodule(cls, checkpoint_path, map_location, hparam_overrides)
+
+
+def attach_datamodule(
+    trainer: Trainer, stage: Stage, loaders: Any, datamodule: DataModule | None, val_loaders: Any = None
+) -> tuple[Any, DataModule | None]:
+    """The run's loaders and DataModule; a DataModule given in the loaders' place is taken as one.
+
+    Attaches the DataModule to ``trainer`` (``trainer.datamodule``; None when the run has none).
+    """
+    if isinstance(loaders, DataModule):
+        if datamodule is not None:
+            raise ValueError(f"trainer.{stage}() got two DataModules: pass one, as datamodule=.")
+        loaders, datamodule = None, loaders
+    if datamodule is not None:
+        if not isinstance(datamodule, DataModule):
+            raise TypeError(f"trainer.{stage}(datamodule=...) takes a DataModule, got {type(datamodule).__name__}.")
+        if loaders is not None or val_loaders is not None:
+            given = "train_dataloaders or val_dataloaders" if stage == Stage.FIT else "dataloaders"
+            raise ValueError(
+                f"trainer.{stage}() got both {given} and a DataModule: pass one or the other (the "
+                "DataModule's loaders would be ignored)."
+            )
+        datamodule.trainer = trainer
+    trainer.datamodule = datamodule
+    return loaders, datamodule
+
+
+def data_source(trainer: Trainer, module: TrainModule) -> DataModule | TrainModule:
+    """Whose loader hooks the run calls: the DataModule's when the run has one, else the module's."""
+    return trainer.datamodule if trainer.datamodule is not None else module
+
+
+def prepare_and_set_up_data(trainer: Trainer, module: TrainModule, stage: Stage) -> None:
+    """The data hooks before the run's ``setup``: ``prepare_data`` (once per node), ``datamodule.setup``."""
+    datamodule, strategy = trainer.datamodule, trainer.strategy
+    if datamodule is not None and type(datamodule).prepare_data is not DataModule.prepare_data:
+        if trainer.local_rank == 0 and (datamodule.prepare_data_per_node or trainer.node_rank == 0):
+            datamodule.prepare_data()
+        strategy.barrier("datamodule.prepare_data")
+    if trainer.local_rank == 0:  # every stage, as in Lightning
+        module.prepare_data()
+    strategy.barrier("prepare_data")
+    if datamodule is not None:
+        datamodule.setup(stage.value)
+
+
+def tear_down_data(trainer: Trainer, stage: Stage) -> None:
+    """``datamodule.teardown(stage)``, before the module's and callbacks' (as in Lightning)."""
+    if trainer.datamodule is not None:
+        trainer.datamodule.teardown(stage.value)

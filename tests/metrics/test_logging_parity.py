@@ -173,6 +173,26 @@ def test_a_torchmetrics_metric_is_computed_at_epoch_end_and_reset():
         assert trainer.validate(module, val)[0]["val_total"] == full_val_sum
 
 
+class WithCollection(Base):
+    def __init__(self) -> None:
+        super().__init__()
+        import torchmetrics
+
+        metrics = {"sum": torchmetrics.SumMetric(), "max": torchmetrics.MaxMetric()}
+        self.collection = torchmetrics.MetricCollection(metrics, prefix="val_")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.collection.update(batch[0].sum())
+        self.log_dict(self.collection)
+
+
+def test_log_dict_takes_a_metric_collection():
+    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    sums = [float(b[0].sum()) for b in _loader(4)]
+    trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
+    assert trainer.validate(WithCollection(), _loader(4)) == [{"val_sum": sum(sums), "val_max": max(sums)}]
+
+
 class UpdateOnlyOnStep(Base):
     def __init__(self) -> None:
         super().__init__()

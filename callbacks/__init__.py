@@ -5,10 +5,15 @@ from callbacks.csv_logger import CSVLogger
 from callbacks.early_stopping import EarlyStopping
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
+from callbacks.mlflow_logger import MLFlowLogger
 from callbacks.model_checkpoint import ModelCheckpoint
+from callbacks.model_summary import ModelSummary
 from callbacks.progress_bar import ProgressBar
+from callbacks.rich_progress_bar import RichProgressBar
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
+from callbacks.timer import Timer
+from callbacks.wandb_logger import WandbLogger
 
 __all__ = [
     "Callback",
@@ -16,9 +21,14 @@ __all__ = [
     "EarlyStopping",
     "GradientAccumulationScheduler",
     "LearningRateMonitor",
+    "MLFlowLogger",
     "Logger",
     "ModelCheckpoint",
+    "ModelSummary",
     "ProgressBar",
+    "RichProgressBar",
     "TensorBoardLogger",
     "ThroughputMonitor",
+    "Timer",
+    "WandbLogger",
 ]

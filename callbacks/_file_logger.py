@@ -13,6 +13,7 @@ from callbacks._utils import (
     _version_dir_name,
 )
 from callbacks.logger import Logger
+from callbacks import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
@@ -36,7 +37,7 @@ class _FileLogger(Logger):
         _check_path(owner, "save_dir", save_dir)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
-        self._save_dir = None if save_dir is None else os.fspath(save_dir)
+        self._save_dir = None if save_dir is None else storage.normalize(save_dir, "save_dir")
         self._name = name or ""
         self._version = version
         self._picks_version = version is None
@@ -57,7 +58,7 @@ class _FileLogger(Logger):
     @property
     def root_dir(self) -> str:
         """``<save_dir>/<name>``: the directory that holds every version."""
-        return os.path.join(self.save_dir, self._name)
+        return storage.join(self.save_dir, self._name)
 
     @property
     def version(self) -> int | str:
@@ -69,7 +70,7 @@ class _FileLogger(Logger):
     @property
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_N``: where this logger writes."""
-        return os.path.join(self.root_dir, _version_dir_name(self.version))
+        return storage.join(self.root_dir, _version_dir_name(self.version))
 
     @property
     def is_global_zero(self) -> bool:
@@ -92,15 +93,7 @@ class _FileLogger(Logger):
             fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
         if trainer.is_global_zero:
             # claim the version now, so a second run started in the same root gets the next one
-            os.makedirs(self.log_dir, exist_ok=True)
-
-    def _hparams_to_plain(self, params: Any) -> dict[str, Any]:
-        """``params`` (a dict, Namespace or object with ``__dict__``) as a plain dict."""
-        if params is None:
-            return {}
-        if not isinstance(params, dict):
-            params = dict(vars(params)) if hasattr(params, "__dict__") else dict(params)
-        return dict(params)
+            storage.makedirs(self.log_dir)
 
 
 def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: bool) -> None:

@@ -7,6 +7,8 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
+from callbacks import storage
+
 if TYPE_CHECKING:
     from trainer import Trainer
 
@@ -44,13 +46,13 @@ def _rank_zero_print(trainer: Trainer, message: str) -> None:
 def _next_version(root: str) -> int:
     """One more than the highest ``version_N`` directory under ``root`` (0 if there is none)."""
     try:
-        names = os.listdir(root)
+        names = storage.listdir(root)
     except FileNotFoundError:
         return 0
     versions = [
         int(m.group(1))
         for m in map(_VERSION_DIR.match, names)
-        if m and os.path.isdir(os.path.join(root, m.group(0)))
+        if m and storage.isdir(storage.join(root, m.group(0)))
     ]
     return max(versions) + 1 if versions else 0
 
@@ -114,6 +116,22 @@ def _to_float(value: Any) -> float:
     if hasattr(value, "item"):
         return float(value.item())
     return float(value)
+
+
+def _flatten_hparams(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts and turn values TensorBoard cannot show into strings."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten_hparams(value, prefix=f"{name}/"))
+        elif isinstance(value, (bool, int, float, str)):
+            out[name] = value
+        elif hasattr(value, "numel") and value.numel() == 1:
+            out[name] = _to_float(value)
+        else:
+            out[name] = str(value)
+    return out
 
 
 def _validate_mode(mode: str, owner: str) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
 from callbacks._utils import _check_int, _to_float
+from callbacks import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
@@ -50,7 +52,7 @@ class CSVLogger(_FileLogger):
     @property
     def metrics_file_path(self) -> str:
         """Path of ``metrics.csv``."""
-        return os.path.join(self.log_dir, self.METRICS_FILE)
+        return storage.join(self.log_dir, self.METRICS_FILE)
 
     # -- Logger API -------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
@@ -72,20 +74,15 @@ class CSVLogger(_FileLogger):
         if not self.is_global_zero:
             return
         self._hparams.update(self._hparams_to_plain(params))
-        os.makedirs(self.log_dir, exist_ok=True)
-        path = os.path.join(self.log_dir, self.HPARAMS_FILE)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(self._hparams, f, indent=2, sort_keys=True, default=str)
-        os.replace(tmp, path)
+        text = json.dumps(self._hparams, indent=2, sort_keys=True, default=str)
+        storage.write_bytes(storage.join(self.log_dir, self.HPARAMS_FILE), text.encode("utf-8"))
 
     def log_text(self, tag: str, text: str) -> None:
         """Write ``text`` to ``<log_dir>/<tag>.txt``."""
         if not self.is_global_zero:
             return
-        os.makedirs(self.log_dir, exist_ok=True)
-        with open(os.path.join(self.log_dir, f"{tag.replace(os.sep, '_')}.txt"), "w", encoding="utf-8") as f:
-            f.write(text if text.endswith("\n") else text + "\n")
+        path = storage.join(self.log_dir, f"{tag.replace(os.sep, '_')}.txt")
+        storage.write_bytes(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
 
     def save(self) -> None:
         """Write buffered rows to ``metrics.csv``."""
@@ -94,9 +91,10 @@ class CSVLogger(_FileLogger):
         new_columns = list(self._columns)
         for row in self._rows:
             new_columns.extend(key for key in row if key not in new_columns)
-        os.makedirs(self.log_dir, exist_ok=True)
+        storage.makedirs(self.log_dir)
         path = self.metrics_file_path
-        if new_columns != self._columns or not os.path.exists(path):
+        # an object store cannot append: the file is rewritten whole
+        if new_columns != self._columns or storage.is_url(path) or not storage.exists(path):
             self._rewrite(path, new_columns)
         else:
             with open(path, "a", newline="", encoding="utf-8") as f:
@@ -123,15 +121,14 @@ class CSVLogger(_FileLogger):
     def _rewrite(self, path: str, columns: list[str]) -> None:
         """Rewrite the file with ``columns`` as header: old rows first, then the buffered ones."""
         old_rows: list[dict[str, str]] = []
-        if self._columns and os.path.exists(path):
-            with open(path, newline="", encoding="utf-8") as f:
-                old_rows = list(csv.DictReader(f))
-        tmp = path + ".tmp"
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(old_rows)
-            writer.writerows(self._rows)
-        # a crash mid-rewrite must not lose the rows already on disk
-        os.replace(tmp, path)
+        if self._columns and storage.exists(path):
+            text = storage.read_bytes(path).decode("utf-8")
+            old_rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        out = io.StringIO(newline="")
+        writer = csv.DictWriter(out, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(old_rows)
+        writer.writerows(self._rows)
+        # written atomically: a crash mid-rewrite must not lose the rows already on disk
+        storage.write_bytes(path, out.getvalue().encode("utf-8"))
         self._columns = columns

@@ -30,3 +30,12 @@ class Logger(Callback):
 
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is ``"success"`` or ``"failed"``."""
+
+    # -- for subclasses ---------------------------------------------------------------------
+    def _hparams_to_plain(self, params: Any) -> dict[str, Any]:
+        """``params`` (a dict, Namespace or object with ``__dict__``) as a plain dict."""
+        if params is None:
+            return {}
+        if not isinstance(params, dict):
+            params = dict(vars(params)) if hasattr(params, "__dict__") else dict(params)
+        return dict(params)

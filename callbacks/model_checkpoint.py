@@ -22,6 +22,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
+from callbacks import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule
@@ -98,7 +99,9 @@ class ModelCheckpoint(Callback):
         _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
-        self.dirpath: str | None = None if dirpath is None else os.path.expanduser(os.fspath(dirpath))
+        self.dirpath: str | None = (
+            None if dirpath is None else storage.normalize(os.path.expanduser(os.fspath(dirpath)), "dirpath")
+        )
         self.filename = filename or "{epoch}-{step}"
         self.monitor = monitor
         self.mode = mode
@@ -134,7 +137,9 @@ class ModelCheckpoint(Callback):
         if self.dirpath is None:
             self.dirpath = self._default_dirpath(trainer)
         # an unwritable directory fails the fit now, not at the first save an epoch later
-        problem = _unwritable(self.dirpath) if trainer.is_global_zero else None
+        problem = None
+        if trainer.is_global_zero:
+            problem = storage.unwritable(self.dirpath) if storage.is_url(self.dirpath) else _unwritable(self.dirpath)
         if trainer.world_size > 1:
             self.dirpath, problem = trainer.strategy.broadcast((self.dirpath, problem), src=0)
         if problem is not None:
@@ -147,8 +152,8 @@ class ModelCheckpoint(Callback):
             self._pending_state = None
         if (
             trainer.is_global_zero
-            and os.path.isdir(self.dirpath)
-            and os.listdir(self.dirpath)
+            and storage.isdir(self.dirpath)
+            and storage.listdir(self.dirpath)
             and not self.best_k_models
         ):
             warnings.warn(
@@ -278,13 +283,13 @@ class ModelCheckpoint(Callback):
         name = _FIELD.sub(replace, self.filename)
         if ver is not None:
             name = f"{name}-v{ver}"
-        return os.path.join(self.dirpath or "", name + self.FILE_EXTENSION)
+        return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
 
     # -- saving -----------------------------------------------------------------------------
     def _default_dirpath(self, trainer: Trainer) -> str:
         log_dir = trainer.log_dir if trainer.loggers else None
         base = log_dir if log_dir is not None else trainer.default_root_dir
-        return os.path.join(os.fspath(base), "checkpoints")
+        return storage.join(os.fspath(base), "checkpoints")
 
     def _epoch_due(self, trainer: Trainer) -> bool:
         n = self.every_n_epochs
@@ -372,7 +377,7 @@ class ModelCheckpoint(Callback):
             else:
                 message = f"{self.monitor!r} was not in top {self.save_top_k}"
 
-        last_path = os.path.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        last_path = storage.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
         if self.save_last:
             state["last_model_path"] = last_path
         return {
@@ -406,10 +411,7 @@ class ModelCheckpoint(Callback):
         if trainer.is_global_zero:
             # only after the new file is safely on disk
             for path in decision["delete"]:
-                try:
-                    os.remove(path)
-                except FileNotFoundError:
-                    pass
+                storage.remove(path)
 
     def _bookkeeping(self) -> dict[str, Any]:
         return {
@@ -437,7 +439,7 @@ class ModelCheckpoint(Callback):
         """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...)."""
         path = self.format_checkpoint_name(metrics)
         version = 0
-        while path != replaceable and (path in taken or os.path.exists(path)):
+        while path != replaceable and (path in taken or storage.exists(path)):
             version += 1
             path = self.format_checkpoint_name(metrics, ver=version)
         return path

@@ -183,12 +183,15 @@ class ProgressBar(Callback):
         """Print a line without breaking the bars: above them while a tqdm bar is drawn."""
         text = sep.join(str(a) for a in args)
         if any(bar is not None and bar.drawn for bar in (self._train_bar, self._eval_bar)):
-            from tqdm import tqdm
-
-            tqdm.write(text, file=self.file, end=end)
+            self._write_above_bars(text, end)
         else:
             self.file.write(text + end)
             self.file.flush()
+
+    def _write_above_bars(self, text: str, end: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=self.file, end=end)
 
     # -- internals --------------------------------------------------------------------------
     def _new_bar(self, desc: str, total: int | None, position: int, leave: bool) -> _Bar:
@@ -286,13 +289,14 @@ class _Bar:
         self._tty = tty
         self._position = position
         self._leave = leave
-        # created at the first batch, when the starting position is known
-        self._tqdm: Any = None
+        # the terminal display (tqdm, or what `_make_display` of a subclass gives), created at the
+        # first batch, when the starting position is known
+        self._display: Any = None
 
     @property
     def drawn(self) -> bool:
-        """Whether a tqdm bar is on the terminal now."""
-        return self._tqdm is not None
+        """Whether the bar is on the terminal now."""
+        return self._display is not None
 
     def start_at(self, n: int) -> None:
         """Start counting at ``n`` batches done (not counted in the rate); call before ``advance``."""
@@ -301,12 +305,15 @@ class _Bar:
             while n / self.total >= self._next_line_fraction - 1e-9:
                 self._next_line_fraction += self._line_step
 
-    def _open_tqdm(self) -> None:
-        if not self._tty or self._tqdm is not None:
-            return
+    def _open_display(self) -> None:
+        if self._tty and self._display is None:
+            self._display = self._make_display()
+
+    def _make_display(self) -> Any:
+        """A terminal bar with tqdm's ``update``, ``set_postfix_str`` and ``close``."""
         from tqdm import tqdm  # only a terminal run pays for importing tqdm
 
-        self._tqdm = tqdm(
+        return tqdm(
             desc=self.desc,
             total=self.total,
             initial=self._initial,
@@ -320,17 +327,17 @@ class _Bar:
 
     def advance(self, n: int, every: int, postfix: Callable[[], dict[str, float]]) -> None:
         """Count ``n`` batches; redraw every ``every`` batches, at most once per ``min_interval_s``."""
-        self._open_tqdm()
+        self._open_display()
         self.n += n
         self._pending += n
         if self._pending < every:
             return
         now = time.perf_counter()
-        if self._tqdm is not None:
+        if self._display is not None:
             if now - self._last_refresh >= self._min_interval_s:
                 self._last_refresh = now
-                self._tqdm.set_postfix_str(_format_postfix(postfix()), refresh=False)
-            self._tqdm.update(self._pending)
+                self._display.set_postfix_str(_format_postfix(postfix()), refresh=False)
+            self._display.update(self._pending)
         elif self.periodic_lines and self._line_due(now):
             self._print_line(postfix(), now)
         self._pending = 0
@@ -341,14 +348,14 @@ class _Bar:
         """Finish the bar, showing ``postfix()`` in its final state (a line, off a terminal, if
         ``print_line``); returns what ``postfix()`` gave, or None if it was not needed."""
         values = None
-        if self._tqdm is not None:
+        if self._display is not None:
             if self._pending:
-                self._tqdm.update(self._pending)
+                self._display.update(self._pending)
             if postfix is not None:
                 values = postfix()
-                self._tqdm.set_postfix_str(_format_postfix(values), refresh=False)
-            self._tqdm.close()
-            self._tqdm = None
+                self._display.set_postfix_str(_format_postfix(values), refresh=False)
+            self._display.close()
+            self._display = None
         elif not self._tty and print_line and postfix is not None:
             values = postfix()
             self._print_line(values, time.perf_counter())

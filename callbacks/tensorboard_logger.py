@@ -7,7 +7,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
-from callbacks._utils import _to_float
+from callbacks._utils import _flatten_hparams, _to_float
+from callbacks import storage
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -64,7 +65,8 @@ class TensorBoardLogger(_FileLogger):
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter  # heavy: only when a run writes
 
-            os.makedirs(self.log_dir, exist_ok=True)
+            # a URL is written by TensorBoard's own file layer (fsspec or, for s3://, boto3)
+            storage.makedirs(self.log_dir)
             self._writer = SummaryWriter(log_dir=self.log_dir)
             weakref.finalize(self, self._writer.close)  # at the logger's end or the interpreter's
         return self._writer
@@ -149,19 +151,3 @@ class TensorBoardLogger(_FileLogger):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def _flatten_hparams(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts and turn values TensorBoard cannot show into strings."""
-    out: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_flatten_hparams(value, prefix=f"{name}/"))
-        elif isinstance(value, (bool, int, float, str)):
-            out[name] = value
-        elif hasattr(value, "numel") and value.numel() == 1:
-            out[name] = _to_float(value)
-        else:
-            out[name] = str(value)
-    return out

@@ -4,6 +4,7 @@
     python examples/digits.py --devices 2             # two processes, DDP (the Trainer launches them)
     torchrun --nproc_per_node 2 examples/digits.py    # the same, launched by torchrun
     python examples/digits.py --optimizer lamb        # lars | larc | lamb | novograd: warmup + cosine
+    python -m trainer fit --config examples/digits.yaml   # the same model and data from a config
 
 TensorBoard logs go to <root>/logs/version_N: `tensorboard --logdir <root>/logs`.
 """
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainer import Trainer, TrainModule, seed_everything
+from trainer import DataModule, Trainer, TrainModule, seed_everything
 
 
 def digits_datasets(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:
@@ -33,6 +34,28 @@ def digits_datasets(seed: int = 0) -> tuple[TensorDataset, TensorDataset]:
     cut = int(0.8 * len(x))
     train, val = order[:cut], order[cut:]
     return TensorDataset(x[train], y[train]), TensorDataset(x[val], y[val])
+
+
+class DigitsData(DataModule):
+    """The digits split of `digits_datasets` as loaders (``--data`` of ``python -m trainer``).
+
+    Args:
+        batch_size: Micro batch per process.
+        seed: Seed of the train/validation split.
+    """
+
+    def __init__(self, batch_size: int = 32, seed: int = 0) -> None:
+        self.batch_size = batch_size
+        self.train, self.val = digits_datasets(seed)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train, batch_size=self.batch_size, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val, batch_size=256)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self.val, batch_size=256)
 
 
 class DigitsCNN(TrainModule):

@@ -8,7 +8,9 @@ from typing import Any, Mapping
 
 from trainer.arguments import check_bool, check_int, check_number, check_path, check_str
 from trainer.data.loaders import check_limit
+from trainer.default_callbacks import parse_duration
 from trainer.loops.optimization import lr_scale_factor
+from trainer.profiler import make_profiler
 from trainer.module import TrainModule
 from trainer.stage import EVALUATION, Stage
 
@@ -23,6 +25,7 @@ _FLAGS = (
     "compile",
     "channels_last",
     "pin_memory",
+    "enable_model_summary",
 )
 
 
@@ -55,6 +58,21 @@ def check_trainer_arguments(args: Mapping[str, Any]) -> None:
     if deterministic not in (True, False, "warn"):
         raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
     check_path("default_root_dir", args["default_root_dir"])
+    _check_fast_dev_run(args["fast_dev_run"])
+    overfit = args["overfit_batches"]
+    check_limit("overfit_batches", overfit)
+    if overfit is None:
+        raise TypeError("overfit_batches must be an int (batches) or a float fraction in [0, 1], got None")
+    parse_duration("max_time", args["max_time"])
+    check_int("reload_dataloaders_every_n_epochs", args["reload_dataloaders_every_n_epochs"], minimum=0)
+    make_profiler(args["profiler"])
+
+
+def _check_fast_dev_run(value: Any) -> None:
+    if not isinstance(value, (bool, int)):
+        raise TypeError(f"fast_dev_run must be a bool or an int number of batches, got {value!r}")
+    if not isinstance(value, bool) and value < 0:
+        raise ValueError(f"fast_dev_run must be >= 0 (or a bool), got {value}")
 
 
 def _check_val_check_interval(value: Any) -> None:

@@ -5,7 +5,7 @@ import time of a callback; the trainer reaches callbacks through this module alo
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import fix_log_versions
 from callbacks.callback import Callback
@@ -13,12 +13,18 @@ from callbacks.early_stopping import EarlyStopping
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_checkpoint import ModelCheckpoint
+from callbacks.model_summary import ModelSummary
 from callbacks.progress_bar import ProgressBar
+from callbacks.timer import Timer, parse_duration
+from callbacks import storage  # run files: local paths or URLs, for the checkpoint writer too
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
-__all__ = ["Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks"]
+__all__ = [
+    "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
+    "parse_duration", "storage",
+]
 
 
 def make_loggers(logger: Any, root: str) -> list[Logger]:
@@ -36,10 +42,11 @@ def make_loggers(logger: Any, root: str) -> list[Logger]:
     return items
 
 
-def make_callbacks(callbacks: Any, loggers: list[Logger], progress_bar: bool, checkpointing: bool) -> list[Callback]:
+def make_callbacks(callbacks: Any, loggers: list[Logger], args: Mapping[str, Any]) -> list[Callback]:
     """The run's callbacks in calling order: loggers, the given and default ones, checkpoints last.
 
-    A default is added only when no callback of its kind (a subclass included) was given.
+    ``args`` are the Trainer's arguments. A default is added only when no callback of its kind (a
+    subclass included) was given. ``fast_dev_run`` removes every checkpoint callback: it writes nothing.
     """
     given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
     for cb in given:
@@ -51,9 +58,15 @@ def make_callbacks(callbacks: Any, loggers: list[Logger], progress_bar: bool, ch
 
     if loggers and not has(LearningRateMonitor):  # learning rates belong in every log
         given.append(LearningRateMonitor())
-    if progress_bar and not has(ProgressBar):
+    if args["enable_progress_bar"] and not has(ProgressBar):
         given.append(ProgressBar())
-    if checkpointing and not has(ModelCheckpoint):
+    if args["enable_model_summary"] and not has(ModelSummary):
+        given.append(ModelSummary())
+    if args["max_time"] is not None and not has(Timer):
+        given.append(Timer(args["max_time"], interval="step"))
+    if args["fast_dev_run"]:
+        given = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]
+    elif args["enable_checkpointing"] and not has(ModelCheckpoint):
         given.append(ModelCheckpoint())
     # Checkpoint callbacks run last so they save state every other callback already updated.
     ordinary = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]

@@ -78,13 +78,16 @@ class HookDispatcher:
             base = getattr(TrainModule, name, None)
             own = getattr(type(module), name, None)
             overridden = module is not None and base is not None and own is not base
-            self._module[name] = [getattr(module, name)] if overridden else []
+            self._module[name] = [_timed(trainer, "Module", module, name, getattr(module, name))] if overridden else []
             own_cbs = [
                 cb
                 for cb in callbacks
                 if module is not None and getattr(type(cb), name) is not getattr(callback_base, name)
             ]
-            self._callbacks[name] = [_with_context(getattr(cb, name), trainer, module) for cb in own_cbs]
+            self._callbacks[name] = [
+                _timed(trainer, "Callback", cb, name, _with_context(getattr(cb, name), trainer, module))
+                for cb in own_cbs
+            ]
             for monitoring in (False, True):
                 self._by_role[name, monitoring] = [
                     fn for cb, fn in zip(own_cbs, self._callbacks[name]) if monitors_metrics(cb) == monitoring
@@ -112,3 +115,10 @@ def _with_context(fn: Callable[..., Any], trainer: Trainer, module: TrainModule 
         return fn(trainer, module, *args)
 
     return call
+
+
+def _timed(trainer: Trainer, kind: str, owner: Any, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` timed by the Trainer's profiler as ``[Module]Name.hook`` / ``[Callback]Name.hook``."""
+    if not trainer.profiler.active:
+        return fn
+    return trainer.profiler.wrap(f"[{kind}]{type(owner).__name__}.{name}", fn)

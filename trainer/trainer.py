@@ -5,6 +5,7 @@ checkpoint connector (`trainer.checkpointing.connector`) and the `MetricLogger`.
 """
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Any, Callable
 
@@ -14,9 +15,10 @@ from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
 from trainer.checks import check_call, check_trainer_arguments
+from trainer.configuration import configure
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.loaders import loader_batch_size, num_batches
-from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
+from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks, storage
 from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions
 from trainer.hooks import HookDispatcher
 from trainer.launch.failure_notes import record_for_elastic_agent
@@ -25,6 +27,7 @@ from trainer.loops.fit_loop import FitLoop
 from trainer.loops.optimization import LRSchedulerConfig
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
+from trainer.profiler import Profiler
 from trainer.seed import use_deterministic_algorithms
 from trainer.stage import Stage, TrainerState
 from trainer.strategies.selection import select_strategy
@@ -71,31 +74,16 @@ class Trainer:
         compile: bool = False,
         channels_last: bool = False,
         pin_memory: bool = True,
+        fast_dev_run: bool | int = False,
+        overfit_batches: int | float = 0.0,
+        max_time: str | datetime.timedelta | dict[str, int] | None = None,
+        enable_model_summary: bool = True,
+        reload_dataloaders_every_n_epochs: int = 0,
+        profiler: str | Profiler | None = None,
     ) -> None:
-        check_trainer_arguments(locals())  # first statement: locals() holds exactly the arguments
-        if max_epochs is None and max_steps == -1:
-            max_epochs = 1000  # Lightning's default when neither limit is given
-        self.compile = compile  # torch.compile the module (in place) before the strategy wraps it
-        self.channels_last = channels_last  # module and 4-D batches in torch.channels_last
-        self.pin_memory = pin_memory  # CUDA: pin train/val loaders that do not pin yet
-        self.max_epochs = max_epochs
-        self.max_steps = max_steps
-        self.accumulate_grad_batches = accumulate_grad_batches
-        self.sync_batchnorm = sync_batchnorm
-        self.scale_lr = scale_lr
-        self.gradient_clip_val = float(gradient_clip_val) if gradient_clip_val is not None else None
-        self.gradient_clip_algorithm = gradient_clip_algorithm
-        self.log_every_n_steps = log_every_n_steps
-        self.val_check_interval = val_check_interval
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.limit_train_batches = limit_train_batches
-        self.limit_val_batches = limit_val_batches
-        self.limit_test_batches = limit_test_batches
-        self.limit_predict_batches = limit_predict_batches
-        self.num_sanity_val_steps = num_sanity_val_steps
-        self.use_distributed_sampler = use_distributed_sampler
-        self.detect_non_finite_grads = detect_non_finite_grads
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        args = dict(locals())  # first statement: exactly the arguments (and self)
+        check_trainer_arguments(args)
+        configure(self, args)  # the plain settings, as fast_dev_run / overfit_batches adjust them
 
         self.precision = normalize_precision(precision)
         self._strategy = select_strategy(
@@ -109,8 +97,8 @@ class Trainer:
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
         use_deterministic_algorithms(deterministic)
 
-        self.loggers: list[Logger] = make_loggers(logger, self.default_root_dir)
-        self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, enable_progress_bar, enable_checkpointing)
+        self.loggers: list[Logger] = make_loggers(False if self.fast_dev_run else logger, self.default_root_dir)
+        self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, args)
         self.state = TrainerState()
         self.should_stop = False  # set by a callback or the module: the loop stops at the next agreement point
         self.optimizers: list[torch.optim.Optimizer] = []
@@ -341,6 +329,7 @@ class Trainer:
         model.trainer = self
         self.should_stop = False
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
+        self.profiler.start(stage.value)
         try:
             self._strategy.setup_environment()
             prepare_and_set_up_data(self, model, stage)
@@ -379,6 +368,7 @@ class Trainer:
             if status == "success":  # no rank leaves the group while another still uses it
                 self._strategy.barrier("teardown")
         finally:
+            self.profiler.stop(stage.value, self.log_dir, self.global_rank, write=not self.fast_dev_run)
             self.state.stage = None
             self._strategy.teardown()
 

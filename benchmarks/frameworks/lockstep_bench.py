@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     options: dict[str, Any] = (
         {"default_root_dir": os.path.join(args.out, "run")}
         if args.defaults
-        else {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False}
+        else {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False, "enable_model_summary": False}
     )
     trainer = Trainer(
         accelerator="cpu",

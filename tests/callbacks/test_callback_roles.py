@@ -7,7 +7,7 @@ import signal
 import pytest
 import torch
 
-from callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
+from callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Preempted, Trainer
 
@@ -36,7 +36,7 @@ def test_subclasses_replace_the_defaults_and_checkpoints_run_last(tmp_path):
     trainer = Trainer(accelerator="cpu", callbacks=[mine, bar, lrs], default_root_dir=tmp_path, logger=True)
     assert trainer.checkpoint_callbacks == [mine]
     assert trainer.checkpoint_callback is mine
-    assert [type(cb) for cb in trainer.callbacks[1:]] == [MyProgressBar, MyLRMonitor, MyCheckpoint]
+    assert [type(cb) for cb in trainer.callbacks[1:]] == [MyProgressBar, MyLRMonitor, ModelSummary, MyCheckpoint]
     assert trainer.callbacks[-1] is mine  # moved last, although given first
 
 

@@ -201,3 +201,51 @@ def test_epoch_stopped_by_max_steps_shows_where_it_stopped():
     trainer.fit(Scripted(prog_bar=True), loader(32, 4))  # 8 batches: the epoch stops at 5
     assert _bar_lines(out, "Epoch 0:") == [("25", "2", "8"), ("50", "4", "8"), ("62", "5", "8")]
     assert _shown(out.getvalue().splitlines()[-1]) == ["train_loss"]
+
+
+# -- RichProgressBar (extra `rich`) -----------------------------------------------------------------
+def _needs_rich():
+    pytest.importorskip("rich", reason="RichProgressBar needs the 'rich' extra")
+
+
+def test_rich_bar_on_a_terminal_shows_the_same_metrics_as_the_tqdm_bar():
+    _needs_rich()
+    from callbacks import RichProgressBar
+
+    rich_out, tqdm_out = _Terminal(), _Terminal()
+    trainer = _fit(RichProgressBar(file=rich_out), epochs=2)
+    assert [type(cb).__name__ for cb in trainer.callbacks].count("ProgressBar") == 0  # no second bar
+    _fit(ProgressBar(file=tqdm_out), epochs=2)
+    rich_text, tqdm_text = rich_out.getvalue(), tqdm_out.getvalue()
+    assert "\x1b[" in rich_text  # drawn by rich, with terminal control codes
+    assert "Epoch 0" in rich_text and "Epoch 1" in rich_text and "20/20" in rich_text
+    final = re.findall(r"val_loss=[0-9.e+-]+, train_loss=[0-9.e+-]+", tqdm_text)[-1]
+    assert final in rich_text  # the same metrics, formatted the same way
+
+
+def test_rich_bar_off_a_terminal_prints_the_same_lines():
+    _needs_rich()
+    from callbacks import RichProgressBar
+
+    rich_out, plain_out = io.StringIO(), io.StringIO()
+    _fit(RichProgressBar(file=rich_out))
+    _fit(ProgressBar(file=plain_out))
+    strip = lambda text: [re.sub(r"\[.*?\]", "", line) for line in text.splitlines()]  # noqa: E731 - timings differ
+    assert strip(rich_out.getvalue()) == strip(plain_out.getvalue()) and rich_out.getvalue()
+
+
+def _rich_two_ranks(rank, world_size):
+    from callbacks import RichProgressBar
+
+    out = _Terminal()
+    _fit(RichProgressBar(file=out))
+    return out.getvalue()
+
+
+@pytest.mark.distributed
+def test_rich_bar_draws_on_global_rank_zero_only():
+    _needs_rich()
+    from tests.helpers.distributed import run_ranks
+
+    texts = run_ranks(_rich_two_ranks, world_size=2, init_group=False)
+    assert "Epoch 0" in texts[0] and texts[1] == ""

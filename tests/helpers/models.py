@@ -10,9 +10,9 @@ from torch.utils.data import DataLoader, TensorDataset
 from trainer import TrainModule
 
 # The quiet Trainer settings, defined once for the whole suite (tests, spawned ranks, scripts):
-# no logger, no progress bar, no checkpointing. Each Trainer call still names its accelerator
-# (tests/project/test_suite_portability.py checks it).
-QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False}
+# no logger, no progress bar, no checkpointing, no model summary. Each Trainer call still names
+# its accelerator (tests/project/test_suite_portability.py checks it).
+QUIET = {"logger": False, "enable_progress_bar": False, "enable_checkpointing": False, "enable_model_summary": False}
 
 
 def regression_data(n: int = 64, features: int = 4, seed: int = 0) -> TensorDataset:

@@ -271,16 +271,21 @@ class Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("stream", [io.StringIO, Terminal])
-def test_print_goes_through_the_progress_bar(stream, capsys):
+@pytest.mark.parametrize("bar_type", ["ProgressBar", "RichProgressBar"])
+def test_print_goes_through_the_progress_bar(stream, bar_type, capsys):
+    if bar_type == "RichProgressBar":
+        pytest.importorskip("rich", reason="rich (the `rich` extra) is not installed")
+    import callbacks
+
     out = stream()
-    trainer = Trainer(accelerator="cpu",
-        max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[ProgressBar(file=out)]
-    )
+    bar = getattr(callbacks, bar_type)(file=out)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                      enable_model_summary=False, callbacks=[bar])
     trainer.fit(Prints(), _loader(4))
     text = out.getvalue()
-    # each message is a line of its own (tqdm.write clears the bar and redraws it below)
-    lines = [ln.split("\r")[-1] for ln in text.split("\n")]
-    assert "hello from batch 0" in lines and "hello from batch 1" in lines, text
+    # each message is a line of its own (the bar is cleared, the line written, the bar redrawn)
+    lines = [ln.split("\r")[-1].split("\x1b[2K")[-1] for ln in text.split("\n")]
+    assert "hello from batch 0" in lines and "hello from batch 1" in lines, repr(text)
     assert capsys.readouterr().out == ""  # nothing went around the bar to stdout
 
 

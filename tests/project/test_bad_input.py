@@ -16,9 +16,11 @@ from callbacks import (
     GradientAccumulationScheduler,
     LearningRateMonitor,
     ModelCheckpoint,
+    ModelSummary,
     ProgressBar,
     TensorBoardLogger,
     ThroughputMonitor,
+    Timer,
 )
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import AllReduceStrategy, DDPStrategy, Trainer, TrainModule
@@ -251,6 +253,7 @@ _TRAINER_FLAGS = [
     "compile",
     "channels_last",
     "pin_memory",
+    "enable_model_summary",
 ]
 
 
@@ -706,3 +709,44 @@ def test_trainer_doc_lists_every_argument():
 def test_bad_entry_point_arguments(call, error, message):
     with pytest.raises(error, match=message):
         call(Trainer(accelerator="cpu", max_epochs=1, **QUIET), Regression(), loader(regression_data(8), 4))
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"fast_dev_run": "yes"}, TypeError, "fast_dev_run must be a bool or an int number of batches, got 'yes'"),
+        ({"fast_dev_run": 1.0}, TypeError, "fast_dev_run must be a bool or an int number of batches, got 1.0"),
+        ({"fast_dev_run": -1}, ValueError, r"fast_dev_run must be >= 0 \(or a bool\), got -1"),
+        ({"overfit_batches": None}, TypeError, "overfit_batches must be an int"),
+        ({"overfit_batches": "2"}, TypeError, "overfit_batches must be an int"),
+        ({"overfit_batches": 1.5}, ValueError, r"overfit_batches as a fraction must be in \[0.0, 1.0\], got 1.5"),
+        ({"overfit_batches": -2}, ValueError, "overfit_batches must be >= 0, got -2"),
+        ({"max_time": "1:2"}, ValueError, "max_time as a string must be 'DD:HH:MM:SS'"),
+        ({"max_time": 60}, TypeError, "max_time must be None, a 'DD:HH:MM:SS' string, a dict"),
+        ({"max_time": {"hour": 1}}, ValueError, r"max_time as a dict takes the keys .*got unknown \['hour'\]"),
+        ({"max_time": {"hours": "1"}}, TypeError, r"max_time\['hours'\] must be a number, got '1'"),
+        ({"max_time": datetime.timedelta(seconds=-1)}, ValueError, "max_time must not be negative"),
+        ({"reload_dataloaders_every_n_epochs": 1.0}, TypeError, "reload_dataloaders_every_n_epochs must be an int, got 1.0"),
+        ({"reload_dataloaders_every_n_epochs": -1}, ValueError, "reload_dataloaders_every_n_epochs must be >= 0, got -1"),
+        ({"profiler": "advanced"}, ValueError, "profiler must be None, 'simple', 'pytorch' or a Profiler, got 'advanced'"),
+        ({"profiler": True}, TypeError, "profiler must be None, 'simple', 'pytorch' or a Profiler, got True"),
+    ],
+)
+def test_bad_convenience_arguments(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        Trainer(**{"accelerator": "cpu", **QUIET, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "make, error, message",
+    [
+        (lambda: Timer(interval="batch"), ValueError, "Timer interval must be 'step' or 'epoch', got 'batch'"),
+        (lambda: Timer(duration=5), TypeError, "duration must be None, a 'DD:HH:MM:SS' string"),
+        (lambda: Timer(verbose="no"), TypeError, "Timer verbose must be a bool, got 'no'"),
+        (lambda: ModelSummary(max_depth=1.0), TypeError, "ModelSummary max_depth must be an int, got 1.0"),
+        (lambda: ModelSummary(max_depth=-2), ValueError, "ModelSummary max_depth must be >= -1, got -2"),
+    ],
+)
+def test_bad_timer_and_model_summary_arguments(make, error, message):
+    with pytest.raises(error, match=message):
+        make()

@@ -7,6 +7,7 @@ A checkpoint is always loaded to the CPU: RNG states must be CPU byte tensors, a
 from __future__ import annotations
 
 import enum
+import io
 import numbers
 import os
 import re
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
+
+from trainer.default_callbacks import storage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -34,7 +37,16 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
     over ``path`` (atomic on POSIX); the directory is fsync'ed so the rename survives a crash. The
     file gets the mode of any new file (0o666 less the umask). An interrupt (Ctrl-C) during the
     write removes the temporary file and is raised as itself, ``path`` untouched.
+
+    A URL (``s3://...``, see `callbacks.storage`) is written with one upload, which the
+    object store makes visible only when complete.
     """
+    path = storage.normalize(path, "filepath")
+    if storage.is_url(path):
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        storage.write_bytes(path, buffer.getvalue())
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _create_temp_file(path)
@@ -89,19 +101,21 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", wei
     """Read a checkpoint; raise `CheckpointError` naming the file when it cannot be used.
 
     ``weights_only=True`` (the default) unpickles only tensors and plain containers, so a
-    crafted file cannot run code. Pass ``weights_only=False`` only for files you trust.
+    crafted file cannot run code. Pass ``weights_only=False`` only for files you trust. ``path``
+    may be a URL (read whole into memory first).
     """
-    path = Path(path)
-    if path.is_dir():
-        raise CheckpointError(f"Checkpoint path {str(path)!r} is a directory, not a checkpoint file.")
-    if not path.is_file():
-        raise CheckpointError(f"Checkpoint file {str(path)!r} does not exist.")
-    if not _looks_like_torch_file(path):
+    path = storage.normalize(path, "ckpt_path")
+    if storage.isdir(path):
+        raise CheckpointError(f"Checkpoint path {path!r} is a directory, not a checkpoint file.")
+    if not storage.isfile(path):
+        raise CheckpointError(f"Checkpoint file {path!r} does not exist.")
+    source: Any = io.BytesIO(storage.read_bytes(path)) if storage.is_url(path) else path
+    if not _looks_like_torch_file(source):
         raise CheckpointError(
             f"{str(path)!r} is not a Lockstep checkpoint: it is not a file written by torch.save."
         )
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=weights_only)
+        ckpt = torch.load(source, map_location=map_location, weights_only=weights_only)
     except Exception as err:
         if weights_only and _is_refused_pickle(err):
             raise CheckpointError(
@@ -125,16 +139,22 @@ _ZIP_START = b"PK\x03\x04"
 _LEGACY_MAGIC = (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
 
-def _looks_like_torch_file(path: Path) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(64)
+def _looks_like_torch_file(source: str | io.BytesIO) -> bool:
+    if isinstance(source, io.BytesIO):
+        head = source.getvalue()[:64]
+    else:
+        with open(source, "rb") as f:
+            head = f.read(64)
     if not head.startswith(_ZIP_START):
         return head.startswith(b"\x80") and _LEGACY_MAGIC in head
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(source) as archive:
             return any(name == "data.pkl" or name.endswith("/data.pkl") for name in archive.namelist())
     except zipfile.BadZipFile:
         return True  # a torch zip cut short: torch.load reports it as truncated
+    finally:
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
 
 
 def _is_refused_pickle(err: Exception) -> bool:

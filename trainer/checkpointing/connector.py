@@ -10,10 +10,10 @@ optimizers and schedulers, position, random state.
 """
 from __future__ import annotations
 
-import glob
 import os
 from typing import TYPE_CHECKING, Any
 
+from trainer.default_callbacks import storage
 from trainer.checkpointing.checkpoint import (
     FORMAT_VERSION,
     atomic_save,
@@ -225,26 +225,26 @@ def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
                 "in a ModelCheckpoint's dirpath (save_last=True writes one; so does a pre-emption)."
             )
         return path
-    return os.fspath(ckpt_path)
+    return storage.normalize(ckpt_path, "ckpt_path")
 
 
 def find_last_checkpoint(trainer: Trainer) -> str | None:
     """The newest ``last*.ckpt`` in a ModelCheckpoint's dirpath or under ``default_root_dir``."""
     candidates = []
     for cb in trainer.checkpoint_callbacks:
-        if cb.last_model_path and os.path.isfile(cb.last_model_path):
+        if cb.last_model_path and storage.isfile(cb.last_model_path):
             candidates.append(str(cb.last_model_path))
         dirpath = cb.dirpath
         if dirpath:
-            candidates += glob.glob(os.path.join(str(dirpath), "last*.ckpt"))
-    candidates += glob.glob(os.path.join(trainer.default_root_dir, "**", "last*.ckpt"), recursive=True)
-    candidates = [c for c in candidates if os.path.isfile(c)]
-    return max(candidates, key=os.path.getmtime) if candidates else None
+            candidates += storage.glob(storage.join(str(dirpath), "last*.ckpt"))
+    candidates += storage.glob(storage.join(trainer.default_root_dir, "**", "last*.ckpt"))
+    candidates = [c for c in dict.fromkeys(candidates) if storage.isfile(c)]
+    return max(candidates, key=storage.mtime) if candidates else None
 
 
 def preemption_checkpoint_path(trainer: Trainer) -> str:
     """Where a pre-empted run saves: ``last.ckpt`` beside the run's other checkpoints."""
     for cb in trainer.checkpoint_callbacks:
         if cb.dirpath:
-            return os.path.join(str(cb.dirpath), "last.ckpt")
-    return os.path.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
+            return storage.join(str(cb.dirpath), "last.ckpt")
+    return storage.join(trainer.default_root_dir, "checkpoints", "last.ckpt")

@@ -61,6 +61,8 @@ class EvaluationLoop:
         hooks, module, strategy = t.hooks, t.module, t.strategy
         t.state.evaluation = self  # errors name this run's batch
         step_fn = getattr(module, s.step)
+        if t.profiler.active:
+            step_fn = t.profiler.wrap(f"[Module]{type(module).__name__}.{s.step}", step_fn)
         if len(dataloaders) > 1:
             _check_accepts_dataloader_idx(step_fn, s.step, len(dataloaders))
         limit = getattr(t, s.limit)

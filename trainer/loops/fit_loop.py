@@ -25,6 +25,7 @@ from trainer.checks import check_trainable
 from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
 from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
+from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
 from trainer.distributed.cluster_environment import detect_cluster_environment
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
@@ -78,6 +79,8 @@ class FitLoop:
         self._move_batches = False
         self.prefetching = False  # this epoch copies batches to the device on a side stream
         self.manual: ManualOptimization | None = None  # the module steps its optimizers itself
+        self._data_sources: tuple[Any, Any] = (None, None)  # fit's loader arguments (None: the hooks)
+        self._loaded_epoch = 0  # the epoch whose start last (re)loaded the data
 
     # -- the run's position (read by the Trainer's properties) ---------------------------------
     @property
@@ -143,6 +146,7 @@ class FitLoop:
     def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:
         """The fit's loaders (given, or the DataModule's or module's hooks), sharded, seeded, pinned and counted."""
         t, strategy = self.trainer, self.trainer.strategy
+        self._data_sources, self._loaded_epoch = (train, val), self.progress.current_epoch
         source = data_source(t, model)
         loader = train if train is not None else source.train_dataloader()
         if loader is None:
@@ -153,10 +157,14 @@ class FitLoop:
         if isinstance(loader, (list, tuple)):
             raise TypeError("fit(train_dataloaders=...) takes one DataLoader (or iterable), not a list.")
         check_loader("fit(train_dataloaders=...)", loader)
+        if t.overfit_batches:
+            loader = without_shuffling(loader)
         t.train_dataloader = strategy.process_dataloader(loader, "fit")
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
         val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
+        if t.overfit_batches:
+            val_loaders = [without_shuffling(dl) for dl in val_loaders]
         t.val_dataloaders = [strategy.process_dataloader(dl, "validate") for dl in val_loaders]
         if t.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
             for dl in (t.train_dataloader, *t.val_dataloaders):
@@ -220,7 +228,8 @@ class FitLoop:
         self.in_training = True  # stays True when the loop raises: errors name the batch
         try:
             while not self.done:
-                self.run_epoch()
+                with t.profiler.profile("run_training_epoch"):
+                    self.run_epoch()
         finally:
             self._preemption.uninstall()
         self.in_training = False
@@ -234,6 +243,9 @@ class FitLoop:
     def run_epoch(self) -> None:
         """One training epoch, its validation runs, and the epoch-end hooks."""
         t, progress = self.trainer, self.progress
+        every = t.reload_dataloaders_every_n_epochs
+        if every and progress.current_epoch - self._loaded_epoch >= every:  # the loader hooks again
+            self.setup_data(t.module, *self._data_sources)
         hooks, loader, strategy = t.hooks, t.train_dataloader, t.strategy
         strategy.on_epoch_start(loader, progress.current_epoch)
         t.metric_logger.start_training_epoch()
@@ -272,7 +284,8 @@ class FitLoop:
                 is_last = strategy.reduce_boolean_decision(is_last, all=False)
             progress.batch_idx = batch_idx
             window_end = windows.is_window_end(batch_idx, is_last)
-            self._train_batch(batch, batch_idx, is_last, window_end, windows)
+            with t.profiler.profile("run_training_batch"):
+                self._train_batch(batch, batch_idx, is_last, window_end, windows)
             seen += 1
             if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
                 self._validate()
@@ -399,9 +412,10 @@ class FitLoop:
         if t.lr_scheduler_configs and self.manual is None:  # manual optimization steps its own
             step_schedulers(t.lr_scheduler_configs, "epoch", progress.current_epoch + 1, self._scheduler_metrics)
         progress.finish_epoch()
-        self._agree_on_stop()
+        self.agree_on_stop()
 
-    def _agree_on_stop(self) -> None:
+    def agree_on_stop(self) -> None:
+        """Collective (every rank calls it): every rank stops when any rank set ``should_stop``."""
         t = self.trainer
         t.should_stop = t.strategy.reduce_boolean_decision(t.should_stop, all=False)
         self._agreed_stop = t.should_stop
@@ -447,7 +461,7 @@ class FitLoop:
         self._validated = True
         t.state.stage = Stage.FIT
         t.metric_logger.end_evaluation()
-        self._agree_on_stop()
+        self.agree_on_stop()
 
     def _scheduler_metrics(self) -> SchedulerMetrics:
         t = self.trainer

@@ -1,0 +1,175 @@
+"""`MLFlowLogger`: metrics, hyperparameters and checkpoints to an MLflow tracking server or store."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import TYPE_CHECKING, Any, Mapping
+
+from callbacks._utils import _env_global_rank, _flatten_hparams, _to_float
+from callbacks.logger import Logger
+from callbacks import storage
+
+if TYPE_CHECKING:
+    from trainer import Trainer, TrainModule
+
+_BATCH = 1000  # MLflow's limit of metrics (and 100 of params) per log_batch request
+_PARAM_BATCH = 100
+
+
+class MLFlowLogger(Logger):
+    """Logs to MLflow (extra ``mlflow``) from global rank 0 only.
+
+    Args:
+        experiment_name: Experiment to log into; created if it does not exist.
+        run_name: Name shown for the run (MLflow picks one when ``None``).
+        tracking_uri: ``http://host:port`` of a tracking server, a database URI, or a local
+            ``file:`` store. ``None``: ``MLFLOW_TRACKING_URI`` or MLflow's default (``./mlruns``).
+        tags: Tags set on the run when it is created.
+        log_model: ``True``: at the end of each ``fit``, the checkpoints every `ModelCheckpoint`
+            kept (its top k and ``last``) are uploaded as artifacts under ``checkpoints/``.
+        run_id: Log into this existing run instead of creating one.
+        artifact_location: Where a new experiment stores artifacts (the server's default if None).
+
+    The run is created at the first thing logged. Its id is saved in every checkpoint, so a fit
+    resumed from one (``ckpt_path=...``) with a new ``MLFlowLogger()`` appends to the same run;
+    metrics are logged at the optimizer step, so the resumed history continues where it stopped.
+    Parameters are flattened (``{"opt": {"lr": 0.1}}`` -> ``opt/lr``) and stored as strings.
+    """
+
+    def __init__(
+        self,
+        experiment_name: str = "lockstep",
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        log_model: bool = False,
+        run_id: str | None = None,
+        artifact_location: str | None = None,
+    ) -> None:
+        try:
+            import mlflow  # noqa: F401 - fail at construction, not at the first log
+        except ImportError:
+            raise ImportError("MLFlowLogger needs mlflow: pip install 'lockstep-trainer[mlflow]'.") from None
+        if not isinstance(experiment_name, str) or not experiment_name:
+            raise TypeError(f"MLFlowLogger(experiment_name={experiment_name!r}): expected a non-empty str.")
+        if not isinstance(log_model, bool):
+            raise TypeError(f"MLFlowLogger(log_model={log_model!r}): expected a bool.")
+        self.experiment_name = experiment_name
+        self.run_name = run_name
+        self.tracking_uri = tracking_uri
+        self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self.log_model = log_model
+        self.artifact_location = artifact_location
+        self._run_id = run_id
+        self._experiment_id: str | None = None
+        self._client: Any = None
+        self._rank: int | None = None
+
+    # -- the run ----------------------------------------------------------------------------
+    @property
+    def experiment(self) -> Any:
+        """The ``mlflow.MlflowClient`` talking to ``tracking_uri``."""
+        if self._client is None:
+            from mlflow import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client
+
+    @property
+    def run_id(self) -> str:
+        """This run's id (the run is created on first use)."""
+        if self._run_id is None:
+            client = self.experiment
+            found = client.get_experiment_by_name(self.experiment_name)
+            if found is None:
+                self._experiment_id = client.create_experiment(
+                    self.experiment_name, artifact_location=self.artifact_location
+                )
+            else:
+                self._experiment_id = found.experiment_id
+            run = client.create_run(self._experiment_id, run_name=self.run_name, tags=self.tags)
+            self._run_id = run.info.run_id
+        return self._run_id
+
+    @property
+    def is_global_zero(self) -> bool:
+        return (self._rank if self._rank is not None else _env_global_rank()) == 0
+
+    # -- Logger API -------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Log each metric at ``step`` (a dict of scalars as ``key/sub_key``)."""
+        if not self.is_global_zero:
+            return
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        flat: dict[str, float] = {}
+        for key, value in metrics.items():
+            if isinstance(value, Mapping):
+                flat.update({f"{key}/{k}": _to_float(v) for k, v in value.items()})
+            else:
+                flat[key] = _to_float(value)
+        entries = [Metric(key, value, now, int(step)) for key, value in flat.items()]
+        for i in range(0, len(entries), _BATCH):
+            self.experiment.log_batch(self.run_id, metrics=entries[i:i + _BATCH], synchronous=True)
+
+    def log_hyperparams(self, params: Any) -> None:
+        """Log ``params`` as MLflow parameters (flattened, as strings)."""
+        if not self.is_global_zero:
+            return
+        from mlflow.entities import Param
+
+        flat = _flatten_hparams(self._hparams_to_plain(params))
+        entries = [Param(key, str(value)) for key, value in flat.items()]
+        for i in range(0, len(entries), _PARAM_BATCH):
+            self.experiment.log_batch(self.run_id, params=entries[i:i + _PARAM_BATCH], synchronous=True)
+
+    def log_text(self, tag: str, text: str) -> None:
+        """Store ``text`` as the artifact ``<tag>.txt``."""
+        if not self.is_global_zero:
+            return
+        self.experiment.log_text(self.run_id, text, f"{tag.replace(os.sep, '_')}.txt")
+
+    def finalize(self, status: str) -> None:
+        """Mark the run ``FINISHED`` or ``FAILED`` (a later call of the Trainer reopens it)."""
+        if not self.is_global_zero or self._run_id is None:
+            return
+        self.experiment.set_terminated(self._run_id, "FINISHED" if status == "success" else "FAILED")
+
+    # -- resume -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The run's id, so a resumed fit logs into the same run."""
+        return {"run_id": self._run_id, "experiment_name": self.experiment_name}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Adopt the checkpoint's run, unless this logger already has one (``run_id=`` or logged)."""
+        if self._run_id is None and state_dict.get("experiment_name") == self.experiment_name:
+            self._run_id = state_dict.get("run_id")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the client holds a connection pool: each spawned worker makes its own
+        return {**self.__dict__, "_client": None}
+
+    # -- hooks ------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._rank = trainer.global_rank
+
+    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+        if not self.log_model or not trainer.is_global_zero:
+            return
+        for cb in trainer.checkpoint_callbacks:
+            paths = [*getattr(cb, "best_k_models", {}), getattr(cb, "last_model_path", "")]
+            for path in dict.fromkeys(p for p in paths if p and storage.isfile(p)):
+                self._log_file(path)
+
+    def _log_file(self, path: str) -> None:
+        if not storage.is_url(path):
+            self.experiment.log_artifact(self.run_id, path, "checkpoints")
+            return
+        with tempfile.TemporaryDirectory() as tmp:  # MLflow uploads local files only
+            local = os.path.join(tmp, path.rstrip("/").rsplit("/", 1)[-1])
+            with open(local, "wb") as f:
+                f.write(storage.read_bytes(path))
+            self.experiment.log_artifact(self.run_id, local, "checkpoints")

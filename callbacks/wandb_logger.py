@@ -1,0 +1,150 @@
+"""`WandbLogger`: metrics and hyperparameters to Weights & Biases, online or offline."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from callbacks._utils import _check_bool, _check_path, _env_global_rank, _to_float
+from callbacks.logger import Logger
+from callbacks import storage
+
+if TYPE_CHECKING:
+    from trainer import Trainer, TrainModule
+
+
+class WandbLogger(Logger):
+    """Logs to W&B (extra ``wandb``) from global rank 0 only.
+
+    Args:
+        project: W&B project.
+        name: Display name of the run (W&B picks one when ``None``).
+        save_dir: Local directory of W&B's files (its ``wandb/`` folder goes there); default: the
+            Trainer's ``default_root_dir`` (the current directory when that is a URL).
+        offline: Write the run to ``<save_dir>/wandb/offline-run-*`` only, with no network
+            access; upload it later with ``wandb sync``. ``WANDB_MODE=offline`` does the same.
+        id: Resume the W&B run with this id (a new run when ``None``).
+        entity: W&B team or user.
+        tags: Tags of the run.
+
+    The run starts at the first thing logged. Its id is saved in every checkpoint, so a fit
+    resumed from one with a new ``WandbLogger`` continues the same run (``resume="allow"``).
+    Metrics are logged with ``step`` = the optimizer step; hyperparameters go to the run's
+    config. Each Trainer call ends with ``finish``; a later call of the same Trainer resumes the run.
+    """
+
+    def __init__(
+        self,
+        project: str = "lockstep",
+        name: str | None = None,
+        save_dir: str | os.PathLike[str] | None = None,
+        offline: bool = False,
+        id: str | None = None,
+        entity: str | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> None:
+        try:
+            import wandb  # noqa: F401 - fail at construction, not at the first log
+        except ImportError:
+            raise ImportError("WandbLogger needs wandb: pip install 'lockstep-trainer[wandb]'.") from None
+        _check_path("WandbLogger", "save_dir", save_dir)
+        _check_bool("WandbLogger", "offline", offline)
+        self.project = project
+        self.name = name
+        self.offline = offline
+        self.entity = entity
+        self.tags = list(tags) if tags else None
+        if save_dir is not None and "://" in os.fspath(save_dir):
+            raise ValueError(
+                f"WandbLogger(save_dir={os.fspath(save_dir)!r}): W&B keeps its run files on a local disk; "
+                "pass a local directory."
+            )
+        self._save_dir = None if save_dir is None else os.fspath(save_dir)
+        self._id = id
+        self._run: Any = None
+        self._rank: int | None = None
+
+    @property
+    def save_dir(self) -> str:
+        """Where W&B's local files go."""
+        return self._save_dir if self._save_dir is not None else os.getcwd()
+
+    @property
+    def log_dir(self) -> str | None:
+        """The run's local directory, once it has started."""
+        return self._run.dir if self._run is not None else None
+
+    @property
+    def id(self) -> str | None:
+        """The W&B run id (None before the run starts)."""
+        return self._run.id if self._run is not None else self._id
+
+    @property
+    def experiment(self) -> Any:
+        """The ``wandb`` run (started on first use)."""
+        if self._run is None:
+            import wandb
+
+            os.makedirs(self.save_dir, exist_ok=True)
+            self._run = wandb.init(
+                project=self.project, name=self.name, dir=self.save_dir, id=self._id, entity=self.entity,
+                tags=self.tags, resume="allow" if self._id is not None else None,
+                mode="offline" if self.offline else None, reinit="create_new",
+            )
+            self._id = self._run.id
+        return self._run
+
+    @property
+    def is_global_zero(self) -> bool:
+        return (self._rank if self._rank is not None else _env_global_rank()) == 0
+
+    # -- Logger API -------------------------------------------------------------------------
+    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Log the metrics at ``step`` (a dict of scalars as ``key/sub_key``)."""
+        if not self.is_global_zero:
+            return
+        flat: dict[str, float] = {}
+        for key, value in metrics.items():
+            if isinstance(value, Mapping):
+                flat.update({f"{key}/{k}": _to_float(v) for k, v in value.items()})
+            else:
+                flat[key] = _to_float(value)
+        self.experiment.log(flat, step=int(step))
+
+    def log_hyperparams(self, params: Any) -> None:
+        """Add ``params`` to the run's config."""
+        if not self.is_global_zero:
+            return
+        self.experiment.config.update(self._hparams_to_plain(params), allow_val_change=True)
+
+    def log_text(self, tag: str, text: str) -> None:
+        """Put ``text`` in the run's summary under ``tag``."""
+        if not self.is_global_zero:
+            return
+        self.experiment.summary[tag] = text
+
+    def finalize(self, status: str) -> None:
+        """Finish the run (exit code 1 when the call failed)."""
+        if self._run is None:
+            return
+        self._run.finish(exit_code=0 if status == "success" else 1)
+        self._run = None  # a later call resumes the same id
+
+    # -- resume -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The run id, so a resumed fit continues the same run."""
+        return {"id": self.id, "project": self.project}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Adopt the checkpoint's run id, unless this logger has one already."""
+        if self._id is None and self._run is None and state_dict.get("project") == self.project:
+            self._id = state_dict.get("id")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_run": None}  # each spawned worker starts (or resumes) its own
+
+    # -- hooks ------------------------------------------------------------------------------
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+        self._rank = trainer.global_rank
+        if self._save_dir is None and not storage.is_url(trainer.default_root_dir):
+            self._save_dir = os.fspath(trainer.default_root_dir)  # a URL root: the current directory

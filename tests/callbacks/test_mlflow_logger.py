@@ -1,0 +1,126 @@
+"""`MLFlowLogger` against a real `mlflow server` (sqlite backend) started on 127.0.0.1 for the module."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from callbacks import Callback, ModelCheckpoint
+from tests.helpers.distributed import free_port, run_ranks
+from tests.helpers.models import Regression, loader, regression_data
+from trainer import Trainer
+
+pytest.importorskip("mlflow", reason="MLFlowLogger needs the 'mlflow' extra")
+
+from callbacks.mlflow_logger import MLFlowLogger  # noqa: E402
+from mlflow import MlflowClient  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "MLFLOW_HOME": str(root)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts"),
+         "--workers", "1"],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "wb"), start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    log = (root / "server.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"mlflow server did not start on {uri}:\n{log}") from None
+                time.sleep(0.3)
+        yield uri
+    finally:
+        os.killpg(server.pid, 15)  # uvicorn's worker processes too
+        server.wait(timeout=30)
+
+
+def _trainer(tmp_path, logger, **kw):
+    return Trainer(
+        accelerator="cpu", max_epochs=2, logger=logger, enable_progress_bar=False, default_root_dir=tmp_path,
+        log_every_n_steps=2, **kw,
+    )
+
+
+def _data():
+    return loader(regression_data(32), batch_size=8)
+
+
+def test_params_and_metric_history_reach_the_server(tracking_uri, tmp_path):
+    logger = MLFlowLogger(experiment_name="lockstep-params", run_name="first", tracking_uri=tracking_uri,
+                          tags={"team": "core"}, log_model=True)
+    model = Regression(lr=0.05)
+    trainer = _trainer(tmp_path, logger, callbacks=[ModelCheckpoint(save_last=True)])
+    trainer.fit(model, _data(), _data())
+
+    client = MlflowClient(tracking_uri)
+    run = client.get_run(logger.run_id)
+    assert run.info.run_name == "first" and run.info.status == "FINISHED"
+    assert run.data.tags["team"] == "core"
+    assert run.data.params["lr"] == "0.05" and run.data.params["optimizer"] == "sgd"
+    history = client.get_metric_history(logger.run_id, "train_loss")
+    assert [m.step for m in history] == [2, 4, 6, 8]
+    logged = trainer.logged_metrics  # the last values the Trainer gave its loggers
+    assert history[-1].value == pytest.approx(float(logged["train_loss"]))
+    val = client.get_metric_history(logger.run_id, "val_loss")
+    assert [m.step for m in val] == [4, 8]
+    artifacts = {a.path for a in client.list_artifacts(logger.run_id, "checkpoints")}
+    assert artifacts == {"checkpoints/epoch=1-step=8.ckpt", "checkpoints/last.ckpt"}
+    assert "run_summary.txt" in {a.path for a in client.list_artifacts(logger.run_id)}
+
+
+class _CrashAfterEpoch(Callback):
+    def on_train_epoch_end(self, trainer, module):
+        raise KeyboardInterrupt("simulated crash")
+
+
+def test_a_resumed_fit_appends_to_the_same_run(tracking_uri, tmp_path):
+    first = MLFlowLogger(experiment_name="lockstep-resume", tracking_uri=tracking_uri)
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpts", save_last=True, every_n_train_steps=4)  # epoch 0's last step
+    with pytest.raises(KeyboardInterrupt):
+        _trainer(tmp_path, first, callbacks=[ckpt, _CrashAfterEpoch()]).fit(Regression(), _data())
+    client = MlflowClient(tracking_uri)
+    assert client.get_run(first.run_id).info.status == "FAILED"
+
+    second = MLFlowLogger(experiment_name="lockstep-resume", tracking_uri=tracking_uri)
+    trainer = _trainer(tmp_path, second, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpts", save_last=True)])
+    trainer.fit(Regression(), _data(), ckpt_path="last")
+    assert second.run_id == first.run_id
+    runs = client.search_runs([client.get_experiment_by_name("lockstep-resume").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(first.run_id, "train_loss")]
+    assert steps == [2, 4, 6, 8]  # epoch 0 before the crash, epoch 1 after the resume
+
+
+def _two_ranks(rank, world_size, tmp, uri):
+    logger = MLFlowLogger(experiment_name="lockstep-ddp", tracking_uri=uri)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=logger, enable_progress_bar=False,
+                      enable_checkpointing=False, default_root_dir=tmp, log_every_n_steps=1)
+    trainer.fit(Regression(), loader(regression_data(32), batch_size=4))
+    return logger._run_id
+
+
+@pytest.mark.distributed
+def test_two_ranks_log_one_run_from_rank_zero(tracking_uri, tmp_path):
+    ids = run_ranks(_two_ranks, world_size=2, args=(str(tmp_path), tracking_uri), init_group=False)
+    assert ids[0] is not None and ids[1] is None  # rank 1 never created a run
+    client = MlflowClient(tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name("lockstep-ddp").experiment_id])
+    assert len(runs) == 1
+    assert [m.step for m in client.get_metric_history(ids[0], "train_loss")] == [1, 2, 3, 4]
+    assert torch.isfinite(torch.tensor([m.value for m in client.get_metric_history(ids[0], "train_loss")])).all()

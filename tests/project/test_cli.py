@@ -1,0 +1,132 @@
+"""``python -m trainer``: YAML configs, overrides, ``--print_config``, errors, and 2-process runs."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.distributed import REPO_ROOT, free_port
+
+pytest.importorskip("jsonargparse", reason="python -m trainer needs the 'cli' extra (jsonargparse)")
+pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (the 'dev' extra)")
+
+from trainer.checkpointing.checkpoint import load_checkpoint  # noqa: E402
+from trainer.cli import main  # noqa: E402
+
+CONFIG = """\
+seed_everything: 0
+trainer:
+  accelerator: cpu
+  max_epochs: 1
+  limit_train_batches: 8
+  limit_val_batches: 1
+  num_sanity_val_steps: 0
+  enable_progress_bar: false
+  log_every_n_steps: 2
+  default_root_dir: run
+model:
+  class_path: examples.digits.DigitsCNN
+  init_args:
+    lr: 0.003
+data:
+  class_path: examples.digits.DigitsData
+  init_args:
+    batch_size: 16
+"""
+
+
+def _cli(tmp_path, *args, timeout=240):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(CONFIG)
+    return str(path)
+
+
+def test_a_yaml_config_trains_and_a_flag_overrides_it(tmp_path, config):
+    done = _cli(tmp_path, "fit", "--config", config, "--model.lr", "0.01", "--trainer.max_steps", "5")
+    assert done.returncode == 0, done.stderr[-3000:]
+    log_dir = tmp_path / "run" / "logs" / "version_0"
+    assert os.listdir(log_dir / "checkpoints") == ["epoch=0-step=5.ckpt"]  # max_steps=5 won over 8 batches
+    checkpoint = load_checkpoint(log_dir / "checkpoints" / "epoch=0-step=5.ckpt")
+    assert checkpoint["hyper_parameters"]["lr"] == 0.01 and checkpoint["global_step"] == 5
+    saved = (log_dir / "config.yaml").read_text()
+    assert "lr: 0.01" in saved and "max_steps: 5" in saved and "class_path: examples.digits.DigitsData" in saved
+
+    # the saved config reproduces the run's arguments: validate the checkpoint with it
+    done = _cli(tmp_path, "validate", "--config", str(log_dir / "config.yaml"),
+                "--ckpt_path", str(log_dir / "checkpoints" / "epoch=0-step=5.ckpt"), "--trainer.logger", "false")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_print_config_round_trips(tmp_path, config, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", config, "--trainer.max_epochs", "4", "--print_config"])
+    assert exit_.value.code == 0
+    printed = capsys.readouterr().out
+    assert "max_epochs: 4" in printed and "weight_decay: 0.0001" in printed  # complete: defaults too
+    full = tmp_path / "full.yaml"
+    full.write_text(printed)
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(full), "--print_config"])
+    assert capsys.readouterr().out == printed
+
+
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--trainer.max_epoch", "1"], "--trainer.max_epoch"),  # no prefix matching of max_epochs
+        (["--model.lrr", "0.1"], "Option 'lrr' is not accepted"),
+        (["--trainer.max_epochs", "three"], 'Parser key "trainer.max_epochs"'),
+    ],
+)
+def test_a_bad_key_or_type_fails_naming_it(tmp_path, config, capsys, extra, fragment):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", config, *extra])
+    assert exit_.value.code == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_a_misspelled_key_in_a_yaml_file_is_named(tmp_path, config, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer:\n  max_epoch: 1\n")
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", config, "--config", str(bad)])
+    assert "Group 'trainer' does not accept option 'max_epoch'" in capsys.readouterr().err
+
+
+def test_unknown_subcommand(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train"])
+    assert exit_.value.code == 2 and "unknown subcommand 'train'" in capsys.readouterr().err
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("launch", ["self", "torchrun"])
+def test_two_processes_from_the_cli(tmp_path, config, launch):
+    if launch == "self":
+        args = ["fit", "--config", config, "--trainer.devices", "2"]
+        done = _cli(tmp_path, *args)
+    else:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+             "--master_port", str(free_port()), "-m", "trainer", "fit", "--config", config],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    log_dir = tmp_path / "run" / "logs" / "version_0"
+    assert sorted(os.listdir(tmp_path / "run" / "logs")) == ["version_0"]  # one run, one config
+    checkpoint = load_checkpoint(log_dir / "checkpoints" / "epoch=0-step=8.ckpt")
+    assert checkpoint["world_size"] == 2
+    assert "class_path: examples.digits.DigitsCNN" in (log_dir / "config.yaml").read_text()
+

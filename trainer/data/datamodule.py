@@ -2,9 +2,9 @@
 use of it: which loaders a run takes, and the data hooks around the run, in Lightning 2.x's order.
 
 Before the run's ``setup``: ``datamodule.prepare_data()`` (local rank 0 of each node; the other
-ranks wait), then the module's ``prepare_data`` (fit only), then ``datamodule.setup(stage)``; the
-module's and callbacks' ``setup`` follow. At the end, ``datamodule.teardown(stage)`` runs before
-theirs.
+ranks wait), then the module's ``prepare_data`` (the same way), then ``datamodule.setup(stage)``;
+the callbacks' and the module's ``setup`` follow. At the end, ``datamodule.teardown(stage)`` runs
+before theirs.
 """
 from __future__ import annotations
 

@@ -106,12 +106,6 @@ class CSVLogger(_FileLogger):
         self.save()
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self.save()
-
-    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self.save()
-
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
         self.save()
 

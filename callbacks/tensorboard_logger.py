@@ -129,13 +129,11 @@ class TensorBoardLogger(_FileLogger):
             points = state_dict["last_points"]
             self._last_points = {tag: (int(step), float(value)) for tag, (step, value) in points.items()}
 
+    def save(self) -> None:
+        """Flush the event file (after each epoch's metrics: a live TensorBoard shows them)."""
+        self._flush()
+
     # -- hooks ------------------------------------------------------------------------------
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._flush()
-
-    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        self._flush()
-
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
         self._close()
 

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from callbacks import ProgressBar, TensorBoardLogger
+from callbacks import EarlyStopping, ProgressBar, TensorBoardLogger
+from callbacks.callback import Callback
 from callbacks.logger import Logger
 from tests.helpers.models import QUIET
 from trainer import Trainer, TrainModule
@@ -411,3 +412,56 @@ def test_metric_names_match_lightning(tmp_path):
     assert o_sent == l_sent
     assert o_metrics.keys() == l_metrics.keys()
     assert o_metrics == pytest.approx(l_metrics, rel=1e-6)
+
+
+# -- loggers write each epoch's aggregates before the hooks that follow ---------------------------
+class ReadsTheCsv(Callback):
+    """Reads metrics.csv in on_validation_end and in (metric-monitor) on_train_epoch_end."""
+
+    def __init__(self, logger: Any) -> None:
+        self.logger = logger
+        self.seen: list[set[str]] = []
+
+    def _read(self) -> None:
+        import csv
+
+        with open(self.logger.metrics_file_path, newline="") as f:
+            self.seen.append({k for row in csv.DictReader(f) for k, v in row.items() if v})
+
+    def on_validation_end(self, trainer, module):
+        self._read()
+
+
+class MonitorReadsTheCsv(ReadsTheCsv, EarlyStopping):
+    def __init__(self, logger: Any) -> None:
+        ReadsTheCsv.__init__(self, logger)
+        EarlyStopping.__init__(self, monitor="val_loss", patience=100)
+
+    def on_validation_end(self, trainer, module):
+        EarlyStopping.on_validation_end(self, trainer, module)
+
+    def on_train_epoch_end(self, trainer, module):
+        self._read()
+
+
+class LogsEpochAndVal(Base):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.log("train_loss", loss, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", self.loss(batch))
+
+
+def test_the_csv_holds_the_epoch_aggregates_when_the_following_hooks_run(tmp_path):
+    from callbacks import CSVLogger
+
+    csv_logger = CSVLogger(save_dir=tmp_path)
+    reader, monitor = ReadsTheCsv(csv_logger), MonitorReadsTheCsv(csv_logger)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=csv_logger, callbacks=[reader, monitor],
+                      num_sanity_val_steps=0, enable_progress_bar=False, enable_checkpointing=False,
+                      enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(LogsEpochAndVal(), _loader(4), _loader(4))
+    assert "val_loss" in reader.seen[0]  # the validation run's aggregate, saved before on_validation_end
+    assert "train_loss" in monitor.seen[0]  # the training epoch's, saved before the monitors' epoch end

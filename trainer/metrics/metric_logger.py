@@ -99,6 +99,9 @@ class MetricLogger:
             self._eval_progress_bar_keys = store.progress_bar_keys()
         hidden = store.hidden_from_loggers()
         self._send({k: v for k, v in values.items() if k not in hidden}, strategy, step, epoch)
+        if self.loggers and strategy.is_global_zero:  # the epoch's records are on disk when its hooks end
+            for lg in self.loggers:
+                lg.save()
         return values
 
     def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, float]) -> None:

@@ -199,22 +199,6 @@ class _ValidationMetricTracker:
         return any(n != 0 for n in counts)  # None: a loader without a length
 
 
-def _batch_size(batch: Any) -> int | None:
-    """Size of the first dimension of the first tensor found in ``batch`` (no device sync)."""
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else 1
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            size = _batch_size(item)
-            if size is not None:
-                return size
-    return None
-
-
 def _format_duration(seconds: float) -> str:
     """``mm:ss`` or ``h:mm:ss``, like tqdm."""
     seconds = int(max(seconds, 0.0))

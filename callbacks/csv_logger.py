@@ -106,6 +106,14 @@ class CSVLogger(_FileLogger):
         self.save()
 
     # -- hooks ------------------------------------------------------------------------------
+    # Loggers run before the other callbacks: what was logged so far is on disk for their
+    # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self.save()
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self.save()
+
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
         self.save()
 

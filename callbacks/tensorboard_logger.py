@@ -134,6 +134,14 @@ class TensorBoardLogger(_FileLogger):
         self._flush()
 
     # -- hooks ------------------------------------------------------------------------------
+    # Loggers run before the other callbacks: what was logged so far is on disk for their
+    # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
+    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._flush()
+
+    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+        self._flush()
+
     def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
         self._close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from callbacks._utils import _batch_size, _check_int
+from callbacks._utils import _check_int
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
@@ -65,7 +65,8 @@ class ThroughputMonitor(Callback):
     def on_train_batch_end(
         self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        self._samples += _batch_size(batch) or trainer.micro_batch_size or 0
+        size = trainer.metric_logger.train.batch_size  # the size `self.log` weights this batch by
+        self._samples += size if size is not None else trainer.micro_batch_size or 0
         self._batches += 1
         step = trainer.global_step
         n = self.log_every_n_steps or trainer.log_every_n_steps

@@ -3,7 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.distributed.cluster_environment import ClusterEnvironment, detect_cluster_environment, expand_hostlist
+from trainer import rank_zero_info
+from trainer.distributed.cluster_environment import (
+    ClusterEnvironment,
+    detect_cluster_environment,
+    detect_global_rank,
+    expand_hostlist,
+)
+from trainer.distributed.rank_zero import current_global_rank
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -190,3 +197,34 @@ def test_expand_hostlist(hostlist, hosts):
 def test_expand_hostlist_rejects_bad_input(hostlist, message):
     with pytest.raises(ValueError, match=message):
         expand_hostlist(hostlist)
+
+
+_LAUNCH_VARIABLES = {*TORCHRUN, *SRUN, "SLURM_STEP_ID", "SLURM_STEPID", "NODE_RANK", "SLURM_RESTART_COUNT"}
+
+
+@pytest.mark.parametrize("launch, rank", [("torchrun", 3), ("srun", 4), ("none", 0)])
+def test_rank_zero_helpers_read_the_rank_as_the_cluster_environment_does(
+    launch, rank, monkeypatch, capsys, caplog
+):
+    """rank_zero_info/rank_zero_only read the rank as the Trainer's cluster environment does."""
+    for name in _LAUNCH_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"torchrun": TORCHRUN, "srun": SRUN, "none": {}}[launch].items():
+        monkeypatch.setenv(name, value)
+    assert current_global_rank() == detect_cluster_environment().global_rank == rank
+    assert detect_global_rank() == rank
+    caplog.set_level("INFO")
+    rank_zero_info("epoch 0 done")
+    # one behaviour: printed to stdout on rank 0 only, nothing sent to `logging`
+    assert capsys.readouterr().out == ("epoch 0 done\n" if rank == 0 else "")
+    assert caplog.records == []
+
+
+def test_the_rank_alone_follows_the_same_rules():
+    """Rank-zero helpers may run where only the rank is set (a script, a test): same precedence."""
+    assert detect_global_rank({"RANK": "2"}) == 2
+    assert detect_global_rank({**SRUN, "RANK": "1"}) == 1  # torchrun wins, as in detection
+    assert detect_global_rank({**SRUN, "SLURM_STEP_ID": "batch"}) == 0  # not an srun task
+    assert detect_global_rank({"SLURM_PROCID": "3"}) == 0  # idem: no srun step
+    with pytest.raises(ValueError, match="RANK='x' is not an integer"):
+        detect_global_rank({"RANK": "x"})

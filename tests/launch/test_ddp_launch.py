@@ -225,6 +225,36 @@ def test_trainer_arguments_that_contradict_the_launcher():
     assert world == 2 and no_launcher
 
 
+@pytest.mark.parametrize("given", ["by name", "as an instance"])
+def test_a_strategy_named_or_given_is_connected_the_same_way(given):
+    """One set-up path (`Strategy.connect`): the launching process holds the job its launcher starts."""
+    from trainer import DDPStrategy, Trainer
+    from trainer.launch.launcher import ElasticLauncher
+
+    strategy = "ddp" if given == "by name" else DDPStrategy()
+    t = Trainer(accelerator="cpu", devices=2, strategy=strategy, sync_batchnorm=True,
+                use_distributed_sampler=False, **QUIET)
+    s = t.strategy
+    assert isinstance(s, DDPStrategy) and isinstance(s.launcher, ElasticLauncher)
+    assert (s.cluster_environment.world_size, s.cluster_environment.local_world_size) == (2, 2)
+    assert (t.world_size, t.num_nodes, t.global_rank, t.local_rank) == (2, 1, 0, 0)
+    assert (s.sync_batchnorm, s.use_distributed_sampler) == (True, False)
+    assert not hasattr(s, "module")  # the model the loop calls is `s.model`
+
+
+def test_a_strategy_knows_no_device_or_place_before_it_is_connected():
+    from trainer import DDPStrategy, SingleDeviceStrategy, Trainer
+
+    for strategy in (SingleDeviceStrategy(), DDPStrategy()):
+        for read in ("accelerator", "cluster_environment", "root_device", "global_rank"):
+            with pytest.raises(RuntimeError, match="is not connected yet: pass it to a Trainer"):
+                getattr(strategy, read)
+    given = DDPStrategy()
+    t = Trainer(accelerator="cpu", devices=1, strategy=given, **QUIET)
+    assert t.strategy is given and given.launcher is None
+    assert given.accelerator.kind == "cpu" and given.cluster_environment.world_size == 1
+
+
 @pytest.mark.timeout(60)
 def test_devices_2_from_python_c_suggests_ddp_spawn():
     code = (

@@ -93,6 +93,56 @@ def test_sigusr1_single_process_saves_exits_75_and_resumes(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
 
 
+# One process as its launcher describes it, restarted once (or, for the control, not yet).
+_RESTARTED_LAUNCH = {
+    "slurm": {
+        "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0", "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0", "SLURM_TASKS_PER_NODE": "1", "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "1",
+    },
+    "torchrun": {
+        "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RESTART_COUNT": "1",
+    },
+    "slurm-first-run": {
+        "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0", "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0", "SLURM_TASKS_PER_NODE": "1", "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_JOB_ID": "4242", "SLURM_RESTART_COUNT": "0",
+    },
+}
+
+
+class _StartStep(Callback):
+    def on_train_start(self, trainer, module):
+        self.step = trainer.global_step
+
+
+@pytest.mark.parametrize("launch", sorted(_RESTARTED_LAUNCH))
+def test_a_restarted_launch_resumes_from_last_by_itself(tmp_path, monkeypatch, launch):
+    """A requeued SLURM job (``SLURM_RESTART_COUNT`` > 0) resumes like a torchrun restart."""
+    from tests.helpers.resume_models import Noisy, make_loader
+
+    kw = dict(max_epochs=2, accumulate_grad_batches=2, default_root_dir=str(tmp_path), **QUIET)
+    seed_everything(0)
+    straight = Noisy()
+    Trainer(accelerator="cpu", **kw).fit(straight, make_loader())
+    seed_everything(0)
+    with pytest.raises(Preempted):  # saves last.ckpt at global step 6
+        Trainer(accelerator="cpu", **kw, callbacks=[_SignalAt()]).fit(Noisy(), make_loader())
+    for name, value in _RESTARTED_LAUNCH[launch].items():
+        monkeypatch.setenv(name, value)
+    start = _StartStep()
+    resumed = Noisy()
+    t = Trainer(accelerator="cpu", **kw, callbacks=[start])
+    assert t.strategy.cluster_environment.source == launch.split("-")[0]
+    t.fit(resumed, make_loader())  # no ckpt_path
+    if launch == "slurm-first-run":
+        assert start.step == 0
+        return
+    assert start.step == 6 and t.global_step == 24
+    assert all(torch.equal(a, b) for a, b in zip(straight.parameters(), resumed.parameters()))
+
+
 def test_a_preempted_worker_leaves_its_launcher_a_note(tmp_path, monkeypatch):
     """What lets a launcher that itself got the SIGTERM exit 75 saying what was saved."""
     from tests.helpers.resume_models import Noisy, make_loader

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.helpers.models import QUIET, Regression, loader, regression_data
-from trainer import Trainer
+from trainer import Trainer, TrainModule
 
 
 class Recorder(Regression):
@@ -203,6 +203,18 @@ def test_validate_test_predict_return_values():
     assert [p.shape[0] for p in preds] == [5, 5, 2]
     two = t.validate(m, [loader(data, 4), loader(data, 6)])
     assert set(two[0]) == {"val_loss/dataloader_idx_0"} and set(two[1]) == {"val_loss/dataloader_idx_1"}
+
+
+def test_every_module_has_its_own_hparams():
+    class Plain(TrainModule):
+        pass
+
+    first, second = Plain(), Plain()
+    assert first.hparams == {} and first.hparams is not second.hparams
+    first.hparams["lr"] = 0.1  # before save_hyperparameters: this module's dict only
+    assert second.hparams == {} and Plain().hparams == {} and TrainModule().hparams == {}
+    saved = Regression(lr=0.3)
+    assert saved.hparams["lr"] == 0.3 and first.hparams == {"lr": 0.1} and Regression().hparams["lr"] == 0.05
 
 
 def test_save_hyperparameters_and_module_properties():

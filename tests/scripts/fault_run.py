@@ -32,7 +32,7 @@ class Interrupt(Callback):
             return
         if self.mode == "preempt":
             os.kill(os.getpid(), signal.SIGTERM)
-        elif self.mode == "kill" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        elif self.mode == "kill" and trainer.strategy.cluster_environment.restart_count == 0:
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.mode == "raise":
             raise RuntimeError("boom on rank 1")

@@ -5,12 +5,12 @@ sits behind this class so CPU runs exercise the same code path with CPU answers.
 """
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
+
+from trainer.data.batch import apply_to_tensors
 
 _ACCELERATORS = ("auto", "cpu", "cuda", "gpu")
 
@@ -88,7 +88,7 @@ class Accelerator:
         """
         if self.kind != "cuda" or not isinstance(loader, DataLoader) or loader.pin_memory:
             return False
-        if getattr(loader, "_iterator", None) is not None:  # the iterator read the setting already
+        if loader._iterator is not None:  # the iterator read the setting already
             return False
         loader.pin_memory = True
         return True
@@ -97,33 +97,20 @@ class Accelerator:
 def move_to_device(
     batch: Any, device: torch.device, non_blocking: bool = False, channels_last: bool = False
 ) -> Any:
-    """Recursively move tensors inside tuples, lists, dicts, namedtuples and dataclasses.
+    """Move every tensor in ``batch`` (see `trainer.data.batch`) to ``device``, keeping the
+    container types; other objects with a ``.to`` method are moved with ``.to(device)``.
 
     With ``channels_last``, 4-D tensors also get the ``torch.channels_last`` memory format (in
     the same copy when the device changes).
     """
-    if isinstance(batch, torch.Tensor):
-        if channels_last and batch.dim() == 4:
-            return batch.to(device, non_blocking=non_blocking, memory_format=torch.channels_last)
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, (str, bytes)) or batch is None:
-        return batch
-    if isinstance(batch, Mapping):
-        return type(batch)(  # type: ignore[call-arg]
-            {k: move_to_device(v, device, non_blocking, channels_last) for k, v in batch.items()}
-        )
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(move_to_device(v, device, non_blocking, channels_last) for v in batch))
-    if isinstance(batch, Sequence):
-        moved = [move_to_device(v, device, non_blocking, channels_last) for v in batch]
-        return moved if isinstance(batch, list) else type(batch)(moved)  # type: ignore[call-arg]
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        changes = {
-            f.name: move_to_device(getattr(batch, f.name), device, non_blocking, channels_last)
-            for f in dataclasses.fields(batch)
-            if f.init
-        }
-        return dataclasses.replace(batch, **changes)
-    if hasattr(batch, "to") and callable(batch.to):  # user types that know how to move
-        return batch.to(device)
-    return batch
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if channels_last and tensor.dim() == 4:
+            return tensor.to(device, non_blocking=non_blocking, memory_format=torch.channels_last)
+        return tensor.to(device, non_blocking=non_blocking)
+
+    def move_other(obj: Any) -> Any:
+        to = getattr(obj, "to", None)  # user types that know how to move
+        return to(device) if callable(to) else obj
+
+    return apply_to_tensors(batch, move, move_other)

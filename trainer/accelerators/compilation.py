@@ -12,16 +12,12 @@ def compile_module(module: nn.Module) -> None:
     Compiling happens lazily at the first forward, so errors (e.g. no C++ compiler for the CPU
     backend) surface there, from torch.
     """
-    if not callable(getattr(module, "compile", None)):
-        raise RuntimeError(
-            "Trainer(compile=True) needs nn.Module.compile (torch >= 2.2); this torch has none."
-        )
     module.compile()
 
 
 def is_compiled(module: nn.Module) -> bool:
     """Whether ``module.compile()`` was applied to ``module``."""
-    return getattr(module, "_compiled_call_impl", None) is not None
+    return module._compiled_call_impl is not None
 
 
 def prepare_for_speed(module: nn.Module, channels_last: bool, compile: bool) -> None:

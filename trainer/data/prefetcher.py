@@ -21,13 +21,13 @@ the same batches in the same order as the plain path; the fit loop uses it only 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any, ContextManager
 
 import torch
 
 from trainer.accelerators.accelerator import move_to_device
+from trainer.data.batch import leaves, tensors
 
 _END = object()
 
@@ -122,7 +122,7 @@ class Prefetcher:
         while upcoming is not _END:
             self._streams.wait_for_copies()
             batch = upcoming
-            for tensor in _tensors(batch):
+            for tensor in tensors(batch):
                 self._streams.mark_used(tensor)
             upcoming = fetch()  # queue the next copy before this batch's compute is queued
             yield batch
@@ -146,42 +146,8 @@ def prefetch_to_device(
     return Prefetcher(iterable, device, limit=limit, channels_last=channels_last)
 
 
-def _children(item: Any) -> Iterable[Any] | None:
-    """The parts of a container the batch movers descend into, or None for a leaf."""
-    if isinstance(item, (str, bytes)):
-        return None
-    if isinstance(item, Mapping):
-        return item.values()
-    if isinstance(item, Sequence):
-        return item
-    if dataclasses.is_dataclass(item) and not isinstance(item, type):
-        return [getattr(item, f.name) for f in dataclasses.fields(item) if f.init]
-    return None
-
-
-def _tensors(batch: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in a (nested) batch."""
-    stack = [batch]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            yield item
-            continue
-        children = _children(item)
-        if children is not None:
-            stack.extend(children)
-
-
 def _has_opaque_parts(batch: Any) -> bool:
     """Whether the batch holds an object that moves itself (``.to``) and hides its tensors."""
-    stack = [batch]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor) or item is None:
-            continue
-        children = _children(item)
-        if children is not None:
-            stack.extend(children)
-        elif callable(getattr(item, "to", None)):
-            return True
-    return False
+    return any(
+        not isinstance(leaf, torch.Tensor) and callable(getattr(leaf, "to", None)) for leaf in leaves(batch)
+    )

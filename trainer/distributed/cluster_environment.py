@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
-__all__ = ["ClusterEnvironment", "detect_cluster_environment", "expand_hostlist"]
+__all__ = ["ClusterEnvironment", "detect_cluster_environment", "detect_global_rank", "expand_hostlist"]
 
 # Variables whose presence means "launched with env:// rendezvous" (torchrun and friends).
 _TORCHRUN_MARKERS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
@@ -83,9 +83,10 @@ def detect_cluster_environment(environ: Mapping[str, str] = os.environ) -> Clust
     Raises ``ValueError`` naming the variable when a launch is recognised but its variables are
     missing, not integers, or inconsistent (for example ``RANK`` >= ``WORLD_SIZE``).
     """
-    if any(name in environ for name in _TORCHRUN_MARKERS):
+    source = _launch_source(environ)
+    if source == "torchrun":
         return _from_torchrun(environ)
-    if _is_srun_task(environ):
+    if source == "slurm":
         return _from_slurm(environ)
     port = _int(environ, "MASTER_PORT") if "MASTER_PORT" in environ else 0
     return ClusterEnvironment(
@@ -99,6 +100,22 @@ def detect_cluster_environment(environ: Mapping[str, str] = os.environ) -> Clust
         master_port=port,
         source="single",
     )
+
+
+def detect_global_rank(environ: Mapping[str, str] = os.environ) -> int:
+    """This process's global rank by the rules of `detect_cluster_environment`, reading only the
+    rank variable (``RANK`` under torchrun, ``SLURM_PROCID`` for an ``srun`` task, else 0), so
+    rank-zero helpers also work where the rest of a launch's variables are not needed or set."""
+    source = _launch_source(environ)
+    if source == "single":
+        return 0
+    return _int(environ, "RANK" if source == "torchrun" else "SLURM_PROCID")
+
+
+def _launch_source(environ: Mapping[str, str]) -> Literal["torchrun", "slurm", "single"]:
+    if any(name in environ for name in _TORCHRUN_MARKERS):
+        return "torchrun"
+    return "slurm" if _is_srun_task(environ) else "single"
 
 
 def expand_hostlist(hostlist: str) -> list[str]:

@@ -15,7 +15,6 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.arguments import check_str
-from trainer.distributed.cluster_environment import ClusterEnvironment, detect_cluster_environment
 from trainer.launch.failure_notes import explain_failure
 from trainer.distributed.rendezvous import fresh_store, mark_group_joined
 from trainer.strategies.strategy import Strategy
@@ -54,29 +53,14 @@ class ProcessGroupStrategy(Strategy):
         check_str("process_group_backend", process_group_backend, allow_none=True)
         self.timeout = timeout
         self.process_group_backend = process_group_backend
-        self.sync_batchnorm = False
-        self.use_distributed_sampler = True
-        self.cluster: ClusterEnvironment | None = None
+        self._store: Any = None  # the rendezvous store of the current group
         self._owns_group = False
         self._uneven_counts_warned: list[int] | None = None
-
-    def configure(self, cluster: ClusterEnvironment, sync_batchnorm: bool, use_distributed_sampler: bool) -> None:
-        """Receive the process's place in the job and the Trainer's data/BatchNorm options."""
-        self.cluster = cluster
-        self.global_rank = cluster.global_rank
-        self.local_rank = cluster.local_rank
-        self.node_rank = cluster.node_rank
-        self.world_size = cluster.world_size
-        self.num_nodes = cluster.num_nodes
-        self.sync_batchnorm = sync_batchnorm
-        self.use_distributed_sampler = use_distributed_sampler
 
     # -- process group ------------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Pin this rank's device, then join the group (NCCL needs the device first)."""
-        if self.cluster is None:
-            self.configure(detect_cluster_environment(), self.sync_batchnorm, self.use_distributed_sampler)
-        assert self.cluster is not None
+        cluster = self.cluster_environment
         die_with_elastic_agent()  # a torchrun killed with SIGKILL must not leave its workers training
         device = self.root_device
         self.accelerator.pin_device(device)
@@ -87,11 +71,12 @@ class ProcessGroupStrategy(Strategy):
                     f"but this run is rank {self.global_rank}/{self.world_size}."
                 )
             return
-        os.environ.setdefault("MASTER_ADDR", self.cluster.master_addr)
-        os.environ.setdefault("MASTER_PORT", str(self.cluster.master_port))
+        os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
+        self._store = fresh_store(cluster, self.timeout)
         kwargs: dict[str, Any] = {
             "backend": self.process_group_backend or self.accelerator.distributed_backend,
-            "store": self._new_store(),
+            "store": self._store,
             "rank": self.global_rank,
             "world_size": self.world_size,
             "timeout": self.timeout,
@@ -104,13 +89,9 @@ class ProcessGroupStrategy(Strategy):
         if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
             self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
 
-    def _new_store(self) -> Any:
-        self._store = fresh_store(self.global_rank, self.world_size, self.timeout)
-        return self._store
-
     def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
         """Name the rank whose own failure came first (see `trainer.launch.failure_notes`)."""
-        store = getattr(self, "_store", None)
+        store = self._store
         if store is None or self.world_size == 1 or not isinstance(exc, Exception):
             return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
         clearer = explain_failure(store, self.global_rank, self.world_size, exc, where)
@@ -132,7 +113,6 @@ class ProcessGroupStrategy(Strategy):
             from trainer.strategies.sync_batchnorm import convert_sync_batchnorm
 
             module = convert_sync_batchnorm(module, use_torch_impl=self.root_device.type == "cuda")
-        self.module = module
         return module
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
@@ -183,11 +163,11 @@ class ProcessGroupStrategy(Strategy):
         for the same parameters (the same ones took part in its backward passes). Syncing twice is
         harmless: the gradients are then equal on every rank, and their mean is themselves.
         """
-        assert self.module is not None
+        assert self.model is not None
         if self.backward_sync_blocked:
             return
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for param in self.module.parameters():
+        for param in self.model.parameters():  # a DDP wrapper's are its module's
             if param.grad is not None:
                 by_dtype.setdefault(param.grad.dtype, []).append(param.grad)
         for grads in by_dtype.values():

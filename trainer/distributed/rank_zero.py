@@ -2,25 +2,22 @@
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import warnings
 from typing import Any, Callable, TypeVar
 
-_log = logging.getLogger("lockstep")
+from trainer.distributed.cluster_environment import detect_global_rank
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def current_global_rank() -> int:
-    """This process's global rank: from the process group once it exists, else the launcher's env."""
+    """This process's global rank: from the process group once it exists, else from the
+    launcher's environment by the cluster environment's rules (`detect_global_rank`)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank()
-    for var in ("RANK", "SLURM_PROCID"):
-        if var in os.environ:
-            return int(os.environ[var])
-    return 0
+    return detect_global_rank()
 
 
 def rank_zero_only(fn: F) -> F:
@@ -36,9 +33,8 @@ def rank_zero_only(fn: F) -> F:
 
 
 def rank_zero_info(message: str) -> None:
-    """Log ``message`` at INFO level (and print it) on global rank 0 only."""
+    """Print ``message`` to stdout (flushed) on global rank 0 only, like Lockstep's own messages."""
     if current_global_rank() == 0:
-        _log.info(message)
         print(message, flush=True)
 
 

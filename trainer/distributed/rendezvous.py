@@ -10,18 +10,22 @@ from typing import Any
 
 import torch.distributed as dist
 
+from trainer.distributed.cluster_environment import ClusterEnvironment
+
 # The rendezvous store of this process, kept for its lifetime, and how many groups used it.
 # A script may fit several times under one launcher (same MASTER_PORT): torch names every new
 # default group alike, so a rank that re-joins early would read the previous group's addresses
 # from the store (or reach a store its owner is about to close) and fail or hang. Reusing one
 # store with a fresh key prefix per group avoids both.
-_STORES: dict[tuple[str, str, int, int], Any] = {}
+_STORES: dict[tuple[str, int, int, int], Any] = {}
 _GROUPS_CREATED = itertools.count()
 
 
-def fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
-    """This process's rendezvous store (made once), under a key prefix no earlier group used."""
-    key = (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"], rank, world_size)
+def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> Any:
+    """This process's rendezvous store (made once; ``MASTER_ADDR``/``MASTER_PORT`` must be in
+    the environment, as ``env://`` reads them), under a key prefix no earlier group used."""
+    rank, world_size = cluster.global_rank, cluster.world_size
+    key = (cluster.master_addr, cluster.master_port, rank, world_size)
     store = _STORES.get(key)
     if store is None:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
@@ -29,7 +33,7 @@ def fresh_store(rank: int, world_size: int, timeout: datetime.timedelta) -> Any:
     # torch's elastic agent may keep serving the same store after it restarts the workers, and
     # the restarted processes count their groups from 0 again: the restart count keeps their
     # keys apart from those of the workers they replace.
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    attempt = cluster.restart_count
     return dist.PrefixStore(f"lockstep/attempt{attempt}/group{next(_GROUPS_CREATED)}", store)
 
 

@@ -345,8 +345,12 @@ def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str,
     from trainer.distributed.cluster_environment import detect_cluster_environment
 
     strategy = trainer.strategy
-    strategy.launcher = None
-    strategy.configure(detect_cluster_environment(), strategy.sync_batchnorm, strategy.use_distributed_sampler)
+    strategy.connect(
+        strategy.accelerator,
+        detect_cluster_environment(),
+        sync_batchnorm=strategy.sync_batchnorm,
+        use_distributed_sampler=strategy.use_distributed_sampler,
+    )
     result = getattr(trainer, fn)(*args)
     if rank == 0:
         module = trainer.module

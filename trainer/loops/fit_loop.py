@@ -27,7 +27,6 @@ from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
 from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
-from trainer.distributed.cluster_environment import detect_cluster_environment
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.loops.accumulation import AccumulationWindows
 from trainer.loops.anomaly import NonFiniteLossCheck, check_finite_gradients
@@ -113,7 +112,7 @@ class FitLoop:
         """`Trainer.fit`'s work: data, module and optimizers set up, a checkpoint restored, training."""
         t, strategy = self.trainer, self.trainer.strategy
         self._reset()
-        if ckpt_path is None and detect_cluster_environment().restart_count > 0:
+        if ckpt_path is None and strategy.cluster_environment.restart_count > 0:
             ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
         path, checkpoint = "", None
         if ckpt_path is not None:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from trainer.data.batch import batch_size as batch_size_of
+
 if TYPE_CHECKING:
     from trainer.strategies.strategy import Strategy
 
@@ -46,22 +48,6 @@ class _Entry:
     metric: Any = None  # a torchmetrics Metric: it aggregates (and syncs) itself
 
 
-def batch_size_of(batch: Any) -> int:
-    """The size of a batch: the first dimension of the first tensor found in it (else 1)."""
-    stack = [batch]
-    while stack:
-        item = stack.pop(0)
-        if isinstance(item, torch.Tensor):
-            return int(item.shape[0]) if item.ndim else 1
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
-    return 1
-
-
 class MetricStore:
     """The metrics of one stage (training, or one evaluation run)."""
 
@@ -73,11 +59,21 @@ class MetricStore:
         self.aggregates: dict[str, torch.Tensor] = {}  # what `epoch_values` last returned
         self._batch: Any = None
         self._batch_size: int | None = None
+        self._batch_size_known = False
 
     def set_batch(self, batch: Any) -> None:
         """The batch being processed (its size weights epoch means; computed only if needed)."""
         self._batch = batch
-        self._batch_size = None
+        self._batch_size_known = False
+
+    @property
+    def batch_size(self) -> int | None:
+        """The size of the batch being processed, as `trainer.data.batch.batch_size` reads it
+        (None without tensors); computed once per batch, for ``self.log`` and ThroughputMonitor."""
+        if not self._batch_size_known:
+            self._batch_size = batch_size_of(self._batch)
+            self._batch_size_known = True
+        return self._batch_size
 
     def log(
         self,
@@ -114,9 +110,8 @@ class MetricStore:
         entry.last = tensor
         if on_epoch and metric is None:
             if batch_size is None:
-                if self._batch_size is None:
-                    self._batch_size = batch_size_of(self._batch) if self._batch is not None else 1
-                batch_size = self._batch_size
+                size = self.batch_size
+                batch_size = 1 if size is None else size
             _accumulate(entry, tensor, batch_size)
 
     def step_values(self, strategy: Strategy) -> dict[str, torch.Tensor]:
@@ -207,7 +202,7 @@ class MetricStore:
         self._entries.clear()
         self.aggregates = {}
         self._batch = None
-        self._batch_size = None
+        self._batch_size_known = False
 
 
 def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:

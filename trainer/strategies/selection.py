@@ -7,6 +7,7 @@ than one process requested, the strategy gets a launcher that starts the workers
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from trainer.accelerators.accelerator import Accelerator
@@ -51,6 +52,7 @@ def select_strategy(
             f"Unknown strategy {strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy."
         )
     cluster = detect_cluster_environment()
+    options = {"sync_batchnorm": sync_batchnorm, "use_distributed_sampler": use_distributed_sampler}
     if cluster.is_distributed:
         _check_matches_launcher(per_node, num_nodes, cluster)
         if accelerator.kind == "cuda" and cluster.local_world_size > accelerator.device_count():
@@ -67,8 +69,7 @@ def select_strategy(
                 f"({cluster.source}), but strategy={strategy!r} runs a single process. Use "
                 "strategy='ddp' (or 'auto'), or launch one process."
             )
-        chosen.connect(accelerator)
-        chosen.configure(cluster, sync_batchnorm, use_distributed_sampler)
+        chosen.connect(accelerator, cluster, **options)
         return chosen
 
     if per_node == "auto":
@@ -78,28 +79,26 @@ def select_strategy(
             f"devices={per_node} but this machine has {accelerator.device_count()} CUDA device(s)."
         )
     world = per_node * num_nodes
-    if world == 1 and not isinstance(strategy, Strategy):
+    if world == 1:
         # One process needs no process group, whatever strategy was named.
-        chosen = SingleDeviceStrategy()
-        chosen.connect(accelerator)
+        chosen = strategy if isinstance(strategy, Strategy) else SingleDeviceStrategy()
+        chosen.connect(accelerator, cluster, **options)
         return chosen
     chosen = strategy if isinstance(strategy, Strategy) else _make(strategy)
-    chosen.connect(accelerator)
-    if world == 1:
-        return chosen
     if not isinstance(chosen, ProcessGroupStrategy):
         raise ValueError(f"devices={per_node}, num_nodes={num_nodes} needs a distributed strategy, got {chosen.name!r}.")
     from trainer.launch.launcher import ElasticLauncher, SpawnLauncher
 
-    chosen.sync_batchnorm = sync_batchnorm
-    chosen.use_distributed_sampler = use_distributed_sampler
-    chosen.world_size, chosen.num_nodes = world, num_nodes
     if strategy == "ddp_spawn":
         if num_nodes > 1:
             raise ValueError("strategy='ddp_spawn' runs on one node; use torchrun or srun for several nodes.")
-        chosen.launcher = SpawnLauncher(per_node)
+        launcher: Any = SpawnLauncher(per_node)
     else:
-        chosen.launcher = ElasticLauncher(per_node, num_nodes)
+        launcher = ElasticLauncher(per_node, num_nodes)
+    # This process stands for rank 0 of the job its launcher starts; every worker connects again
+    # with its own place in it.
+    job = dataclasses.replace(cluster, world_size=world, local_world_size=per_node, num_nodes=num_nodes)
+    chosen.connect(accelerator, job, launcher=launcher, **options)
     return chosen
 
 

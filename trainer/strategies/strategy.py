@@ -13,6 +13,7 @@ from torch import nn
 
 from trainer.accelerators.accelerator import Accelerator
 from trainer.data.distributed_sampler import set_epoch
+from trainer.distributed.cluster_environment import ClusterEnvironment
 
 T = TypeVar("T")
 
@@ -26,22 +27,80 @@ class Strategy:
     name = "base"
 
     def __init__(self) -> None:
-        self.accelerator: Accelerator = Accelerator("cpu")
-        self.global_rank = 0
-        self.local_rank = 0
-        self.node_rank = 0
-        self.world_size = 1
-        self.num_nodes = 1
+        self._accelerator: Accelerator | None = None
+        self._cluster_environment: ClusterEnvironment | None = None
+        self.sync_batchnorm = False
+        self.use_distributed_sampler = True
         self.model: nn.Module | None = None
-        self.module: nn.Module | None = None
         self.launcher: Any = None  # set when this process must start the workers itself
         self.control_group: Any = None  # a CPU group for small host-side agreements (None: default group)
         self._backward_sync_blocked = 0  # depth of `block_backward_sync` contexts
 
     # -- set-up -----------------------------------------------------------------------------
-    def connect(self, accelerator: Accelerator) -> None:
-        """Receive the Trainer's accelerator (before ``setup_environment``)."""
-        self.accelerator = accelerator
+    def connect(
+        self,
+        accelerator: Accelerator,
+        cluster_environment: ClusterEnvironment,
+        *,
+        sync_batchnorm: bool = False,
+        use_distributed_sampler: bool = True,
+        launcher: Any = None,
+    ) -> None:
+        """The one set-up entry point, for a strategy named or given alike (before
+        ``setup_environment``): the device kind, this process's place in the job (where a
+        ``launcher`` will start the workers, the job it will start), the Trainer's BatchNorm and
+        sampler options (used by the distributed strategies)."""
+        self._accelerator = accelerator
+        self._cluster_environment = cluster_environment
+        self.sync_batchnorm = sync_batchnorm
+        self.use_distributed_sampler = use_distributed_sampler
+        self.launcher = launcher
+
+    @property
+    def accelerator(self) -> Accelerator:
+        """The device kind, given by `connect`."""
+        if self._accelerator is None:
+            raise RuntimeError(self._not_connected())
+        return self._accelerator
+
+    @property
+    def cluster_environment(self) -> ClusterEnvironment:
+        """This process's place in the job (ranks, sizes, rendezvous address, restart count): the
+        one reading of the launcher's environment, given by `connect`."""
+        if self._cluster_environment is None:
+            raise RuntimeError(self._not_connected())
+        return self._cluster_environment
+
+    def _not_connected(self) -> str:
+        return (
+            f"{type(self).__name__} is not connected yet: pass it to a Trainer "
+            "(Trainer(strategy=...)), which connects it to an accelerator and the cluster environment."
+        )
+
+    @property
+    def global_rank(self) -> int:
+        """Rank of this process among all processes."""
+        return self.cluster_environment.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """Rank of this process on its node (selects its device)."""
+        return self.cluster_environment.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """Rank of this node among the nodes."""
+        return self.cluster_environment.node_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes, W."""
+        return self.cluster_environment.world_size
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return self.cluster_environment.num_nodes
 
     @property
     def root_device(self) -> torch.device:
@@ -59,8 +118,7 @@ class Strategy:
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move the module to its device and return what the loop calls (possibly a wrapper)."""
-        self.module = module.to(self.root_device)
-        self.model = self.module
+        self.model = module.to(self.root_device)
         return self.model
 
     def setup_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:

@@ -142,8 +142,11 @@ class PreemptionWatch:
         for sig in PREEMPTION_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_signal)
 
-    def uninstall(self) -> None:
+    def uninstall(self, failing: bool = False) -> None:
         """Give the signals back to their previous handlers; wait for a pending agreement.
+
+        ``failing``: the loop is leaving by an exception (Ctrl-C, a peer's failure): a peer may be
+        gone, so a pending agreement that fails is dropped rather than raised over that exception.
 
         A pre-empted SLURM task (``SLURM_JOB_ID`` set) keeps ignoring SIGTERM on its way out with
         code 75: SLURM's own SIGTERMs (the requeue ends the job's tasks; ``srun
@@ -156,8 +159,12 @@ class PreemptionWatch:
             signal.signal(sig, signal.SIG_IGN if keep_ignoring and sig == signal.SIGTERM else handler)
         self._previous.clear()
         if self._work is not None:
-            self._work.wait()
-            self._work = None
+            work, self._work = self._work, None
+            try:
+                work.wait()
+            except Exception:
+                if not failing:
+                    raise
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._acting:

@@ -229,8 +229,10 @@ class FitLoop:
             while not self.done:
                 with t.profiler.profile("run_training_epoch"):
                     self.run_epoch()
-        finally:
-            self._preemption.uninstall()
+        except BaseException:
+            self._preemption.uninstall(failing=True)  # its pending agreement must not hide this error
+            raise
+        self._preemption.uninstall()
         self.in_training = False
         if t.world_size > 1:
             # a save_checkpoint after fit runs when the process group is gone: keep every rank's

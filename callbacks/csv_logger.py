@@ -106,6 +106,8 @@ class CSVLogger(_FileLogger):
         self.save()
 
     # -- hooks ------------------------------------------------------------------------------
+    # Loggers run before the other callbacks: what was logged so far is on disk for their
+    # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         self.save()
 

@@ -28,6 +28,9 @@ class Logger(Callback):
     def log_text(self, tag: str, text: str) -> None:
         """Record a block of text (e.g. the run summary)."""
 
+    def save(self) -> None:
+        """Write buffered records out (the Trainer calls it after each epoch's or run's metrics)."""
+
     def finalize(self, status: str) -> None:
         """Flush and close; ``status`` is ``"success"`` or ``"failed"``."""
 

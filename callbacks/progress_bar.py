@@ -179,6 +179,20 @@ class ProgressBar(Callback):
     def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         self._close_all()
 
+    def print(self, *args: Any, sep: str = " ", end: str = "\n") -> None:
+        """Print a line without breaking the bars: above them while a tqdm bar is drawn."""
+        text = sep.join(str(a) for a in args)
+        if any(bar is not None and bar.drawn for bar in (self._train_bar, self._eval_bar)):
+            self._write_above_bars(text, end)
+        else:
+            self.file.write(text + end)
+            self.file.flush()
+
+    def _write_above_bars(self, text: str, end: str) -> None:
+        from tqdm import tqdm
+
+        tqdm.write(text, file=self.file, end=end)
+
     # -- internals --------------------------------------------------------------------------
     def _new_bar(self, desc: str, total: int | None, position: int, leave: bool) -> _Bar:
         return _Bar(
@@ -278,6 +292,11 @@ class _Bar:
         # the terminal display (tqdm, or what `_make_display` of a subclass gives), created at the
         # first batch, when the starting position is known
         self._display: Any = None
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the bar is on the terminal now."""
+        return self._display is not None
 
     def start_at(self, n: int) -> None:
         """Start counting at ``n`` batches done (not counted in the rate); call before ``advance``."""

@@ -55,6 +55,12 @@ class RichProgressBar(ProgressBar):
             self._progress.start()
         return self._progress
 
+    def _write_above_bars(self, text: str, end: str) -> None:
+        if self._progress is None:
+            super()._write_above_bars(text, end)
+        else:  # the live display redraws itself below the line
+            self._progress.console.print(text, end=end, markup=False, highlight=False)
+
     def _stop_live(self) -> None:
         if self._progress is not None:
             self._progress.stop()

@@ -129,7 +129,13 @@ class TensorBoardLogger(_FileLogger):
             points = state_dict["last_points"]
             self._last_points = {tag: (int(step), float(value)) for tag, (step, value) in points.items()}
 
+    def save(self) -> None:
+        """Flush the event file (after each epoch's metrics: a live TensorBoard shows them)."""
+        self._flush()
+
     # -- hooks ------------------------------------------------------------------------------
+    # Loggers run before the other callbacks: what was logged so far is on disk for their
+    # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
     def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
         self._flush()
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import fix_log_versions
 from callbacks.callback import Callback
+from callbacks.early_stopping import EarlyStopping
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_checkpoint import ModelCheckpoint
@@ -83,6 +84,23 @@ def first_log_dir(loggers: list[Logger], default: str) -> str:
 def checkpoint_callbacks(callbacks: list[Callback]) -> list[ModelCheckpoint]:
     """Every `ModelCheckpoint` (subclasses included) among ``callbacks``, in order."""
     return [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
+
+
+def monitors_metrics(callback: Callback) -> bool:
+    """Whether ``callback`` acts on monitored metrics (checkpointing, early stopping).
+
+    These run their ``on_train_epoch_end`` after the module's, so they see what it logs there.
+    """
+    return isinstance(callback, (ModelCheckpoint, EarlyStopping))
+
+
+def print_above_progress(trainer: Trainer | None, *args: Any, **kwargs: Any) -> None:
+    """``print``, through the run's progress bar when it has one (a line above a drawn bar)."""
+    bars = [cb for cb in (trainer.callbacks if trainer is not None else []) if isinstance(cb, ProgressBar)]
+    if bars and bars[0].is_enabled and "file" not in kwargs:
+        bars[0].print(*args, **kwargs)
+    else:
+        print(*args, **kwargs)
 
 
 def share_log_versions(trainer: Trainer) -> None:

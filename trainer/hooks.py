@@ -1,8 +1,11 @@
-"""Calling module and callback hooks in the documented order.
+"""Calling module and callback hooks in the documented order (Lightning 2.x's).
 
-For every hook the module's method runs first, then each callback's in the order the callbacks
-were given, so callbacks see what the module did (and logged). Only overridden hooks are called:
-the table of callables is built once per run, so an unused hook costs one dict lookup.
+For every hook the callbacks run first, in the order the callbacks were given, then the module's
+method: a module hook sees what callbacks changed (e.g. ``on_train_epoch_start`` sees the
+accumulation `GradientAccumulationScheduler` set). ``on_train_epoch_end`` is split by the loop:
+callbacks that monitor metrics (checkpointing, early stopping) run after the module, so they can
+monitor what the module logs there. Only overridden hooks are called: the table of callables is
+built once per run, so an unused hook costs one dict lookup.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ CALLBACK_HOOKS = (
 
 
 class HookDispatcher:
-    """Calls ``hook(*args)`` on the module, then ``hook(trainer, module, *args)`` on callbacks.
+    """Calls ``hook(trainer, module, *args)`` on callbacks, then ``hook(*args)`` on the module.
 
     Without a module (``module=None``: before the first run) it calls nothing.
     """
@@ -64,25 +67,35 @@ class HookDispatcher:
     def __init__(
         self, trainer: Trainer, module: TrainModule | None, callbacks: list[Callback], callback_base: type
     ) -> None:
+        from trainer.default_callbacks import monitors_metrics
         from trainer.module import TrainModule
 
         self._module: dict[str, list[Callable[..., Any]]] = {}
         self._callbacks: dict[str, list[Callable[..., Any]]] = {}
+        self._by_role: dict[tuple[str, bool], list[Callable[..., Any]]] = {}
         self._all: dict[str, list[Callable[..., Any]]] = {}
         for name in CALLBACK_HOOKS:
             base = getattr(TrainModule, name, None)
             own = getattr(type(module), name, None)
             overridden = module is not None and base is not None and own is not base
             self._module[name] = [_timed(trainer, "Module", module, name, getattr(module, name))] if overridden else []
-            self._callbacks[name] = [
-                _timed(trainer, "Callback", cb, name, _with_context(getattr(cb, name), trainer, module))
+            own_cbs = [
+                cb
                 for cb in callbacks
                 if module is not None and getattr(type(cb), name) is not getattr(callback_base, name)
             ]
-            self._all[name] = self._module[name] + self._callbacks[name]
+            self._callbacks[name] = [
+                _timed(trainer, "Callback", cb, name, _with_context(getattr(cb, name), trainer, module))
+                for cb in own_cbs
+            ]
+            for monitoring in (False, True):
+                self._by_role[name, monitoring] = [
+                    fn for cb, fn in zip(own_cbs, self._callbacks[name]) if monitors_metrics(cb) == monitoring
+                ]
+            self._all[name] = self._callbacks[name] + self._module[name]
 
     def call(self, name: str, *args: Any) -> None:
-        """Run hook ``name`` on the module, then on every callback that overrides it."""
+        """Run hook ``name`` on every callback that overrides it, then on the module."""
         for fn in self._all[name]:
             fn(*args)
 
@@ -91,9 +104,9 @@ class HookDispatcher:
         for fn in self._module[name]:
             fn(*args)
 
-    def call_callbacks(self, name: str, *args: Any) -> None:
-        """Run only the callbacks' hooks."""
-        for fn in self._callbacks[name]:
+    def call_callbacks(self, name: str, *args: Any, monitoring: bool | None = None) -> None:
+        """Run only the callbacks' hooks: all, or only those that do (not) monitor metrics."""
+        for fn in self._callbacks[name] if monitoring is None else self._by_role[name, monitoring]:
             fn(*args)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 import torch
 from torch import nn
@@ -184,20 +184,26 @@ class TrainModule(HyperparametersMixin, nn.Module):
         self,
         name: str,
         value: Any,
-        *,
         prog_bar: bool = False,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        *,
         sync_dist: bool = False,
-        reduce: str = "mean",
         batch_size: int | None = None,
+        reduce: str | Callable[..., Any] | None = None,
     ) -> None:
-        """Record a scalar metric.
+        """Record a scalar metric (Lightning's arguments, in Lightning's positional order).
 
         Defaults follow Lightning: in ``training_step`` and the training batch hooks
         ``on_step=True, on_epoch=False``; elsewhere ``on_step=False, on_epoch=True``. Epoch
-        values are means weighted by batch size (or ``reduce="sum"|"max"|"min"``);
-        ``sync_dist=True`` reduces them across ranks exactly.
+        values are means weighted by batch size (or ``reduce_fx="sum"|"max"|"min"``, or
+        torch.mean/sum/max/min; ``reduce`` is an older name of ``reduce_fx``);
+        ``sync_dist=True`` reduces them across ranks exactly. ``logger=False``: kept in
+        ``trainer.callback_metrics`` (and the progress bar) but not sent to the loggers.
+        ``value`` may be a torchmetrics ``Metric``: computed at the epoch end, synced over ranks
+        by itself, then reset (docs/train-module.md).
         """
         trainer = self._trainer
         if trainer is None:
@@ -205,21 +211,54 @@ class TrainModule(HyperparametersMixin, nn.Module):
                 f"self.log({name!r}) was called outside a Trainer run; call it from a step or hook "
                 "during trainer.fit/validate/test."
             )
+        if reduce is not None:
+            if reduce_fx != "mean" and reduce_fx != reduce:
+                raise ValueError(f"self.log({name!r}): give reduce_fx or its older name reduce, not both")
+            reduce_fx = reduce
         trainer.metric_logger.active.log(
             name,
             value,
             prog_bar=prog_bar,
+            logger=logger is not False,
             on_step=on_step,
             on_epoch=on_epoch,
             sync_dist=sync_dist,
-            reduce=reduce,
+            reduce=reduce_fx,
             batch_size=batch_size,
         )
 
-    def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
-        """``self.log`` for every item of ``metrics`` (same keyword arguments)."""
-        for name, value in metrics.items():
-            self.log(name, value, **kwargs)
+    def log_dict(
+        self,
+        dictionary: Mapping[str, Any],
+        prog_bar: bool = False,
+        logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        **kwargs: Any,
+    ) -> None:
+        """``self.log`` for every item of ``dictionary`` (a dict, or a torchmetrics MetricCollection)."""
+        for name, value in dictionary.items():
+            self.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, **kwargs)
+
+    @property
+    def loggers(self) -> list[Any]:
+        """The Trainer's loggers (empty when not attached or ``logger=False``)."""
+        return list(self._trainer.loggers) if self._trainer is not None else []
+
+    @property
+    def logger(self) -> Any:
+        """The first logger, or None; ``self.logger.experiment`` is e.g. TensorBoard's ``SummaryWriter``."""
+        loggers = self.loggers
+        return loggers[0] if loggers else None
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only, written above the progress bar when one is drawn."""
+        if self.global_rank != 0:
+            return
+        from trainer.default_callbacks import print_above_progress
+
+        print_above_progress(self._trainer, *args, **kwargs)
 
     # -- checkpoints ------------------------------------------------------------------------
     @classmethod

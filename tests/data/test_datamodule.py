@@ -188,30 +188,30 @@ def test_hook_order_follows_lightning():
     trainer = _trainer(max_epochs=1, callbacks=[Recorder(calls)], limit_val_batches=0)
     trainer.fit(module, datamodule=dm)
     # Lightning 2.x: datamodule.prepare_data, module.prepare_data, datamodule.setup, then the
-    # module's and callbacks' setup; at the end datamodule.teardown before theirs. (The module
-    # hook before the callback's is Lockstep's order for every hook: see train-module.md.)
+    # callbacks' and the module's setup; at the end datamodule.teardown before theirs.
     assert calls == [
         "prepare_data",
         "module.prepare_data",
         "setup:fit",
-        "module.setup:fit",
         "callback.setup:fit",
+        "module.setup:fit",
         "train_dataloader:0",
         "callback.on_fit_start",
         "teardown:fit",
-        "module.teardown:fit",
         "callback.teardown:fit",
+        "module.teardown:fit",
     ]
     del calls[:]
     trainer.test(module, datamodule=dm)
     assert calls == [
-        "prepare_data",  # prepare_data runs for every stage with a DataModule, as in Lightning
+        "prepare_data",  # prepare_data runs for every stage, as in Lightning
+        "module.prepare_data",
         "setup:test",
-        "module.setup:test",
         "callback.setup:test",
+        "module.setup:test",
         "teardown:test",
-        "module.teardown:test",
         "callback.teardown:test",
+        "module.teardown:test",
     ]
     assert dm.trainer is trainer and trainer.datamodule is dm
 

@@ -64,8 +64,8 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
     if datamodule is not None:
         checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
         checkpoint[DATAMODULE_HPARAMS_KEY] = weights_only_loadable(dict(datamodule.hparams))
-    module.on_save_checkpoint(checkpoint)
     trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
+    module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning
     return checkpoint
 
 

@@ -2,9 +2,9 @@
 use of it: which loaders a run takes, and the data hooks around the run, in Lightning 2.x's order.
 
 Before the run's ``setup``: ``datamodule.prepare_data()`` (local rank 0 of each node; the other
-ranks wait), then the module's ``prepare_data`` (fit only), then ``datamodule.setup(stage)``; the
-module's and callbacks' ``setup`` follow. At the end, ``datamodule.teardown(stage)`` runs before
-theirs.
+ranks wait), then the module's ``prepare_data`` (the same way), then ``datamodule.setup(stage)``;
+the callbacks' and the module's ``setup`` follow. At the end, ``datamodule.teardown(stage)`` runs
+before theirs.
 """
 from __future__ import annotations
 
@@ -116,10 +116,9 @@ def prepare_and_set_up_data(trainer: Trainer, module: TrainModule, stage: Stage)
         if trainer.local_rank == 0 and (datamodule.prepare_data_per_node or trainer.node_rank == 0):
             datamodule.prepare_data()
         strategy.barrier("datamodule.prepare_data")
-    if stage == Stage.FIT:
-        if trainer.local_rank == 0:
-            module.prepare_data()
-        strategy.barrier("prepare_data")
+    if trainer.local_rank == 0:  # every stage, as in Lightning
+        module.prepare_data()
+    strategy.barrier("prepare_data")
     if datamodule is not None:
         datamodule.setup(stage.value)
 

@@ -105,14 +105,15 @@ class EvaluationLoop:
                         raise short_loader_error(s.name, t.global_rank, seen, limit_n)
                 self.batch_idx = None
                 self.metrics.dataloader_suffix = ""
-                hooks.call_module(s.epoch_end)
                 if self.stage == Stage.SANITY_CHECK:  # its values are never published
-                    values = self.metrics.epoch_values(strategy, sync_all=t.world_size > 1)
-                else:
+                    hooks.call(s.epoch_end)
+                    values = self.metrics.finish_epoch(strategy, sync_all=t.world_size > 1)
+                else:  # the epoch-end hooks see the aggregates; the module's may log more
+                    t.metric_logger.preview_epoch(self.metrics, strategy, sync_all=t.world_size > 1)
+                    hooks.call(s.epoch_end)
                     values = t.metric_logger.publish_epoch(
                         self.metrics, strategy, t.global_step, t.current_epoch, sync_all=t.world_size > 1
                     )
-                hooks.call_callbacks(s.epoch_end)
                 hooks.call(s.end)
         finally:
             module.train(was_training)

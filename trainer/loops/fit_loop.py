@@ -404,9 +404,13 @@ class FitLoop:
     def _epoch_end(self) -> None:
         t, progress = self.trainer, self.progress
         self.loss_check.check()
+        # Lightning's order: every hook sees the epoch aggregates; metric monitors run last so
+        # they see what the module logs in its hook (docs/callbacks.md).
+        t.metric_logger.preview_epoch(t.metric_logger.train, t.strategy)
+        t.hooks.call_callbacks("on_train_epoch_end", monitoring=False)
         t.hooks.call_module("on_train_epoch_end")
         t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, progress.global_step, progress.current_epoch)
-        t.hooks.call_callbacks("on_train_epoch_end")
+        t.hooks.call_callbacks("on_train_epoch_end", monitoring=True)
         if t.lr_scheduler_configs and self.manual is None:  # manual optimization steps its own
             step_schedulers(t.lr_scheduler_configs, "epoch", progress.current_epoch + 1, self._scheduler_metrics)
         progress.finish_epoch()

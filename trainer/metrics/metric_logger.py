@@ -81,15 +81,27 @@ class MetricLogger:
         if self.loggers:
             self._send(self.train.step_values(strategy), strategy, step, epoch)
 
+    def preview_epoch(self, store: MetricStore, strategy: Strategy, sync_all: bool = False) -> None:
+        """Put ``store``'s epoch aggregates so far into the callback metrics (for the epoch-end hooks).
+
+        `publish_epoch` computes them again after the hooks (a reduction per epoch, not per step),
+        so values the module logs in its epoch-end hook are included.
+        """
+        self._callback_metrics.update(store.epoch_values(strategy, sync_all=sync_all))
+
     def publish_epoch(
         self, store: MetricStore, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
     ) -> dict[str, torch.Tensor]:
         """Publish ``store``'s epoch aggregates (callback metrics and loggers); return them."""
-        values = store.epoch_values(strategy, sync_all=sync_all)
+        values = store.finish_epoch(strategy, sync_all=sync_all)
         self._callback_metrics.update(values)
         if not store.training:
             self._eval_progress_bar_keys = store.progress_bar_keys()
-        self._send(values, strategy, step, epoch)
+        hidden = store.hidden_from_loggers()
+        self._send({k: v for k, v in values.items() if k not in hidden}, strategy, step, epoch)
+        if self.loggers and strategy.is_global_zero:  # the epoch's records are on disk when its hooks end
+            for lg in self.loggers:
+                lg.save()
         return values
 
     def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, float]) -> None:

@@ -1,11 +1,14 @@
 """What `TrainModule.log` records: per-step values and batch-size-weighted epoch aggregates.
 
 Values stay tensors on their device; nothing is read back to the host until it is logged or
-shown, so logging adds no host-device sync to a training step.
+shown, so logging adds no host-device sync to a training step. A logged torchmetrics ``Metric``
+accumulates itself: it is computed (and synced over ranks, by itself) at the epoch end, then
+reset. torchmetrics is never imported here: a Metric exists only if the user imported it.
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -16,6 +19,19 @@ if TYPE_CHECKING:
     from trainer.strategies.strategy import Strategy
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
+_REDUCTION_FNS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+
+def reduction_name(name: str, reduce_fx: Any) -> str:
+    """``reduce_fx`` as one of `_REDUCTIONS` (a name, or torch.mean/sum/max/min as in Lightning)."""
+    if isinstance(reduce_fx, str) and reduce_fx in _REDUCTIONS:
+        return reduce_fx
+    if callable(reduce_fx) and reduce_fx in _REDUCTION_FNS:
+        return _REDUCTION_FNS[reduce_fx]
+    raise ValueError(
+        f"self.log({name!r}, reduce_fx={reduce_fx!r}): use one of {_REDUCTIONS} "
+        "or torch.mean / torch.sum / torch.max / torch.min"
+    )
 
 
 @dataclasses.dataclass
@@ -25,9 +41,11 @@ class _Entry:
     prog_bar: bool
     sync_dist: bool
     reduce: str
-    last: torch.Tensor
+    last: torch.Tensor | None  # None: a Metric logged on_epoch only (no step value)
     total: torch.Tensor | None = None  # weighted sum (mean), sum, or running max/min
     weight: float = 0.0  # sum of batch sizes, a host number: no device op to keep it
+    logger: bool = True  # False: callback metrics and progress bar only
+    metric: Any = None  # a torchmetrics Metric: it aggregates (and syncs) itself
 
 
 class MetricStore:
@@ -63,6 +81,7 @@ class MetricStore:
         value: Any,
         *,
         prog_bar: bool,
+        logger: bool = True,
         on_step: bool | None,
         on_epoch: bool | None,
         sync_dist: bool,
@@ -72,21 +91,24 @@ class MetricStore:
         """Record one value (see `TrainModule.log`)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log needs a non-empty string name, got {name!r}")
-        if reduce not in _REDUCTIONS:
-            raise ValueError(f"self.log({name!r}, reduce={reduce!r}): use one of {_REDUCTIONS}")
-        tensor = _as_scalar_tensor(name, value)
+        reduce = reduction_name(name, reduce)
         step_default = self.training and self.in_step
         on_step = step_default if on_step is None else on_step
         on_epoch = (not step_default) if on_epoch is None else on_epoch
         if not (on_step or on_epoch):
             raise ValueError(f"self.log({name!r}): at least one of on_step / on_epoch must be True")
+        metric = _as_metric(value)
+        tensor = _metric_step_value(name, metric) if metric is not None and on_step else None
+        if metric is None:
+            tensor = _as_scalar_tensor(name, value)
         key = name + self.dataloader_suffix
         entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(on_step, on_epoch, prog_bar, sync_dist, reduce, tensor)
+            entry = _Entry(on_step, on_epoch, prog_bar, sync_dist and metric is None, reduce, tensor)
+            entry.logger, entry.metric = logger, metric
             self._entries[key] = entry
         entry.last = tensor
-        if on_epoch:
+        if on_epoch and metric is None:
             if batch_size is None:
                 size = self.batch_size
                 batch_size = 1 if size is None else size
@@ -96,7 +118,7 @@ class MetricStore:
         """Latest on-step values, reduced across ranks where ``sync_dist`` asked for it."""
         out = {}
         for key, e in self._entries.items():
-            if e.on_step:
+            if e.on_step and e.logger and e.last is not None:
                 value = strategy.reduce(e.last, e.reduce) if e.sync_dist else e.last
                 out[key + "_step" if e.on_epoch else key] = value
         return out
@@ -105,10 +127,27 @@ class MetricStore:
         """Latest values for ``callback_metrics`` (no communication)."""
         out = {}
         for key, e in self._entries.items():
+            if e.last is None:
+                continue
             out[key] = e.last
             if e.on_step and e.on_epoch:
                 out[key + "_step"] = e.last
         return out
+
+    def hidden_from_loggers(self) -> set[str]:
+        """Names the loggers do not get (as in Lightning).
+
+        All forms of a value logged with ``logger=False``; the bare name of one logged both
+        on_step and on_epoch (the loggers get ``name_step`` and ``name_epoch``; the bare name is
+        the callback metric that monitors use).
+        """
+        hidden = set()
+        for key, e in self._entries.items():
+            if not e.logger:
+                hidden.update((key, key + "_step", key + "_epoch"))
+            elif e.on_step and e.on_epoch:
+                hidden.add(key)
+        return hidden
 
     def progress_bar_keys(self) -> list[str]:
         """Keys the module asked to show on the progress bar."""
@@ -121,12 +160,12 @@ class MetricStore:
         value (evaluation does, so its metrics never depend on which shard a rank saw) and
         first agrees on the set of names, since a rank with an empty shard logged nothing.
         """
-        entries = {k: e for k, e in self._entries.items() if e.on_epoch and e.total is not None}
+        entries = {k: e for k, e in self._entries.items() if e.on_epoch and (e.total is not None or e.metric is not None)}
         if sync_all:
             entries = self._agree_on_entries(entries, strategy)
         out = {}
         for key, e in entries.items():
-            value = _finish(e, strategy, sync_all or e.sync_dist)
+            value = _finish(key, e, strategy, sync_all or e.sync_dist)
             out[key + "_epoch" if e.on_step else key] = value
             if e.on_step:
                 out[key] = value
@@ -146,8 +185,20 @@ class MetricStore:
                 agreed[key] = _Entry(on_step, True, False, True, reduce, total, total, 0.0)
         return agreed
 
+    def finish_epoch(self, strategy: Strategy, sync_all: bool = False) -> dict[str, torch.Tensor]:
+        """`epoch_values`, then reset the logged Metric objects for the next epoch (as Lightning)."""
+        values = self.epoch_values(strategy, sync_all=sync_all)
+        self._reset_metric_objects()
+        return values
+
+    def _reset_metric_objects(self) -> None:
+        for e in self._entries.values():
+            if e.metric is not None:
+                e.metric.reset()
+
     def reset(self) -> None:
-        """Forget everything (a new epoch or evaluation run)."""
+        """Forget everything (a new epoch or evaluation run); reset the logged Metric objects."""
+        self._reset_metric_objects()  # an epoch stopped early (max_steps) must not leak its state
         self._entries.clear()
         self.aggregates = {}
         self._batch = None
@@ -165,7 +216,30 @@ def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
         return value if value.dim() == 0 else value.reshape(())  # a loss is 0-d: no view to make
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return torch.tensor(float(value))
-    raise TypeError(f"self.log({name!r}) needs a number or a scalar tensor, got {type(value).__name__}")
+    raise TypeError(
+        f"self.log({name!r}) needs a number, a scalar tensor or a torchmetrics Metric, got {type(value).__name__}"
+    )
+
+
+def _as_metric(value: Any) -> Any:
+    """``value`` if it is a torchmetrics ``Metric`` (checked only when torchmetrics is imported)."""
+    torchmetrics = sys.modules.get("torchmetrics")
+    if torchmetrics is not None and isinstance(value, torchmetrics.Metric):
+        return value
+    return None
+
+
+def _metric_step_value(name: str, metric: Any) -> torch.Tensor:
+    # torchmetrics keeps the last forward's batch value here (Lightning reads it the same way);
+    # .update() alone computes none, and .compute() every step would sync ranks every step.
+    cache = getattr(metric, "_forward_cache", None)
+    if not isinstance(cache, torch.Tensor):
+        raise ValueError(
+            f"self.log({name!r}, <{type(metric).__name__}>, on_step=True): the metric has no value for "
+            "this batch; call it (metric(preds, target)) rather than metric.update(...) before logging "
+            "it on_step, or log it with on_step=False."
+        )
+    return _as_scalar_tensor(name, cache)
 
 
 def _accumulate(entry: _Entry, value: torch.Tensor, batch_size: int) -> None:
@@ -185,7 +259,9 @@ def _accumulate(entry: _Entry, value: torch.Tensor, batch_size: int) -> None:
         entry.total = value.float().clone() if entry.total is None else pick(entry.total, value.float())
 
 
-def _finish(entry: _Entry, strategy: Strategy, sync: bool) -> torch.Tensor:
+def _finish(key: str, entry: _Entry, strategy: Strategy, sync: bool) -> torch.Tensor:
+    if entry.metric is not None:  # syncs over ranks itself (torchmetrics' dist_sync at compute)
+        return _as_scalar_tensor(key, entry.metric.compute())
     assert entry.total is not None
     if entry.reduce == "mean":
         if sync:

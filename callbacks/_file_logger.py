@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from callbacks._utils import (
     _check_path,
-    _env_global_rank,
     _next_version,
     _validate_version,
     _version_dir_name,
@@ -72,9 +71,6 @@ class _FileLogger(Logger):
         """``<save_dir>/<name>/version_N``: where this logger writes."""
         return storage.join(self.root_dir, _version_dir_name(self.version))
 
-    @property
-    def is_global_zero(self) -> bool:
-        return (self._rank if self._rank is not None else _env_global_rank()) == 0
 
     def _default_save_dir(self, directory: str) -> None:
         """Write under ``directory`` unless a ``save_dir`` was given."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from callbacks._utils import _env_global_rank
 from callbacks.callback import Callback
 
 
@@ -12,6 +13,13 @@ class Logger(Callback):
     The Trainer calls ``log_metrics``, ``log_hyperparams`` and ``log_text`` on global rank 0
     only; a logger must create no files on other ranks.
     """
+
+    _rank: int | None = None  # the Trainer's global rank, set by a subclass's ``setup``
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process writes: global rank 0 (before ``setup``: from the launch environment)."""
+        return (self._rank if self._rank is not None else _env_global_rank()) == 0
 
     @property
     def log_dir(self) -> str | None:

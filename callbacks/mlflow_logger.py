@@ -7,7 +7,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
-from callbacks._utils import _env_global_rank, _flatten_hparams, _to_float
+from callbacks._utils import _flatten_hparams, _to_float
 from callbacks.logger import Logger
 from callbacks import storage
 
@@ -93,9 +93,6 @@ class MLFlowLogger(Logger):
             self._run_id = run.info.run_id
         return self._run_id
 
-    @property
-    def is_global_zero(self) -> bool:
-        return (self._rank if self._rank is not None else _env_global_rank()) == 0
 
     # -- Logger API -------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:

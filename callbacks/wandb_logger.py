@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from callbacks._utils import _check_bool, _check_path, _env_global_rank, _to_float
+from callbacks._utils import _check_bool, _check_path, _to_float
 from callbacks.logger import Logger
 from callbacks import storage
 
@@ -94,9 +94,6 @@ class WandbLogger(Logger):
             self._id = self._run.id
         return self._run
 
-    @property
-    def is_global_zero(self) -> bool:
-        return (self._rank if self._rank is not None else _env_global_rank()) == 0
 
     # -- Logger API -------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from trainer.checkpointing.from_checkpoint import load_module
+from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 _M = TypeVar("_M", bound="TrainModule")
 
 
-class TrainModule(HyperparametersMixin, nn.Module):
+class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     """Subclass this: define ``training_step`` and ``configure_optimizers``, optionally the rest.
 
     ``training_step(batch, batch_idx)`` returns the loss (a scalar tensor) or a dict with key
@@ -56,23 +57,7 @@ class TrainModule(HyperparametersMixin, nn.Module):
         """Return the prediction for one batch (default: ``self(batch)``)."""
         return self(batch)
 
-    # -- data -------------------------------------------------------------------------------
-    def train_dataloader(self) -> Any:
-        """The training DataLoader (if not passed to ``fit``)."""
-        return None
-
-    def val_dataloader(self) -> Any:
-        """The validation DataLoader(s)."""
-        return None
-
-    def test_dataloader(self) -> Any:
-        """The test DataLoader(s)."""
-        return None
-
-    def predict_dataloader(self) -> Any:
-        """The predict DataLoader(s)."""
-        return None
-
+    # -- data (the loader hooks come from DataHooks) ------------------------------------------
     def prepare_data(self) -> None:
         """Download or write data once per node (local rank 0); other ranks wait."""
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from trainer.checkpointing.from_checkpoint import load_datamodule
+from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
 from trainer.stage import Stage
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 _D = TypeVar("_D", bound="DataModule")
 
 
-class DataModule(HyperparametersMixin):
+class DataModule(DataHooks, HyperparametersMixin):
     """Subclass this: define the loaders the runs need, optionally ``prepare_data`` and ``setup``.
 
     Pass it as ``trainer.fit(model, datamodule=dm)`` (or ``trainer.fit(model, dm)``), and to
@@ -43,22 +44,6 @@ class DataModule(HyperparametersMixin):
 
     def teardown(self, stage: str) -> None:
         """Release what ``setup`` built; called also after an exception."""
-
-    def train_dataloader(self) -> Any:
-        """The training DataLoader (needed by ``fit``)."""
-        return None
-
-    def val_dataloader(self) -> Any:
-        """The validation DataLoader(s) (``fit`` validates when there are some)."""
-        return None
-
-    def test_dataloader(self) -> Any:
-        """The test DataLoader(s)."""
-        return None
-
-    def predict_dataloader(self) -> Any:
-        """The predict DataLoader(s)."""
-        return None
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (plain data and tensors, so it loads with weights_only)."""

@@ -55,7 +55,9 @@ class ModelCheckpoint(Callback):
         verbose: Print a line for each save decision (global rank 0).
 
     Checkpoints are written by ``trainer.save_checkpoint``, which every rank calls and global
-    rank 0 writes atomically (temporary file, fsync, rename). Global rank 0 makes every decision
+    rank 0 writes atomically (temporary file, fsync, rename). Under ``strategy="fsdp"`` each
+    checkpoint is a directory of the same name holding every rank's shards (also ``last.ckpt``);
+    a checkpoint that falls out of the top k is deleted with its directory. Global rank 0 makes every decision
     (which file, which to delete) and broadcasts it, so all ranks keep the same bookkeeping even
     when their values of ``monitor`` differ: log it with ``sync_dist=True`` to rank by the global
     value.
@@ -408,6 +410,8 @@ class ModelCheckpoint(Callback):
             raise
         if decision["last_path"] is not None:
             trainer.save_checkpoint(decision["last_path"])
+        if decision["delete"]:
+            trainer.strategy.wait_for_checkpoint()  # an asynchronous save must be on disk first
         if trainer.is_global_zero:
             # only after the new file is safely on disk
             for path in decision["delete"]:

@@ -12,6 +12,7 @@ import os
 import posixpath
 import re
 import secrets
+import shutil
 from typing import Any
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -111,23 +112,30 @@ def glob(pattern: str) -> list[str]:
 
 
 def remove(path: str) -> None:
-    """Delete file ``path``; a missing file is not an error."""
+    """Delete file ``path``, or directory ``path`` with its content (a sharded checkpoint); a
+    missing path is not an error."""
     if not is_url(path):
         try:
-            os.remove(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
         except FileNotFoundError:
             pass
         return
     fs, inner = _fs(path)
     try:
-        fs.rm_file(inner)
+        if fs.isdir(inner):
+            fs.rm(inner, recursive=True)
+        else:
+            fs.rm_file(inner)
     except FileNotFoundError:
         pass
     fs.invalidate_cache(posixpath.dirname(inner))
 
 
 def mtime(path: str) -> float:
-    """Last modification time of file ``path`` (seconds since the epoch)."""
+    """Last modification time of file (or local directory) ``path`` (seconds since the epoch)."""
     if not is_url(path):
         return os.path.getmtime(path)
     fs, inner = _fs(path)

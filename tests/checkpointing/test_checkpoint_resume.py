@@ -97,9 +97,9 @@ def test_rng_states_are_restored_from_cpu_bytes_whatever_tensors_were_loaded(tmp
         ckpt["rank_states"] = _rng_tensors_as_int64(ckpt["rank_states"])
         return ckpt
 
-    import trainer.checkpointing.connector as connector_module
+    import trainer.checkpointing.distributed_checkpoint as reading_module  # where a file is read
 
-    monkeypatch.setattr(connector_module, "load_checkpoint", load_with_foreign_rng_tensors)
+    monkeypatch.setattr(reading_module, "load_checkpoint", load_with_foreign_rng_tensors)
     stop, stop_step = POSITIONS[position]
     straight, resumed, _ = straight_and_resumed(str(tmp_path), stop_step, own_generator=True, stop=stop, accelerator="cpu")
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 from trainer.default_callbacks import storage
 from trainer.checkpointing.checkpoint import (
     FORMAT_VERSION,
-    atomic_save,
     check_compatible,
-    load_checkpoint,
     weights_only_loadable,
 )
+from trainer.checkpointing.distributed_checkpoint import is_sharded_checkpoint
 from trainer.checkpointing.from_checkpoint import (
     DATAMODULE_HPARAMS_KEY,
     DATAMODULE_STATE_KEY,
@@ -44,11 +43,11 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
 
     ``gather=False``: no collective; ``rank_states`` holds only this rank's entry.
     """
-    module, loop = trainer.module, trainer.fit_loop
+    module, loop, strategy = trainer.module, trainer.fit_loop, trainer.strategy
     checkpoint: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
-        "state_dict": module.state_dict(),
-        "optimizer_states": [opt.state_dict() for opt in trainer.optimizers],
+        "state_dict": strategy.module_state(module),
+        "optimizer_states": [strategy.optimizer_state(opt) for opt in trainer.optimizers],
         "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
         "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
         "precision": trainer.precision_plugin.state_dict(),
@@ -70,18 +69,16 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
 
 
 def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str]) -> None:
-    """`Trainer.save_checkpoint`: check the losses, dump on every rank, write on global rank 0."""
-    loss_check = trainer.fit_loop.loss_check
+    """`Trainer.save_checkpoint`: check the losses, dump on every rank, write (the strategy decides how)."""
+    loss_check, strategy = trainer.fit_loop.loss_check, trainer.strategy
+    path = storage.normalize(filepath, "filepath")
     if trainer.state.failing and trainer.world_size > 1:
         if trainer.is_global_zero:  # the peers may be gone: no collective
-            loss_check.check_before_save(trainer.strategy, agree=False)
-            atomic_save(dump_checkpoint(trainer, gather=False), filepath)
+            loss_check.check_before_save(strategy, agree=False)
+            strategy.write_checkpoint(dump_checkpoint(trainer, gather=False), path, alone=True)
         return
-    loss_check.check_before_save(trainer.strategy)
-    checkpoint = dump_checkpoint(trainer)
-    if trainer.is_global_zero:
-        atomic_save(checkpoint, filepath)
-    trainer.strategy.barrier("save_checkpoint")
+    loss_check.check_before_save(strategy)
+    strategy.write_checkpoint(dump_checkpoint(trainer), path)
 
 
 def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
@@ -121,15 +118,15 @@ def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) ->
     """Load the module's weights and the DataModule's state from ``ckpt_path`` (validate, test, predict)."""
     path, checkpoint = read_checkpoint(trainer, ckpt_path, weights_only)
     check_compatible(checkpoint, path, trainer.module, [], [])
-    trainer.module.load_state_dict(checkpoint["state_dict"])
+    trainer.strategy.load_module_state(trainer.module, checkpoint["state_dict"])
     restore_datamodule(trainer, checkpoint)
     return checkpoint
 
 
 def read_checkpoint(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> tuple[str, dict[str, Any]]:
-    """Resolve ``ckpt_path`` on global rank 0 and load that file on every rank: (path, checkpoint)."""
+    """Resolve ``ckpt_path`` on global rank 0 and read it on every rank: (path, checkpoint)."""
     path = trainer.strategy.broadcast(resolve_checkpoint_path(trainer, ckpt_path))
-    return path, load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+    return path, trainer.strategy.read_checkpoint(path, weights_only)
 
 
 def restore_datamodule(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
@@ -139,7 +136,7 @@ def restore_datamodule(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
 
 
 def _restore_weights(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
-    trainer.module.load_state_dict(checkpoint["state_dict"])
+    trainer.strategy.load_module_state(trainer.module, checkpoint["state_dict"])
     trainer.module.on_load_checkpoint(checkpoint)
 
 
@@ -153,7 +150,7 @@ def _restore_callbacks(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
 
 def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     for opt, state in zip(trainer.optimizers, checkpoint["optimizer_states"]):
-        opt.load_state_dict(state)
+        trainer.strategy.load_optimizer_state(opt, state)
     for cfg, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         cfg.scheduler.load_state_dict(state)
     trainer.precision_plugin.load_state_dict(checkpoint.get("precision", {}))
@@ -229,16 +226,17 @@ def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
 
 
 def find_last_checkpoint(trainer: Trainer) -> str | None:
-    """The newest ``last*.ckpt`` in a ModelCheckpoint's dirpath or under ``default_root_dir``."""
+    """The newest ``last*.ckpt`` (a file, or a sharded checkpoint directory) in a ModelCheckpoint's
+    dirpath or under ``default_root_dir``."""
     candidates = []
     for cb in trainer.checkpoint_callbacks:
-        if cb.last_model_path and storage.isfile(cb.last_model_path):
+        if cb.last_model_path:
             candidates.append(str(cb.last_model_path))
         dirpath = cb.dirpath
         if dirpath:
             candidates += storage.glob(storage.join(str(dirpath), "last*.ckpt"))
     candidates += storage.glob(storage.join(trainer.default_root_dir, "**", "last*.ckpt"))
-    candidates = [c for c in dict.fromkeys(candidates) if storage.isfile(c)]
+    candidates = [c for c in dict.fromkeys(candidates) if storage.isfile(c) or is_sharded_checkpoint(c)]
     return max(candidates, key=storage.mtime) if candidates else None
 
 

@@ -1,4 +1,5 @@
-"""``load_from_checkpoint``: a `TrainModule` or `DataModule` rebuilt from a checkpoint file.
+"""``load_from_checkpoint``: a `TrainModule` or `DataModule` rebuilt from a checkpoint (a file, or
+a sharded checkpoint directory, read whole in this process).
 
 The object is made from the hyperparameters the checkpoint saved (``save_hyperparameters``),
 overridden by the caller's keyword arguments; then the saved state is loaded. The file is read
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 import torch
 
 from trainer.accelerators.accelerator import move_to_device
-from trainer.checkpointing.checkpoint import load_checkpoint
+from trainer.checkpointing.distributed_checkpoint import load_full
 from trainer.hyperparameters import instantiate
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def load_module(
 ) -> _M:
     """`TrainModule.load_from_checkpoint`: rebuilt, weights loaded, in eval mode on ``map_location``."""
     device = _device(map_location)
-    checkpoint = load_checkpoint(path, map_location="cpu", weights_only=True)
+    checkpoint = load_full(path, weights_only=True)
     module = instantiate(cls, checkpoint.get(MODULE_HPARAMS_KEY) or {}, overrides, os.fspath(path))
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=strict)
@@ -51,7 +52,7 @@ def load_datamodule(
     Tensors in that state are put on ``map_location`` (the CPU by default).
     """
     device = _device(map_location)
-    checkpoint = load_checkpoint(path, map_location="cpu", weights_only=True)
+    checkpoint = load_full(path, weights_only=True)
     datamodule = instantiate(cls, checkpoint.get(DATAMODULE_HPARAMS_KEY) or {}, overrides, os.fspath(path))
     if DATAMODULE_STATE_KEY in checkpoint:
         datamodule.load_state_dict(move_to_device(checkpoint[DATAMODULE_STATE_KEY], device))

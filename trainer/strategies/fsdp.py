@@ -11,9 +11,11 @@ from __future__ import annotations
 import datetime
 from typing import Any, Callable, ContextManager, Iterable, Union
 
+import torch.distributed as dist
 from torch import nn
 
 from trainer.arguments import check_bool
+from trainer.checkpointing import distributed_checkpoint as sharded
 from trainer.distributed.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.strategies.strategy import NO_CONTEXT
 
@@ -67,6 +69,9 @@ class FSDPStrategy(ProcessGroupStrategy):
         reshard_after_forward: free a unit's gathered parameters after its forward (less memory,
             one more all-gather in backward); ``False`` keeps them until the backward.
         timeout, process_group_backend: as for every distributed strategy.
+        async_checkpoint: write checkpoints in a background thread (``torch.distributed.checkpoint.async_save``):
+            training continues once the shards are copied to host memory; the next save and the
+            end of the run wait for it (docs/checkpointing.md).
     """
 
     name = "fsdp"
@@ -77,8 +82,11 @@ class FSDPStrategy(ProcessGroupStrategy):
         reshard_after_forward: bool = True,
         timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
         process_group_backend: str | None = None,
+        async_checkpoint: bool = False,
     ) -> None:
         check_bool("reshard_after_forward", reshard_after_forward)
+        check_bool("async_checkpoint", async_checkpoint)
+        self.async_checkpoint = async_checkpoint
         super().__init__(timeout=timeout, process_group_backend=process_group_backend)
         self._should_shard = _shard_predicate(auto_wrap_policy)
         self.reshard_after_forward = reshard_after_forward
@@ -106,3 +114,65 @@ class FSDPStrategy(ProcessGroupStrategy):
             self.model.set_requires_gradient_sync(sync)  # type: ignore[operator]
             self._syncing = sync
         return NO_CONTEXT
+
+    # -- checkpoints: one directory of every rank's shards (trainer/checkpointing/distributed_checkpoint.py)
+    _pending_save: sharded.PendingSave | None = None
+    _checkpoint_group: Any = None  # the asynchronous saves' own group: never the training collectives'
+
+    def module_state(self, module: nn.Module) -> dict[str, Any]:
+        """This rank's shards of the module's state (DTensors)."""
+        return sharded.sharded_module_state(module)
+
+    def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
+        """This rank's shards of the optimizer's state, keyed by parameter name."""
+        assert self.model is not None
+        return sharded.sharded_optimizer_state(self.model, optimizer)
+
+    def load_module_state(self, module: nn.Module, state: Any) -> None:
+        """Read a sharded (or full) module state into this rank's shards: any saved world size."""
+        sharded.load_module_state(module, state)
+
+    def load_optimizer_state(self, optimizer: Any, state: Any) -> None:
+        """Read a sharded (or full) optimizer state into this rank's shards: any saved world size."""
+        assert self.model is not None
+        sharded.load_optimizer_state(self.model, optimizer, state)
+
+    def write_checkpoint(self, checkpoint: dict[str, Any], path: str, alone: bool = False) -> None:
+        """Every rank writes its shards into the directory ``path``, published complete or not at all."""
+        if alone:
+            sharded.warn_unsaved(path)
+            return
+        if not self.in_group:
+            raise RuntimeError(
+                f"FSDPStrategy cannot write {path!r} now: every rank writes its own shards, inside the "
+                "process group, which exists only during fit/validate/test/predict. Save from a callback "
+                "or with ModelCheckpoint during fit."
+            )
+        self.wait_for_checkpoint()
+        if self.async_checkpoint and self._checkpoint_group is None:
+            self._checkpoint_group = dist.new_group(backend="gloo", timeout=self.timeout)
+        self._pending_save = sharded.save_sharded(
+            checkpoint, path, self.global_rank, self._checkpoint_group, self.async_checkpoint
+        )
+        if not self.async_checkpoint:
+            self.barrier("save_checkpoint")
+
+    def read_checkpoint(self, path: str, weights_only: bool = True) -> dict[str, Any]:
+        """A sharded directory's position and states, its tensors read later into this rank's shards."""
+        if sharded.is_sharded_checkpoint(path):
+            return sharded.read_sharded(path, weights_only)
+        return super().read_checkpoint(path, weights_only)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until the asynchronous save in flight (if any) is complete and published."""
+        pending, self._pending_save = self._pending_save, None
+        if pending is not None:
+            pending.wait()
+
+    def teardown(self) -> None:
+        """Wait for a save in flight, then leave the process group."""
+        try:
+            self.wait_for_checkpoint()
+        finally:
+            self._checkpoint_group = None
+            super().teardown()

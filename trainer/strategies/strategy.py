@@ -6,12 +6,14 @@ every collective is the identity. The distributed strategies live in their own m
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager, Iterator, TypeVar
+from typing import Any, ContextManager, Iterator, Mapping, TypeVar
 
 import torch
 from torch import nn
 
 from trainer.accelerators.accelerator import Accelerator
+from trainer.checkpointing.checkpoint import atomic_save
+from trainer.checkpointing.distributed_checkpoint import load_full
 from trainer.data.distributed_sampler import set_epoch
 from trainer.distributed.cluster_environment import ClusterEnvironment
 
@@ -187,6 +189,40 @@ class Strategy:
     def in_group(self) -> bool:
         """Whether collectives can run now (a distributed strategy's group exists only during a run)."""
         return True
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def module_state(self, module: nn.Module) -> dict[str, Any]:
+        """The module's state for a checkpoint (this rank's shards under a sharding strategy)."""
+        return module.state_dict()
+
+    def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """An optimizer's state for a checkpoint."""
+        return optimizer.state_dict()
+
+    def load_module_state(self, module: nn.Module, state: Mapping[str, Any]) -> None:
+        """Load a checkpoint's module state (as `module_state` gave it) into ``module``."""
+        module.load_state_dict(state)
+
+    def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+        """Load a checkpoint's optimizer state (as `optimizer_state` gave it) into ``optimizer``."""
+        optimizer.load_state_dict(state)
+
+    def write_checkpoint(self, checkpoint: dict[str, Any], path: str, alone: bool = False) -> None:
+        """Write ``checkpoint`` (every rank calls it) as one file that global rank 0 writes atomically.
+
+        ``alone=True``: only this rank calls it (a failing run): no collective.
+        """
+        if self.is_global_zero:
+            atomic_save(checkpoint, path)
+        if not alone:
+            self.barrier("save_checkpoint")
+
+    def read_checkpoint(self, path: str, weights_only: bool = True) -> dict[str, Any]:
+        """The checkpoint at ``path`` on the CPU: a file, or a sharded directory read whole."""
+        return load_full(path, weights_only)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until a checkpoint being written in the background is complete (none here)."""
 
     # -- collectives (identities for one process) ---------------------------------------------
     def reduce(self, tensor: torch.Tensor, op: str = "mean") -> torch.Tensor:

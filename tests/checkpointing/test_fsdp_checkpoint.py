@@ -1,0 +1,351 @@
+"""Sharded FSDP checkpoints: one directory per checkpoint, atomic, async, resharding on load,
+consolidation into one file. Real processes on CPU (gloo); one 2-rank run shared by the asserts.
+
+96 samples, micro batch 4, A=2: at W=2 each rank has 12 batches an epoch, 6 steps; 12 steps in 2 epochs.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from callbacks import Callback, ModelCheckpoint
+from tests.helpers.distributed import run_ranks
+from tests.helpers.models import QUIET
+from tests.helpers.resume_models import Noisy, make_loader
+from trainer import FSDPStrategy, Trainer, seed_everything
+from trainer.checkpointing.checkpoint import CheckpointError
+from trainer.checkpointing.distributed_checkpoint import META_FILE, consolidate_checkpoint, consolidated
+
+STOP_STEP = 9  # epoch 1, mid-epoch
+CKPT_KW = {**QUIET, "enable_checkpointing": True}
+
+
+class Logged(Noisy):
+    """Noisy (dropout, AdamW, a per-step scheduler), logging its loss for top-k ranking."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+
+def _strategy(**kw):
+    return FSDPStrategy(auto_wrap_policy={torch.nn.Linear}, **kw)
+
+
+def _full(module):
+    """Every parameter gathered whole (a collective)."""
+    return [p.full_tensor().detach().clone() for p in module.parameters()]
+
+
+class Record(Callback):
+    """Gathers the full parameters after the given global steps and at the start and end of training."""
+
+    def __init__(self, steps=()):
+        self.steps, self.at = set(steps), {}
+
+    def on_train_start(self, trainer, module):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        self.at["start"] = _full(module)
+        if trainer.optimizers[0].state:  # restored (torch would create a fresh one with a zero step)
+            state = get_optimizer_state_dict(module, trainer.optimizers[0], options=StateDictOptions(full_state_dict=True))
+            self.at["optimizer"] = torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, state)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if step in self.steps and step not in self.at and trainer.fit_loop.batches_done % trainer.accumulate_grad_batches == 0:
+            self.at[step] = _full(module)
+
+    def on_train_end(self, trainer, module):
+        self.at["end"] = _full(module)
+
+
+class CrashAt(Callback):
+    """Saves ``path`` after global step ``step`` (and gathers the full optimizer state), then aborts."""
+
+    def __init__(self, step, path):
+        self.step, self.path, self.optimizer_state = step, path, None
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step and trainer.fit_loop.batches_done % trainer.accumulate_grad_batches == 0:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+            trainer.save_checkpoint(self.path)
+            self.optimizer_state = get_optimizer_state_dict(
+                module, trainer.optimizers[0], options=StateDictOptions(full_state_dict=True)
+            )
+            raise KeyboardInterrupt("simulated crash")
+
+
+def _two_ranks(rank, world_size, tmp):
+    torch.set_num_threads(1)
+    kw = {"max_epochs": 2, "accumulate_grad_batches": 2, "accelerator": "cpu"}
+    out = {}
+    seed_everything(0)
+    straight, record = Logged(), Record(steps=(2, 4, 6, 8))
+    Trainer(strategy=_strategy(), callbacks=[record], **kw, **QUIET).fit(straight, make_loader())
+    out["straight"], out["straight_at"] = record.at["end"], record.at
+    out["errors"] = _misuses(os.path.join(tmp, "misuse"))
+
+    # asynchronous saves: the top 2 by train_loss every 2 steps and last.ckpt (the last at step 8,
+    # mid-epoch), then mid.ckpt after step 9 and a crash
+    seed_everything(0)
+    ckpts = os.path.join(tmp, "ckpts")
+    checkpoint = ModelCheckpoint(dirpath=ckpts, monitor="train_loss", save_top_k=2, every_n_train_steps=2, save_last=True)
+    crash = CrashAt(STOP_STEP, os.path.join(tmp, "mid.ckpt"))
+    record = Record(steps=(STOP_STEP,))
+    trainer = Trainer(strategy=_strategy(async_checkpoint=True), callbacks=[checkpoint, record, crash], **kw, **CKPT_KW)
+    try:
+        trainer.fit(Logged(), make_loader())
+    except KeyboardInterrupt:
+        pass
+    out["saved"], out["saved_optimizer"] = record.at[STOP_STEP], crash.optimizer_state
+    out["best_k"] = {os.path.basename(p) for p in checkpoint.best_k_models}
+    out["listing"] = sorted(os.listdir(ckpts))
+
+    # a fresh process resumes from "last" (step 8): bitwise the straight run
+    seed_everything(99)
+    resumed = Logged()
+    checkpoint = ModelCheckpoint(dirpath=ckpts, monitor="train_loss", save_top_k=2, every_n_train_steps=2, save_last=True)
+    record = Record()
+    trainer = Trainer(strategy=_strategy(), callbacks=[checkpoint, record], **kw, **CKPT_KW)
+    trainer.fit(resumed, make_loader(), ckpt_path="last")
+    out["resumed"], out["resumed_start"], out["steps"] = record.at["end"], record.at["start"], trainer.global_step
+    # evaluation of a fresh module reads the sharded checkpoint before the module is sharded
+    out["val"] = Trainer(strategy=_strategy(), **kw, **QUIET).validate(
+        Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt")
+    )
+    return out
+
+
+class FailAt(Callback):
+    """Raises on every rank at global step 2; on the way out, asks for a checkpoint."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == 2:
+            raise ValueError("boom")
+
+    def on_exception(self, trainer, module, exc):
+        trainer.save_checkpoint(self.path)
+
+
+def _misuses(path):
+    """What a sharded save says where it cannot write: after fit, and while the run fails."""
+    kw = {"max_steps": 2, "accelerator": "cpu", **QUIET}
+    trainer = Trainer(strategy=_strategy(), **kw)
+    trainer.fit(Logged(), make_loader())
+    errors = {}
+    try:
+        trainer.save_checkpoint(path)
+    except RuntimeError as err:
+        errors["after_fit"] = str(err)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            Trainer(strategy=_strategy(), callbacks=[FailAt(path)], **{**kw, "max_steps": 4}).fit(Logged(), make_loader())
+        except ValueError:
+            pass
+    errors["failing"] = [str(w.message) for w in caught if "No checkpoint written" in str(w.message)]
+    errors["exists"] = os.path.exists(path)
+    return errors
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = str(tmp_path_factory.mktemp("fsdp_ckpt"))
+    results = run_ranks(_two_ranks, world_size=2, args=(tmp,), init_group=False, timeout=150)
+    return tmp, results
+
+
+@pytest.mark.distributed
+def test_resume_at_the_same_world_size_is_bitwise(run):
+    _, results = run
+    for r in results:
+        assert r["steps"] == 12
+        assert all(torch.equal(a, b) for a, b in zip(r["resumed_start"], r["straight_at"][8]))
+        assert all(torch.equal(a, b) for a, b in zip(r["resumed"], r["straight"]))
+
+
+@pytest.mark.distributed
+def test_a_sharded_checkpoint_is_one_directory_of_every_ranks_shards(run):
+    tmp, _ = run
+    path = os.path.join(tmp, "mid.ckpt")
+    assert sorted(os.listdir(path)) == sorted([".metadata", "__0_0.distcp", "__1_0.distcp", META_FILE])
+    meta = torch.load(os.path.join(path, META_FILE), weights_only=True)
+    assert meta["global_step"] == STOP_STEP and meta["world_size"] == 2 and len(meta["rank_states"]) == 2
+    assert not [name for name in os.listdir(tmp) if name.startswith(".")]  # no temporary left
+
+
+@pytest.mark.distributed
+def test_top_k_and_last_are_directories_and_async_saves_hold_their_step(run):
+    tmp, results = run
+    r = results[0]
+    ckpts = os.path.join(tmp, "ckpts")
+    # steps 2, 4, 6, 8 saved; the two worst were deleted with their directories
+    assert len(r["best_k"]) == 2 and r["listing"] == sorted(r["best_k"] | {"last.ckpt"})
+    assert all(os.path.isdir(os.path.join(ckpts, name)) for name in r["listing"])
+    for name in r["best_k"]:  # written while training went on: each holds its own step's weights
+        state = consolidated(os.path.join(ckpts, name))
+        expected = r["straight_at"][state["global_step"]]
+        assert all(torch.equal(a, b) for a, b in zip(state["state_dict"].values(), expected))
+
+
+@pytest.mark.distributed
+def test_consolidated_file_loads_with_torch_load_and_load_from_checkpoint(run, tmp_path):
+    tmp, results = run
+    saved, saved_optimizer = results[0]["saved"], results[0]["saved_optimizer"]
+    out = consolidate_checkpoint(os.path.join(tmp, "mid.ckpt"), tmp_path / "full.ckpt")
+    ckpt = torch.load(out, weights_only=True)
+    assert ckpt["global_step"] == STOP_STEP
+    assert all(torch.equal(a, b) for a, b in zip(ckpt["state_dict"].values(), saved))
+    # the optimizer state numbered as optimizer.state_dict() numbers it, equal to the gathered one
+    names = list(saved_optimizer["state"])
+    for i, name in enumerate(names):
+        for key, value in saved_optimizer["state"][name].items():
+            assert torch.equal(ckpt["optimizer_states"][0]["state"][i][key], value), (name, key)
+    model = Logged.load_from_checkpoint(out)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), saved))
+    # a sharded directory directly: read whole in this process
+    model = Logged.load_from_checkpoint(os.path.join(tmp, "mid.ckpt"))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), saved))
+    # and evaluation in one process from the directory gives what the 2-rank evaluation gave
+    single = Trainer(accelerator="cpu", **QUIET).validate(Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt"))
+    assert single[0]["val_loss"] == pytest.approx(results[0]["val"][0]["val_loss"], rel=1e-6)
+
+
+def test_consolidate_command_line(run, tmp_path):
+    import subprocess
+    import sys
+
+    tmp, results = run
+    out = tmp_path / "cli.ckpt"
+    done = subprocess.run(
+        [sys.executable, "-m", "trainer.checkpointing.consolidate", os.path.join(tmp, "mid.ckpt"), str(out)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    ckpt = torch.load(out, weights_only=True)
+    assert all(torch.equal(a, b) for a, b in zip(ckpt["state_dict"].values(), results[0]["saved"]))
+
+
+def test_consolidate_refuses_what_is_not_a_sharded_checkpoint(tmp_path):
+    (tmp_path / "empty.ckpt").mkdir()
+    with pytest.raises(CheckpointError, match="is not a sharded checkpoint directory"):
+        consolidate_checkpoint(tmp_path / "empty.ckpt", tmp_path / "out.ckpt")
+
+
+def _same_optimizer_state(a, b):
+    return a["state"].keys() == b["state"].keys() and all(
+        a["state"][k].keys() == b["state"][k].keys() and all(torch.equal(a["state"][k][n], b["state"][k][n]) for n in a["state"][k])
+        for k in a["state"]
+    ) and [g["lr"] for g in a["param_groups"]] == [g["lr"] for g in b["param_groups"]]
+
+
+def _resume_elsewhere(rank, world_size, tmp, full):
+    """Resume the W=2 checkpoint at this world size for 2 steps; at W=1 also the reference: one
+    process without FSDP from the consolidated file, from the same seed."""
+    torch.set_num_threads(1)
+    kw = {"max_steps": STOP_STEP + 2, "accumulate_grad_batches": 2, "accelerator": "cpu", **QUIET}
+    seed_everything(5)
+    record = Record()
+    trainer = Trainer(strategy=_strategy(), callbacks=[record], **kw)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt"))
+    out = {"start": record.at["start"], "optimizer": record.at["optimizer"], "end": record.at["end"],
+           "steps": trainer.global_step, "warnings": [str(w.message) for w in caught]}
+    if world_size == 1:
+        seed_everything(5)
+        reference = Logged()
+        Trainer(**kw).fit(reference, make_loader(), ckpt_path=full)
+        out["reference"] = [p.detach().clone() for p in reference.parameters()]
+    return out
+
+
+@pytest.fixture(scope="module")
+def full_file(run, tmp_path_factory):
+    tmp, _ = run
+    return consolidate_checkpoint(os.path.join(tmp, "mid.ckpt"), tmp_path_factory.mktemp("full") / "full.ckpt")
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world_size", [1, 4])
+def test_resume_reshards_to_another_world_size(run, full_file, world_size):
+    tmp, results = run
+    saved, saved_optimizer = results[0]["saved"], results[0]["saved_optimizer"]
+    outs = run_ranks(_resume_elsewhere, world_size=world_size, args=(tmp, full_file), init_group=False, timeout=150)
+    for out in outs:
+        # every rank's new shards hold exactly the saved module and optimizer states
+        assert all(torch.equal(a, b) for a, b in zip(out["start"], saved))
+        assert _same_optimizer_state(out["optimizer"], saved_optimizer)
+        assert out["steps"] == STOP_STEP + 2
+        assert all(torch.isfinite(p).all() and not torch.equal(p, q) for p, q in zip(out["end"], saved))
+    assert any("made with world size 2" in w for w in outs[0]["warnings"])
+    if world_size == 1:  # two more steps from those states: as one process without FSDP takes them
+        for a, b in zip(outs[0]["end"], outs[0]["reference"]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+@pytest.mark.distributed
+def test_a_sharded_save_where_it_cannot_write_says_so(run):
+    _, results = run
+    errors = results[0]["errors"]
+    assert "FSDPStrategy cannot write" in errors["after_fit"] and "only during fit" in errors["after_fit"]
+    assert len(errors["failing"]) == 1 and "needs every rank" in errors["failing"][0]
+    assert not errors["exists"]
+    assert results[1]["errors"]["failing"] == []  # only global rank 0 tries
+
+
+def test_sharded_save_to_a_url_is_refused_before_writing():
+    from trainer.checkpointing.distributed_checkpoint import save_sharded
+
+    with pytest.raises(CheckpointError, match=r"Sharded checkpoints are written to a local or shared filesystem; 'memory://ckpts/last.ckpt' is a URL"):
+        save_sharded({"state_dict": {}, "optimizer_states": []}, "memory://ckpts/last.ckpt", rank=0)
+
+
+def _killed_during_save(rank, world_size, tmp):
+    """Rank 1 dies (SIGKILL) once its shards of the step-4 checkpoint are on disk, before the save completes."""
+    import signal
+
+    import torch.distributed.checkpoint as dcp
+
+    torch.set_num_threads(1)
+    if rank == 1:
+        write, calls = dcp.FileSystemWriter.write_data, []
+
+        def write_then_die(self, plan, planner):
+            written = write(self, plan, planner)
+            calls.append(self)
+            if len(calls) == 3:  # step 2's checkpoint and last.ckpt, then step 4's
+                written.wait()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return written
+
+        dcp.FileSystemWriter.write_data = write_then_die
+    checkpoint = ModelCheckpoint(dirpath=tmp, every_n_train_steps=2, save_top_k=-1, save_last=True)
+    Trainer(strategy=_strategy(timeout=20), callbacks=[checkpoint], max_steps=6, accelerator="cpu", **CKPT_KW).fit(
+        Logged(), make_loader()
+    )
+
+
+@pytest.mark.distributed
+def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_path):
+    with pytest.raises(AssertionError, match="rank 1"):
+        run_ranks(_killed_during_save, world_size=2, args=(str(tmp_path),), init_group=False, timeout=90)
+    visible = sorted(name for name in os.listdir(tmp_path) if not name.startswith("."))
+    assert visible == ["epoch=0-step=2.ckpt", "last.ckpt"]  # the step-4 checkpoint is absent
+    last = consolidated(tmp_path / "last.ckpt")
+    assert last["global_step"] == 2
+    model = Logged.load_from_checkpoint(tmp_path / "last.ckpt")
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), last["state_dict"].values()))

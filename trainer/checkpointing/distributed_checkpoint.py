@@ -1,0 +1,412 @@
+"""Sharded checkpoints: every rank writes its own shards into one directory (`torch.distributed.checkpoint`).
+
+A sharded checkpoint is a directory named like the file would be (``epoch=1-step=8.ckpt/``):
+
+- ``__<rank>_0.distcp``: each rank's shards of the module and optimizer tensors;
+- ``.metadata``: torch's index of them (the global shape of every tensor, which file holds which slice);
+- ``meta.pt``: everything else a checkpoint holds (position, RNG states, callbacks, hyperparameters,
+  scheduler states, the optimizers' hyperparameters), one ``torch.save`` file that
+  ``torch.load(weights_only=True)`` reads.
+
+It is complete or absent: the ranks write into a hidden sibling (``.<name>.tmp-<token>``), and
+global rank 0 renames it to ``<name>`` only after every rank's shards are written. Loading
+reshards: each rank reads the slices its own shards need, whatever the world size that wrote them.
+`consolidate_checkpoint` turns such a directory into one ordinary checkpoint file (one process, no
+process group).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import threading
+import warnings
+from concurrent.futures import Future
+from typing import Any, Mapping
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer.checkpointing.checkpoint import CheckpointError, atomic_save, load_checkpoint
+from trainer.default_callbacks import storage
+
+META_FILE = "meta.pt"
+INDEX_FILE = ".metadata"  # written by torch.distributed.checkpoint once every rank's shards are
+# The checkpoint entries whose tensors are sharded: written by every rank, not in meta.pt.
+SHARDED_KEYS = ("state_dict", "optimizer_states")
+
+
+def is_sharded_checkpoint(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a complete sharded checkpoint directory."""
+    path = os.fspath(path)
+    return storage.isdir(path) and storage.isfile(storage.join(path, META_FILE))
+
+
+class ShardedState(dict):  # type: ignore[type-arg]
+    """A sharded checkpoint's module or optimizer state, not read yet.
+
+    As a mapping it holds what is known without reading the shards: for the module, every key
+    with a ``meta`` tensor of the saved global shape (so a checkpoint is checked against the
+    module before anything is loaded); for an optimizer, its state without tensors (the
+    parameter groups). `load_module_state` / `load_optimizer_state` read the tensors.
+    """
+
+    def __init__(self, known: Mapping[str, Any], path: str, key: tuple[str, ...]) -> None:
+        super().__init__(known)
+        self.path = path
+        self.key = key  # where its tensors are in the saved tree
+
+
+# -- saving -----------------------------------------------------------------------------------
+class PendingSave:
+    """An asynchronous sharded save in flight; `wait` blocks until it is complete and published."""
+
+    def __init__(self, future: Future, publish: Any) -> None:
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._publish = publish
+        future.add_done_callback(self._finish)
+
+    def _finish(self, future: Future) -> None:
+        try:
+            future.result()
+            if self._publish is not None:
+                self._publish()
+        except BaseException as err:  # noqa: BLE001 - re-raised by `wait` on the training thread
+            self._error = err
+        finally:
+            self._done.set()
+
+    def wait(self) -> None:
+        """Block until the save is on disk; raise what made it fail."""
+        self._done.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CheckpointError(f"The asynchronous sharded checkpoint save failed: {error}") from error
+
+
+def save_sharded(
+    checkpoint: dict[str, Any], path: str, rank: int, process_group: Any = None, async_save: bool = False
+) -> PendingSave | None:
+    """Write ``checkpoint`` as a sharded directory at ``path`` (a collective: every rank calls it).
+
+    Its sharded entries (``SHARDED_KEYS``) hold this rank's DTensor shards. With ``async_save``
+    the shards are copied to host memory now and written by a background thread (on
+    ``process_group``, which must not be the training group); the returned `PendingSave` says
+    when the directory is published.
+    """
+    path = storage.normalize(path, "filepath")
+    if storage.is_url(path):
+        raise CheckpointError(
+            f"Sharded checkpoints are written to a local or shared filesystem; {path!r} is a URL. "
+            "Save to a directory on disk (shared by every node) and upload it afterwards, or "
+            "consolidate it into one file (python -m trainer.checkpointing.consolidate) first."
+        )
+    import torch.distributed.checkpoint as dcp
+
+    path = os.path.abspath(path)
+    parent, name = os.path.split(path)
+    if rank == 0:
+        remove_stale(path)  # what an interrupted save of this name left (before the others write)
+    box = [secrets.token_hex(6) if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0, group=process_group if async_save else None)
+    tmp = os.path.join(parent, f".{name}.tmp-{box[0]}")
+    tensors, rest = _split({key: _as_tree(checkpoint[key]) for key in SHARDED_KEYS})
+    if rank == 0:
+        os.makedirs(tmp, exist_ok=True)
+        meta = {**checkpoint, "state_dict": rest["state_dict"], "optimizer_states": _as_list(rest["optimizer_states"])}
+        atomic_save(meta, os.path.join(tmp, META_FILE))
+    writer = dcp.FileSystemWriter(tmp)
+    publish = (lambda: _publish(tmp, path)) if rank == 0 else None
+    if async_save:
+        future = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)
+        future = getattr(future, "upload_completion", future)  # AsyncSaveResponse in newer torch
+        return PendingSave(future, publish)
+    dcp.save(tensors, storage_writer=writer)  # returns on every rank once the index is written
+    if publish is not None:
+        publish()
+    return None
+
+
+def _publish(tmp: str, path: str) -> None:
+    """Rename the complete directory ``tmp`` to ``path`` (replacing what was there), durably."""
+    if not os.path.isfile(os.path.join(tmp, INDEX_FILE)):
+        raise CheckpointError(f"Sharded save into {tmp!r} has no {INDEX_FILE}: it is incomplete.")
+    old = None
+    if os.path.lexists(path):
+        # one rename cannot replace a directory: move the old one aside, then delete it
+        old = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.old-{secrets.token_hex(6)}")
+        os.rename(path, old)
+    os.rename(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+    if old is not None:
+        _remove(old)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+# -- the module's and optimizers' states under FSDP -----------------------------------------
+def sharded_module_state(module: nn.Module) -> dict[str, Any]:
+    """The module's state as this rank's DTensor shards, keyed like ``module.state_dict()``."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(module)
+
+
+def sharded_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state as this rank's shards, keyed by parameter name (not position)."""
+    if not optimizer.state:
+        # torch would run a zero step to create the state, which changes the run (Adam's step count)
+        names = {p: n for n, p in module.named_parameters()}
+        groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [names[p] for p in g["params"]]}
+                  for g in optimizer.param_groups]
+        return {"state": {}, "param_groups": groups}
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(module, optimizer)
+
+
+def load_module_state(module: nn.Module, state: Mapping[str, Any]) -> None:
+    """Load ``state`` into ``module``: a `ShardedState` (read and resharded now) or a full state
+    dict, into a sharded module or one not sharded yet."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    sharded = _is_sharded(module)
+    if isinstance(state, ShardedState):
+        if not sharded:  # e.g. `validate(ckpt_path=...)` loads before the module is sharded
+            module.load_state_dict(_read_full(state.path, state.key))
+            return
+        target = sharded_module_state(module)
+        _read_into(state.path, state.key, target)
+        set_model_state_dict(module, target)
+        return
+    if sharded:
+        set_model_state_dict(module, dict(state), options=StateDictOptions(full_state_dict=True))
+    else:
+        module.load_state_dict(state)
+
+
+def load_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
+    """Load ``state`` into the optimizer of the sharded ``module``: a `ShardedState` (resharded),
+    or a full state as ``optimizer.state_dict()`` writes it (from a single-file checkpoint)."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    if not isinstance(state, ShardedState):
+        full = _by_name(module, optimizer, state)
+        set_optimizer_state_dict(module, optimizer, full, options=StateDictOptions(full_state_dict=True))
+        return
+    target = get_optimizer_state_dict(module, optimizer)  # creates the state to read into
+    tensors, _ = _split(target)
+    saved = set(_read_index(state.path).state_dict_metadata)
+    # only what was saved: a parameter without state (no step yet) stays without
+    tensors = _keep(tensors, lambda key: ".".join((*state.key, *key)) in saved)
+    _read_into(state.path, state.key, tensors)
+    set_optimizer_state_dict(module, optimizer, _merge(dict(state), tensors))
+
+
+def _by_name(module: nn.Module, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``optimizer.state_dict()`` (parameters numbered) keyed by parameter names instead."""
+    names = {p: n for n, p in module.named_parameters()}
+    order = [names[p] for g in optimizer.param_groups for p in g["params"]]
+    groups = [{**g, "params": [order[i] for i in g["params"]]} for g in state["param_groups"]]
+    return {"state": {order[i]: s for i, s in state["state"].items()}, "param_groups": groups}
+
+
+def _is_sharded(module: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in module.parameters())
+
+
+# -- reading ----------------------------------------------------------------------------------
+def read_sharded(path: str, weights_only: bool = True) -> dict[str, Any]:
+    """A sharded checkpoint's ``meta.pt``, its module and optimizer states as `ShardedState`
+    (read into the module later, by `load_module_state` / `load_optimizer_state`)."""
+    path = os.path.abspath(storage.normalize(path, "ckpt_path"))
+    checkpoint = load_checkpoint(os.path.join(path, META_FILE), map_location="cpu", weights_only=weights_only)
+    shapes = {
+        key[len("state_dict."):]: torch.empty(meta.size, dtype=meta.properties.dtype, device="meta")
+        for key, meta in _read_index(path).state_dict_metadata.items()
+        if key.startswith("state_dict.") and hasattr(meta, "size")
+    }
+    checkpoint["state_dict"] = ShardedState({**checkpoint["state_dict"], **shapes}, path, ("state_dict",))
+    checkpoint["optimizer_states"] = [
+        ShardedState(state, path, ("optimizer_states", str(i))) for i, state in enumerate(checkpoint["optimizer_states"])
+    ]
+    return checkpoint
+
+
+def consolidated(path: str | os.PathLike[str], weights_only: bool = True) -> dict[str, Any]:
+    """The sharded checkpoint at ``path`` as one ordinary checkpoint dict, read in this process
+    (no process group): full tensors, the optimizers' states keyed by position as
+    ``optimizer.state_dict()`` writes them."""
+    path = os.path.abspath(storage.normalize(path, "ckpt_path"))
+    if not is_sharded_checkpoint(path):
+        raise CheckpointError(f"{path!r} is not a sharded checkpoint directory (no {META_FILE} in it).")
+    checkpoint = load_checkpoint(os.path.join(path, META_FILE), map_location="cpu", weights_only=weights_only)
+    tensors = _read_full(path, ())
+    checkpoint["state_dict"] = _merge(checkpoint["state_dict"], tensors.get("state_dict", {}))
+    saved_optimizers = tensors.get("optimizer_states", {})
+    checkpoint["optimizer_states"] = [
+        _by_position(_merge(state, saved_optimizers.get(str(i), {})))
+        for i, state in enumerate(checkpoint["optimizer_states"])
+    ]
+    return checkpoint
+
+
+def load_full(path: str | os.PathLike[str], weights_only: bool = True) -> dict[str, Any]:
+    """The checkpoint at ``path`` on the CPU: a file, or a sharded directory read whole (`consolidated`)."""
+    if is_sharded_checkpoint(path):
+        return consolidated(path, weights_only)
+    return load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+
+
+def consolidate_checkpoint(src: str | os.PathLike[str], dst: str | os.PathLike[str], weights_only: bool = True) -> str:
+    """Write the sharded checkpoint directory ``src`` as one checkpoint file ``dst`` (atomically).
+
+    ``dst`` loads with ``torch.load(weights_only=True)``, ``TrainModule.load_from_checkpoint``
+    and as ``ckpt_path`` of any strategy. Runs in one process; memory must hold the full state.
+    """
+    atomic_save(consolidated(src, weights_only), dst)
+    return os.fspath(dst)
+
+
+def _by_position(state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state keyed by parameter names, numbered as ``optimizer.state_dict()`` does."""
+    order = [name for g in state["param_groups"] for name in g["params"]]
+    index = {name: i for i, name in enumerate(order)}
+    groups, start = [], 0
+    for g in state["param_groups"]:
+        groups.append({**g, "params": list(range(start, start + len(g["params"])))})
+        start += len(g["params"])
+    return {"state": {index[name]: s for name, s in state["state"].items()}, "param_groups": groups}
+
+
+def _read_index(path: str) -> Any:
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        return dcp.FileSystemReader(path).read_metadata()
+    except FileNotFoundError as err:
+        raise CheckpointError(f"Sharded checkpoint {path!r} has no {INDEX_FILE}: it is incomplete.") from err
+
+
+def _read_into(path: str, key: tuple[str, ...], target: dict[str, Any]) -> None:
+    """Fill ``target``'s tensors (this rank's shards, or full tensors) from the entry ``key``."""
+    import torch.distributed.checkpoint as dcp
+
+    tree: dict[str, Any] = target
+    for part in reversed(key):
+        tree = {part: tree}
+    dcp.load(tree, storage_reader=dcp.FileSystemReader(path), no_dist=not dist.is_initialized())
+
+
+def _read_full(path: str, key: tuple[str, ...]) -> dict[str, Any]:
+    """Every tensor under entry ``key`` as a full CPU tensor, read in this process alone."""
+    import torch.distributed.checkpoint as dcp
+
+    index = _read_index(path)
+    prefix = ".".join(key)
+    flat = {
+        name: torch.empty(meta.size, dtype=meta.properties.dtype)
+        for name, meta in index.state_dict_metadata.items()
+        if hasattr(meta, "size") and (not prefix or name == prefix or name.startswith(prefix + "."))
+    }
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message=".*load in a single process")
+        dcp.load(flat, storage_reader=dcp.FileSystemReader(path), no_dist=True)
+    tree: dict[str, Any] = {}
+    for name, tensor in flat.items():
+        where = index.planner_data[name][len(key):]  # the path in the saved tree, after ``key``
+        node = tree
+        for part in where[:-1]:
+            node = node.setdefault(str(part), {})
+        node[str(where[-1])] = tensor
+    return tree
+
+
+# -- trees of tensors -------------------------------------------------------------------------
+_NOTHING = object()
+
+
+def _as_tree(value: Any) -> Any:
+    return {str(i): v for i, v in enumerate(value)} if isinstance(value, list) else value
+
+
+def _as_list(value: dict[str, Any]) -> list[Any]:
+    return [value[str(i)] for i in range(len(value))]
+
+
+def _split(value: Any) -> tuple[Any, Any]:
+    """(the tensors in the nested dicts ``value``, ``value`` without them); lists are leaves."""
+    if isinstance(value, torch.Tensor):
+        return value, _NOTHING
+    if not isinstance(value, Mapping):
+        return _NOTHING, value
+    tensors, rest = {}, {}
+    for k, v in value.items():
+        t, r = _split(v)
+        if t is not _NOTHING and (not isinstance(t, dict) or t):
+            tensors[k] = t
+        if r is not _NOTHING:
+            rest[k] = r
+    return tensors, rest
+
+
+def _merge(rest: Any, tensors: Any) -> Any:
+    """The inverse of `_split`: ``rest`` with ``tensors`` put back in place."""
+    if not isinstance(tensors, Mapping):
+        return tensors
+    merged = dict(rest) if isinstance(rest, Mapping) else {}
+    for k, v in tensors.items():
+        merged[k] = _merge(merged.get(k), v)
+    return merged
+
+
+def _keep(tree: dict[str, Any], wanted: Any, at: tuple[str, ...] = ()) -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            sub = _keep(v, wanted, (*at, str(k)))
+            if sub:
+                out[k] = sub
+        elif wanted((*at, str(k))):
+            out[k] = v
+    return out
+
+
+def remove_stale(path: str) -> None:
+    """Delete what an interrupted save of ``path`` left beside it (hidden temporary directories)."""
+    parent, name = os.path.split(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return
+    for entry in os.listdir(parent):
+        if entry.startswith(f".{name}.tmp-") or entry.startswith(f".{name}.old-"):
+            _remove(os.path.join(parent, entry))
+
+
+def warn_unsaved(path: str) -> None:
+    """A failing run under a sharding strategy cannot write: say so instead of writing a part."""
+    warnings.warn(
+        f"No checkpoint written to {path!r}: a sharded checkpoint needs every rank, and while the "
+        "run is failing the other ranks may be gone. The last complete checkpoint is unchanged.",
+        stacklevel=3,
+    )

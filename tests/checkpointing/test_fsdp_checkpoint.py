@@ -265,6 +265,12 @@ def _resume_elsewhere(rank, world_size, tmp, full):
         trainer.fit(Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt"))
     out = {"start": record.at["start"], "optimizer": record.at["optimizer"], "end": record.at["end"],
            "steps": trainer.global_step, "warnings": [str(w.message) for w in caught]}
+    # an ordinary single-file checkpoint (here the consolidated one) into the shards
+    record = Record()
+    Trainer(strategy=_strategy(), callbacks=[record], **{**kw, "max_steps": STOP_STEP}).fit(
+        Logged(), make_loader(), ckpt_path=full
+    )
+    out["from_file"] = record.at
     if world_size == 1:
         seed_everything(5)
         reference = Logged()
@@ -290,6 +296,8 @@ def test_resume_reshards_to_another_world_size(run, full_file, world_size):
         assert all(torch.equal(a, b) for a, b in zip(out["start"], saved))
         assert _same_optimizer_state(out["optimizer"], saved_optimizer)
         assert out["steps"] == STOP_STEP + 2
+        assert all(torch.equal(a, b) for a, b in zip(out["from_file"]["start"], saved))
+        assert _same_optimizer_state(out["from_file"]["optimizer"], saved_optimizer)
         assert all(torch.isfinite(p).all() and not torch.equal(p, q) for p, q in zip(out["end"], saved))
     assert any("made with world size 2" in w for w in outs[0]["warnings"])
     if world_size == 1:  # two more steps from those states: as one process without FSDP takes them

@@ -8,6 +8,7 @@ steps, files in the working directory.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -58,9 +59,14 @@ def test_runnable_blocks_name_their_accelerator():
 @pytest.mark.parametrize("page", RUNNABLE_PAGES, ids=_name)
 def test_the_runnable_blocks_of_a_page_run(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # whatever the blocks write lands here
+    environ = dict(os.environ)  # seed_everything exports its seed: later tests must not inherit it
     namespace: dict[str, object] = {"__name__": "docs_page"}
-    for index, block in enumerate(_blocks(page)):
-        try:
-            exec(compile(block, f"{page}:block{index}", "exec"), namespace)
-        except Exception as error:  # name the block that failed
-            pytest.fail(f"{_name(page)} block {index} failed: {type(error).__name__}: {error}")
+    try:
+        for index, block in enumerate(_blocks(page)):
+            try:
+                exec(compile(block, f"{page}:block{index}", "exec"), namespace)
+            except Exception as error:  # name the block that failed
+                pytest.fail(f"{_name(page)} block {index} failed: {type(error).__name__}: {error}")
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)

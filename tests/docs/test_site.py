@@ -2,6 +2,7 @@
 missing from the nav, the API reference generated from the docstrings) and its nav lists every page."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,10 +38,9 @@ def test_the_site_builds_strictly(tmp_path):
         pytest.importorskip(package, reason=f"{package} is not installed (the `docs` extra): pip install -e '.[docs]'")
     build = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, capture_output=True, text=True, timeout=100,
+        cwd=ROOT, capture_output=True, text=True, timeout=100, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert build.returncode == 0, build.stderr[-4000:]
-    assert (tmp_path / "site" / "reference" / "trainer" / "index.html").read_text().count("fit") > 0
     # the API reference was generated from the docstrings, not left as the ::: directive
     reference = (tmp_path / "site" / "reference" / "module" / "index.html").read_text()
     assert "training_step" in reference and ":::" not in reference

@@ -66,7 +66,9 @@ class FSDPStrategy(ProcessGroupStrategy):
             ``module -> bool``. The root module is always sharded last and holds the rest.
         reshard_after_forward: free a unit's gathered parameters after its forward (less memory,
             one more all-gather in backward); ``False`` keeps them until the backward.
-        timeout, process_group_backend: as for every distributed strategy.
+        timeout: how long a collective may wait for the other ranks (seconds or a ``timedelta``),
+            as for every distributed strategy.
+        process_group_backend: ``"nccl"`` on CUDA and ``"gloo"`` on CPU unless given.
     """
 
     name = "fsdp"

@@ -3,6 +3,7 @@ from trainer.strategies.allreduce import AllReduceStrategy
 from trainer.loops.anomaly import NonFiniteGradientError, NonFiniteLossError
 from trainer.checkpointing.checkpoint import CheckpointError
 from trainer.strategies.ddp import DDPStrategy
+from trainer.strategies.fsdp import FSDPStrategy
 from trainer.launch.failure_notes import RankFailedError
 from trainer.data.datamodule import DataModule
 from trainer.module import TrainModule
@@ -32,6 +33,7 @@ __all__ = [
     "SingleDeviceStrategy",
     "DDPStrategy",
     "AllReduceStrategy",
+    "FSDPStrategy",
     "rank_zero_only",
     "rank_zero_info",
     "rank_zero_warn",

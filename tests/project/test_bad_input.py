@@ -185,7 +185,7 @@ def test_no_work_before_errors():
         ({"scale_lr": "cubic"}, ValueError, "scale_lr must be False, True, 'linear' or 'sqrt'"),
         ({"devices": 0}, ValueError, "devices must be 'auto' or an int >= 1"),
         ({"num_nodes": 0}, ValueError, "num_nodes must be >= 1, got 0"),
-        ({"strategy": "fsdp"}, ValueError, "Unknown strategy 'fsdp'"),
+        ({"strategy": "deepspeed"}, ValueError, "Unknown strategy 'deepspeed'"),
         ({"callbacks": [object()]}, TypeError, "callbacks must be Callback instances; got object"),
         ({"logger": "tb"}, TypeError, "logger must be True/False, a Logger or a list of Loggers; got str"),
         ({"deterministic": "yes"}, ValueError, "deterministic must be True, False or 'warn'"),

@@ -21,6 +21,7 @@ STRATEGY_NAMES = (
     "ddp",
     "ddp_spawn",
     "allreduce",
+    "fsdp",
     # Lightning's names for DDP with DDP's own find_unused_parameters (a ported project keeps them)
     "ddp_find_unused_parameters_true",
     "ddp_find_unused_parameters_false",
@@ -117,6 +118,10 @@ def _make(name: str) -> Strategy:
 
     if name == "allreduce":
         return AllReduceStrategy()
+    if name == "fsdp":
+        from trainer.strategies.fsdp import FSDPStrategy
+
+        return FSDPStrategy()
     if name == "single_device":
         return SingleDeviceStrategy()
     if name.startswith("ddp_find_unused_parameters_"):

@@ -68,7 +68,9 @@ class FSDPStrategy(ProcessGroupStrategy):
             ``module -> bool``. The root module is always sharded last and holds the rest.
         reshard_after_forward: free a unit's gathered parameters after its forward (less memory,
             one more all-gather in backward); ``False`` keeps them until the backward.
-        timeout, process_group_backend: as for every distributed strategy.
+        timeout: how long a collective may wait for the other ranks (seconds or a ``timedelta``),
+            as for every distributed strategy.
+        process_group_backend: ``"nccl"`` on CUDA and ``"gloo"`` on CPU unless given.
         async_checkpoint: write checkpoints in a background thread (``torch.distributed.checkpoint.async_save``):
             training continues once the shards are copied to host memory; the next save and the
             end of the run wait for it (docs/checkpointing.md).

@@ -296,7 +296,8 @@ class Trainer:
         return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule)
 
     def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
-        """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically.
+        """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically
+        (under FSDP every rank writes its shards into the directory ``filepath``: docs/checkpointing.md).
 
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.

@@ -6,6 +6,7 @@ consolidation into one file. Real processes on CPU (gloo); one 2-rank run shared
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 
 import pytest
@@ -17,9 +18,11 @@ from tests.helpers.models import QUIET
 from tests.helpers.resume_models import Noisy, make_loader
 from trainer import FSDPStrategy, Trainer, seed_everything
 from trainer.checkpointing.checkpoint import CheckpointError
+from trainer.launch.preemption import Preempted
 from trainer.checkpointing.distributed_checkpoint import META_FILE, consolidate_checkpoint, consolidated
 
 STOP_STEP = 9  # epoch 1, mid-epoch
+PREEMPT_STEP = 11  # the pre-emption signalled after step 9 is agreed at step 11's end
 CKPT_KW = {**QUIET, "enable_checkpointing": True}
 
 
@@ -68,8 +71,9 @@ class Record(Callback):
         self.at["end"] = _full(module)
 
 
-class CrashAt(Callback):
-    """Saves ``path`` after global step ``step`` (and gathers the full optimizer state), then aborts."""
+class SaveAndPreempt(Callback):
+    """Saves ``path`` after global step ``step`` (and gathers the full optimizer state), then
+    rank 1 gets SIGUSR1: every rank agrees to a pre-emption two steps later (saves last.ckpt, exits)."""
 
     def __init__(self, step, path):
         self.step, self.path, self.optimizer_state = step, path, None
@@ -79,10 +83,10 @@ class CrashAt(Callback):
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
             trainer.save_checkpoint(self.path)
-            self.optimizer_state = get_optimizer_state_dict(
-                module, trainer.optimizers[0], options=StateDictOptions(full_state_dict=True)
-            )
-            raise KeyboardInterrupt("simulated crash")
+            state = get_optimizer_state_dict(module, trainer.optimizers[0], options=StateDictOptions(full_state_dict=True))
+            self.optimizer_state = torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, state)
+            if trainer.global_rank == 1:
+                os.kill(os.getpid(), signal.SIGUSR1)
 
 
 def _two_ranks(rank, world_size, tmp):
@@ -90,34 +94,34 @@ def _two_ranks(rank, world_size, tmp):
     kw = {"max_epochs": 2, "accumulate_grad_batches": 2, "accelerator": "cpu"}
     out = {}
     seed_everything(0)
-    straight, record = Logged(), Record(steps=(2, 4, 6, 8))
+    straight, record = Logged(), Record(steps=(2, 4, 6, 8, PREEMPT_STEP))
     Trainer(strategy=_strategy(), callbacks=[record], **kw, **QUIET).fit(straight, make_loader())
     out["straight"], out["straight_at"] = record.at["end"], record.at
     out["errors"] = _misuses(os.path.join(tmp, "misuse"))
 
-    # asynchronous saves: the top 2 by train_loss every 2 steps and last.ckpt (the last at step 8,
-    # mid-epoch), then mid.ckpt after step 9 and a crash
+    # asynchronous saves: the top 2 by train_loss every 2 steps and last.ckpt; mid.ckpt after step 9;
+    # pre-empted after step 11 (mid-epoch), which saves last.ckpt
     seed_everything(0)
     ckpts = os.path.join(tmp, "ckpts")
     checkpoint = ModelCheckpoint(dirpath=ckpts, monitor="train_loss", save_top_k=2, every_n_train_steps=2, save_last=True)
-    crash = CrashAt(STOP_STEP, os.path.join(tmp, "mid.ckpt"))
+    preempt = SaveAndPreempt(STOP_STEP, os.path.join(tmp, "mid.ckpt"))
     record = Record(steps=(STOP_STEP,))
-    trainer = Trainer(strategy=_strategy(async_checkpoint=True), callbacks=[checkpoint, record, crash], **kw, **CKPT_KW)
-    try:
+    trainer = Trainer(strategy=_strategy(async_checkpoint=True), callbacks=[checkpoint, record, preempt], **kw, **CKPT_KW)
+    with pytest.raises(Preempted):
         trainer.fit(Logged(), make_loader())
-    except KeyboardInterrupt:
-        pass
-    out["saved"], out["saved_optimizer"] = record.at[STOP_STEP], crash.optimizer_state
+    out["saved"], out["saved_optimizer"] = record.at[STOP_STEP], preempt.optimizer_state
     out["best_k"] = {os.path.basename(p) for p in checkpoint.best_k_models}
     out["listing"] = sorted(os.listdir(ckpts))
 
-    # a fresh process resumes from "last" (step 8): bitwise the straight run
+    # the restarted job (restart_count 1) resumes from last.ckpt by itself: bitwise the straight run
+    os.environ["TORCHELASTIC_RESTART_COUNT"] = "1"
     seed_everything(99)
     resumed = Logged()
     checkpoint = ModelCheckpoint(dirpath=ckpts, monitor="train_loss", save_top_k=2, every_n_train_steps=2, save_last=True)
     record = Record()
     trainer = Trainer(strategy=_strategy(), callbacks=[checkpoint, record], **kw, **CKPT_KW)
-    trainer.fit(resumed, make_loader(), ckpt_path="last")
+    trainer.fit(resumed, make_loader())
+    del os.environ["TORCHELASTIC_RESTART_COUNT"]
     out["resumed"], out["resumed_start"], out["steps"] = record.at["end"], record.at["start"], trainer.global_step
     # evaluation of a fresh module reads the sharded checkpoint before the module is sharded
     out["val"] = Trainer(strategy=_strategy(), **kw, **QUIET).validate(
@@ -173,7 +177,7 @@ def test_resume_at_the_same_world_size_is_bitwise(run):
     _, results = run
     for r in results:
         assert r["steps"] == 12
-        assert all(torch.equal(a, b) for a, b in zip(r["resumed_start"], r["straight_at"][8]))
+        assert all(torch.equal(a, b) for a, b in zip(r["resumed_start"], r["straight_at"][PREEMPT_STEP]))
         assert all(torch.equal(a, b) for a, b in zip(r["resumed"], r["straight"]))
 
 
@@ -192,7 +196,7 @@ def test_top_k_and_last_are_directories_and_async_saves_hold_their_step(run):
     tmp, results = run
     r = results[0]
     ckpts = os.path.join(tmp, "ckpts")
-    # steps 2, 4, 6, 8 saved; the two worst were deleted with their directories
+    # steps 2, 4, 6, 8, 10 saved; the three worst were deleted with their directories
     assert len(r["best_k"]) == 2 and r["listing"] == sorted(r["best_k"] | {"last.ckpt"})
     assert all(os.path.isdir(os.path.join(ckpts, name)) for name in r["listing"])
     for name in r["best_k"]:  # written while training went on: each holds its own step's weights

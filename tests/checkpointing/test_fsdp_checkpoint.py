@@ -361,3 +361,25 @@ def test_a_rank_killed_during_a_sharded_save_leaves_the_previous_checkpoint(tmp_
     assert last["global_step"] == 2
     model = Logged.load_from_checkpoint(tmp_path / "last.ckpt")
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), last["state_dict"].values()))
+
+
+class _Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_index_is_refused_and_not_executed(run, tmp_path):
+    import pickle
+    import shutil
+
+    tmp, _ = run
+    path = tmp_path / "evil.ckpt"
+    shutil.copytree(os.path.join(tmp, "mid.ckpt"), path)
+    marker = tmp_path / "pwned"
+    (path / ".metadata").write_bytes(pickle.dumps(_Exploit(marker)))
+    with pytest.raises(CheckpointError, match=r"Refused to load sharded checkpoint .*evil.ckpt.*posix.system.*weights_only=False"):
+        Logged.load_from_checkpoint(path)
+    assert not marker.exists()

@@ -17,6 +17,7 @@ process group).
 from __future__ import annotations
 
 import os
+import pickle
 import secrets
 import shutil
 import threading
@@ -52,10 +53,11 @@ class ShardedState(dict):  # type: ignore[type-arg]
     parameter groups). `load_module_state` / `load_optimizer_state` read the tensors.
     """
 
-    def __init__(self, known: Mapping[str, Any], path: str, key: tuple[str, ...]) -> None:
+    def __init__(self, known: Mapping[str, Any], path: str, key: tuple[str, ...], weights_only: bool = True) -> None:
         super().__init__(known)
         self.path = path
         self.key = key  # where its tensors are in the saved tree
+        self.weights_only = weights_only
 
 
 # -- saving -----------------------------------------------------------------------------------
@@ -188,10 +190,10 @@ def load_module_state(module: nn.Module, state: Mapping[str, Any]) -> None:
     sharded = _is_sharded(module)
     if isinstance(state, ShardedState):
         if not sharded:  # e.g. `validate(ckpt_path=...)` loads before the module is sharded
-            module.load_state_dict(_read_full(state.path, state.key))
+            module.load_state_dict(_read_full(state.path, state.key, state.weights_only))
             return
         target = sharded_module_state(module)
-        _read_into(state.path, state.key, target)
+        _read_into(state, target)
         set_model_state_dict(module, target)
         return
     if sharded:
@@ -215,10 +217,10 @@ def load_optimizer_state(module: nn.Module, optimizer: torch.optim.Optimizer, st
         return
     target = get_optimizer_state_dict(module, optimizer)  # creates the state to read into
     tensors, _ = _split(target)
-    saved = set(_read_index(state.path).state_dict_metadata)
+    saved = set(_read_index(state.path, state.weights_only).state_dict_metadata)
     # only what was saved: a parameter without state (no step yet) stays without
     tensors = _keep(tensors, lambda key: ".".join((*state.key, *key)) in saved)
-    _read_into(state.path, state.key, tensors)
+    _read_into(state, tensors)
     set_optimizer_state_dict(module, optimizer, _merge(dict(state), tensors))
 
 
@@ -244,12 +246,13 @@ def read_sharded(path: str, weights_only: bool = True) -> dict[str, Any]:
     checkpoint = load_checkpoint(os.path.join(path, META_FILE), map_location="cpu", weights_only=weights_only)
     shapes = {
         key[len("state_dict."):]: torch.empty(meta.size, dtype=meta.properties.dtype, device="meta")
-        for key, meta in _read_index(path).state_dict_metadata.items()
+        for key, meta in _read_index(path, weights_only).state_dict_metadata.items()
         if key.startswith("state_dict.") and hasattr(meta, "size")
     }
-    checkpoint["state_dict"] = ShardedState({**checkpoint["state_dict"], **shapes}, path, ("state_dict",))
+    checkpoint["state_dict"] = ShardedState({**checkpoint["state_dict"], **shapes}, path, ("state_dict",), weights_only)
     checkpoint["optimizer_states"] = [
-        ShardedState(state, path, ("optimizer_states", str(i))) for i, state in enumerate(checkpoint["optimizer_states"])
+        ShardedState(state, path, ("optimizer_states", str(i)), weights_only)
+        for i, state in enumerate(checkpoint["optimizer_states"])
     ]
     return checkpoint
 
@@ -262,7 +265,7 @@ def consolidated(path: str | os.PathLike[str], weights_only: bool = True) -> dic
     if not is_sharded_checkpoint(path):
         raise CheckpointError(f"{path!r} is not a sharded checkpoint directory (no {META_FILE} in it).")
     checkpoint = load_checkpoint(os.path.join(path, META_FILE), map_location="cpu", weights_only=weights_only)
-    tensors = _read_full(path, ())
+    tensors = _read_full(path, (), weights_only)
     checkpoint["state_dict"] = _merge(checkpoint["state_dict"], tensors.get("state_dict", {}))
     saved_optimizers = tensors.get("optimizer_states", {})
     checkpoint["optimizer_states"] = [
@@ -300,30 +303,78 @@ def _by_position(state: dict[str, Any]) -> dict[str, Any]:
     return {"state": {index[name]: s for name, s in state["state"].items()}, "param_groups": groups}
 
 
-def _read_index(path: str) -> Any:
+def _reader(path: str, weights_only: bool) -> Any:
+    """torch's reader of a sharded directory; with ``weights_only`` its index is unpickled safely."""
     import torch.distributed.checkpoint as dcp
 
+    if not weights_only:
+        return dcp.FileSystemReader(path)
+
+    class SafeReader(dcp.FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            with open(os.path.join(path, INDEX_FILE), "rb") as f:
+                metadata = _IndexUnpickler(f, path).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                from torch.distributed.checkpoint.metadata import StorageMeta
+
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeReader(path)
+
+
+class _IndexUnpickler(pickle.Unpickler):
+    """Unpickles DCP's ``.metadata`` index, refusing anything but its own record types (a crafted
+    index cannot run code, as ``torch.load(weights_only=True)`` for the rest)."""
+
+    def __init__(self, file: Any, path: str) -> None:
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        obj = super().find_class(module, name) if "." not in name else None
+        allowed = (
+            (isinstance(obj, type) and obj.__module__.startswith("torch.distributed.checkpoint."))
+            or isinstance(obj, (torch.dtype, torch.layout, torch.memory_format))
+            or (module, name) in _INDEX_GLOBALS
+        )
+        if obj is None or not allowed:
+            raise CheckpointError(
+                f"Refused to load sharded checkpoint {self.path!r}: its {INDEX_FILE} needs "
+                f"{module}.{name}, which is not safe to unpickle. If you trust it, pass weights_only=False."
+            )
+        return obj
+
+
+_INDEX_GLOBALS = {
+    ("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
+    ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath"),
+}
+
+
+def _read_index(path: str, weights_only: bool = True) -> Any:
     try:
-        return dcp.FileSystemReader(path).read_metadata()
+        return _reader(path, weights_only).read_metadata()
     except FileNotFoundError as err:
         raise CheckpointError(f"Sharded checkpoint {path!r} has no {INDEX_FILE}: it is incomplete.") from err
 
 
-def _read_into(path: str, key: tuple[str, ...], target: dict[str, Any]) -> None:
-    """Fill ``target``'s tensors (this rank's shards, or full tensors) from the entry ``key``."""
+def _read_into(state: ShardedState, target: dict[str, Any]) -> None:
+    """Fill ``target``'s tensors (this rank's shards, or full tensors) from ``state``'s entry."""
     import torch.distributed.checkpoint as dcp
 
     tree: dict[str, Any] = target
-    for part in reversed(key):
+    for part in reversed(state.key):
         tree = {part: tree}
-    dcp.load(tree, storage_reader=dcp.FileSystemReader(path), no_dist=not dist.is_initialized())
+    dcp.load(tree, storage_reader=_reader(state.path, state.weights_only), no_dist=not dist.is_initialized())
 
 
-def _read_full(path: str, key: tuple[str, ...]) -> dict[str, Any]:
+def _read_full(path: str, key: tuple[str, ...], weights_only: bool = True) -> dict[str, Any]:
     """Every tensor under entry ``key`` as a full CPU tensor, read in this process alone."""
     import torch.distributed.checkpoint as dcp
 
-    index = _read_index(path)
+    index = _read_index(path, weights_only)
     prefix = ".".join(key)
     flat = {
         name: torch.empty(meta.size, dtype=meta.properties.dtype)
@@ -332,7 +383,7 @@ def _read_full(path: str, key: tuple[str, ...]) -> dict[str, Any]:
     }
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.filterwarnings("ignore", message=".*load in a single process")
-        dcp.load(flat, storage_reader=dcp.FileSystemReader(path), no_dist=True)
+        dcp.load(flat, storage_reader=_reader(path, weights_only), no_dist=True)
     tree: dict[str, Any] = {}
     for name, tensor in flat.items():
         where = index.planner_data[name][len(key):]  # the path in the saved tree, after ``key``

@@ -5,10 +5,13 @@ import json
 import math
 
 import pytest
+import torch.distributed.fsdp
 
 from tests.helpers.distributed import REPO_ROOT, run_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(240)]
+if not hasattr(torch.distributed.fsdp, "fully_shard"):
+    pytest.skip("FSDP2 (fully_shard) needs torch >= 2.6", allow_module_level=True)
 SCRIPT = str(REPO_ROOT / "examples" / "fsdp_example.py")
 
 

@@ -44,6 +44,7 @@ def _scenarios(rank: int, world_size: int) -> dict[str, Any]:
     data, odd = regression_data(64), regression_data(56)
     out: dict[str, Any] = {}
     out["sgd"] = _fit(Regression("sgd"), data, B).params
+    out["sgd_grad_check"] = _fit(Regression("sgd"), data, B, detect_non_finite_grads=True).params
     out["adamw_clip_norm"] = _fit(Regression("adamw"), data, B, gradient_clip_val=0.05).params
     out["sgd_clip_value"] = _fit(Regression("sgd"), data, B, gradient_clip_val=0.01, gradient_clip_algorithm="value").params
     meta = fm.MetaRegression("adamw")
@@ -117,6 +118,7 @@ def _check(runs: list[dict[str, Any]], name: str, expected: list[torch.Tensor], 
 
 def test_fsdp_sgd_momentum_equals_one_process(fsdp_runs):
     _check(fsdp_runs, "sgd", _reference(Regression("sgd")))
+    _check(fsdp_runs, "sgd_grad_check", _reference(Regression("sgd")))  # the check reads DTensor gradients
 
 
 def test_fsdp_adamw_with_norm_clipping_equals_one_process(fsdp_runs):

@@ -195,7 +195,7 @@ class FSDPStrategy(ProcessGroupStrategy):
             )
         on_meta = any(t.is_meta for t in [*module.parameters(), *module.buffers()])
         module = self._prepare_module(module, move=False)  # fully_shard moves what is not on meta
-        self._agree_on_weights(module)
+        self._agree_on_weights(module, on_meta)
         mesh = self._mesh()
         kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
         if self.precision == "bf16-mixed":
@@ -238,9 +238,10 @@ class FSDPStrategy(ProcessGroupStrategy):
         names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
         return init_device_mesh(self.root_device.type, shape, mesh_dim_names=names)
 
-    def _agree_on_weights(self, module: nn.Module) -> None:
-        """Rank 0's initial weights and RNG state everywhere: every rank shards the same model
-        (as DDP broadcasts rank 0's weights) and materializes meta layers with the same numbers."""
+    def _agree_on_weights(self, module: nn.Module, on_meta: bool) -> None:
+        """Rank 0's initial weights everywhere, so every rank shards the same model (as DDP
+        broadcasts rank 0's weights); with meta layers also rank 0's RNG state, so every rank
+        materializes them with the same numbers."""
         if self.world_size == 1:
             return
         with torch.no_grad():
@@ -248,6 +249,8 @@ class FSDPStrategy(ProcessGroupStrategy):
                 if not tensor.is_meta:
                     group = self.control_group if tensor.device.type == "cpu" else None
                     dist.broadcast(tensor, src=0, group=group)
+        if not on_meta:
+            return
         torch.set_rng_state(self.broadcast(torch.get_rng_state()))
         if self.root_device.type == "cuda":
             torch.cuda.set_rng_state(self.broadcast(torch.cuda.get_rng_state(self.root_device)), self.root_device)

@@ -28,8 +28,10 @@ from trainer.checkpointing.from_checkpoint import (
 )
 from trainer.checkpointing.resume import (
     capture_generators,
+    capture_loader_position,
     capture_rng_state,
     restore_generators,
+    restore_loader_position,
     restore_rng_state,
     restore_sampler_seeds,
 )
@@ -104,6 +106,7 @@ def _rank_state(trainer: Trainer) -> dict[str, Any]:
         "rng": capture_rng_state(),
         # what decides the next epoch's order when the checkpoint is at an epoch boundary
         "generators": capture_generators(trainer.train_dataloader),
+        "loader": capture_loader_position(trainer.train_dataloader),
     }
 
 
@@ -184,6 +187,7 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         if mine is not None:
             restore_rng_state(mine["rng"])
             restore_generators(trainer.train_dataloader, mine.get("generators", []))
+            restore_loader_position(trainer.train_dataloader, mine.get("loader"))
             if mine.get("epoch_state") is not None:
                 restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
         return

@@ -1,9 +1,9 @@
 """Exact resume: the random state that decides an epoch's order, and fast-forwarding.
 
 At each epoch start the fit loop captures the RNG states that shuffling will draw from (torch's
-global generator and any generator the loader or its sampler owns). A checkpoint saves them
-with the number of batches already trained, and the RNG and loader-generator states of the
-moment it was written. Resuming mid-epoch restores the epoch-start states, builds the epoch's
+global generator and any generator the loader or its sampler owns), and the position of a loader
+that keeps its own (a `DALILoader`'s reader checkpoint). A checkpoint saves them with the number
+of batches already trained, and the RNG and loader states of the moment it was written. Resuming mid-epoch restores the epoch-start states, builds the epoch's
 loader again so it produces the *same* order, skips the trained batches at the index level (no
 data is loaded for them), and then restores the RNG states of the moment of the checkpoint so
 the rest of training draws what the uninterrupted run drew. Resuming at an epoch boundary
@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
+
+from trainer.data.dali import DALILoader
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -85,6 +87,7 @@ def capture_epoch_state(loader: Any) -> dict[str, Any]:
         "rng": capture_rng_state(),
         "generators": capture_generators(loader),
         "sampler_seeds": [s.seed for s in _seeded_samplers(loader)],
+        "loader": capture_loader_position(loader),
     }
 
 
@@ -93,6 +96,18 @@ def restore_epoch_state(loader: Any, state: dict[str, Any]) -> None:
     restore_rng_state(state["rng"])
     restore_generators(loader, state["generators"])
     restore_sampler_seeds(loader, state)
+    restore_loader_position(loader, state.get("loader"))
+
+
+def capture_loader_position(loader: Any) -> dict[str, Any] | None:
+    """The position of a loader that keeps its own (a `DALILoader`: its reader's checkpoint)."""
+    return loader.state_dict() if isinstance(loader, DALILoader) else None
+
+
+def restore_loader_position(loader: Any, state: dict[str, Any] | None) -> None:
+    """Undo :func:`capture_loader_position` (nothing for loaders without a position)."""
+    if state is not None and isinstance(loader, DALILoader):
+        loader.load_state_dict(state)
 
 
 def capture_generators(loader: Any) -> list[torch.Tensor]:

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.arguments import check_str
+from trainer.data.dali import DALILoader
 from trainer.launch.failure_notes import explain_failure
 from trainer.distributed.rendezvous import fresh_store, mark_group_joined
 from trainer.strategies.strategy import Strategy
@@ -119,8 +120,8 @@ class ProcessGroupStrategy(Strategy):
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
         """Shard ``dataloader`` across ranks (exactly once each for evaluation; for predict in
         consecutive blocks, so the gathered predictions are in dataset order)."""
-        if not self.use_distributed_sampler or self.world_size == 1:
-            return dataloader
+        if not self.use_distributed_sampler or self.world_size == 1 or isinstance(dataloader, DALILoader):
+            return super().process_dataloader(dataloader, stage)
         from trainer.data.distributed_sampler import distribute_dataloader
 
         return distribute_dataloader(

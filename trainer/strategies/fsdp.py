@@ -127,7 +127,9 @@ class FSDPStrategy(ProcessGroupStrategy):
         device_mesh: ``None`` (all ranks shard, 1-D), a ``(replicas, shards)`` tuple for hybrid
             sharding (HSDP: shard within groups of ``shards`` ranks, replicate across them), or
             a ``DeviceMesh`` of your own.
-        timeout, process_group_backend: as for every distributed strategy.
+        timeout: how long a collective may wait for the other ranks (seconds or a ``timedelta``),
+            as for every distributed strategy.
+        process_group_backend: ``"nccl"`` on CUDA and ``"gloo"`` on CPU unless given.
 
     The Trainer's ``precision`` decides the dtypes: ``"bf16-mixed"`` gathers parameters in bf16
     and reduce-scatters gradients in fp32 (the shards and the optimizer stay fp32; autocast

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from trainer.accelerators.accelerator import Accelerator
+from trainer.data.dali import DALILoader
 from trainer.data.distributed_sampler import set_epoch
 from trainer.distributed.cluster_environment import ClusterEnvironment
 
@@ -183,7 +184,10 @@ class Strategy:
         return num_batches, False
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """Adapt a DataLoader to this strategy (e.g. shard it across ranks)."""
+        """Adapt a DataLoader to this strategy (e.g. shard it across ranks); a `DALILoader` gets
+        this rank's shard (``shard_id = global rank``, ``num_shards = world size``)."""
+        if isinstance(dataloader, DALILoader):
+            return dataloader.sharded(self.global_rank, self.world_size, training=stage == "fit")
         return dataloader
 
     def on_epoch_start(self, dataloader: Any, epoch: int) -> None:

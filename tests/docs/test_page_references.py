@@ -1,0 +1,64 @@
+"""The files and names the docs pages and the README point at exist: a moved test file or a renamed
+attribute fails here instead of leaving a page that sends readers nowhere."""
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+from trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+# Repository paths as the pages write them (in backticks or links): trainer/loops/fit_loop.py, tests/...
+PATH = re.compile(r"(?<![\w/.])((?:trainer|callbacks|tests|examples|benchmarks|docs|\.ci)/[\w./-]*\w)")
+# Dotted names in code spans: the packages' modules and attributes, or a Trainer's (`trainer.global_step`).
+NAME = re.compile(r"`((?:trainer|callbacks)(?:\.\w+)+)")
+# Written by a run, not part of the repository (git-ignored), or a placeholder in a table.
+NOT_IN_THE_REPOSITORY = {"benchmarks/results/latest.json"}
+PLACEHOLDERS = {"callbacks.X"}
+
+
+def _attribute_chain(obj: object, parts: list[str]) -> bool:
+    try:
+        for part in parts:
+            obj = getattr(obj, part)
+    except AttributeError:
+        return False
+    except Exception:  # a property that needs a running fit (`trainer.strategy` before fit) exists
+        return True
+    return True
+
+
+def _resolves(name: str, trainer: Trainer) -> bool:
+    parts = name.split(".")
+    for split in range(len(parts), 0, -1):  # the longest importable module, then its attributes
+        try:
+            module = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        if _attribute_chain(module, parts[split:]):
+            return True
+        break
+    return _attribute_chain(trainer, parts[1:])  # `trainer.x` on the pages is mostly a Trainer object
+
+
+def test_the_repository_paths_on_the_pages_exist():
+    missing = [
+        f"{page.relative_to(ROOT)}: {path}"
+        for page in PAGES
+        for path in sorted(set(PATH.findall(page.read_text())))
+        if path not in NOT_IN_THE_REPOSITORY and not (ROOT / path).exists()
+    ]
+    assert not missing, "pages name files that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_dotted_names_on_the_pages_exist(tmp_path):
+    trainer = Trainer(accelerator="cpu", default_root_dir=tmp_path, enable_progress_bar=False)  # the default logger
+    missing = [
+        f"{page.relative_to(ROOT)}: {name}"
+        for page in PAGES
+        for name in sorted(set(NAME.findall(page.read_text())))
+        if name not in PLACEHOLDERS and not _resolves(name, trainer)
+    ]
+    assert not missing, "pages name attributes that do not exist:\n" + "\n".join(missing)

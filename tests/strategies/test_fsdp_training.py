@@ -30,12 +30,16 @@ class Grab(Callback):
         self.local_dtypes = {(p.to_local() if hasattr(p, "to_local") else p).dtype for p in module.parameters()}
 
 
-def _fit(module: Any, data: Any, batch: int, accumulate: int = A, strategy: Any = "fsdp", epochs: int = 2, **kwargs: Any) -> Grab:
+def _fit(
+    module: Any, data: Any, batch: int, accumulate: int = A, strategy: Any = "fsdp", epochs: int = 2, val: Any = None, **kwargs: Any
+) -> Grab:
     grab = Grab()
-    Trainer(
+    trainer = Trainer(
         accelerator="cpu", strategy=strategy, max_epochs=epochs, accumulate_grad_batches=accumulate,
         callbacks=[grab], **QUIET, **kwargs,
-    ).fit(module, loader(data, batch))
+    )
+    trainer.fit(module, loader(data, batch), val)
+    grab.val_loss = trainer.callback_metrics.get("val_loss")
     return grab
 
 
@@ -43,7 +47,8 @@ def _scenarios(rank: int, world_size: int) -> dict[str, Any]:
     torch.set_num_threads(1)
     data, odd = regression_data(64), regression_data(56)
     out: dict[str, Any] = {}
-    out["sgd"] = _fit(Regression("sgd"), data, B).params
+    grab = _fit(Regression("sgd"), data, B, val=loader(regression_data(16, seed=1), B))  # with validation in fit
+    out["sgd"], out["sgd_val_loss"] = grab.params, grab.val_loss
     out["sgd_grad_check"] = _fit(Regression("sgd"), data, B, detect_non_finite_grads=True).params
     out["adamw_clip_norm"] = _fit(Regression("adamw"), data, B, gradient_clip_val=0.05).params
     out["sgd_clip_value"] = _fit(Regression("sgd"), data, B, gradient_clip_val=0.01, gradient_clip_algorithm="value").params
@@ -97,6 +102,20 @@ def _scenarios(rank: int, world_size: int) -> dict[str, Any]:
     return out
 
 
+def _hybrid(rank: int, world_size: int) -> list[torch.Tensor]:
+    torch.set_num_threads(1)
+    return _fit(Regression("sgd"), regression_data(64), 2, strategy=FSDPStrategy(device_mesh=(2, 2))).params
+
+
+@pytest.mark.timeout(180)
+def test_hybrid_sharding_on_a_two_by_two_mesh_equals_one_process():
+    # 4 ranks: 2 replicas x 2 shards; micro batch 2, A = 2: global batch 16
+    runs = run_ranks(_hybrid, world_size=4, init_group=False, timeout=150)
+    expected = _reference(Regression("sgd"))
+    for params in runs:
+        assert_params_close(params, expected, 1e-5)
+
+
 @pytest.fixture(scope="module")
 def fsdp_runs() -> list[dict[str, Any]]:
     return run_ranks(_scenarios, world_size=2, init_group=False, timeout=240)
@@ -118,6 +137,12 @@ def _check(runs: list[dict[str, Any]], name: str, expected: list[torch.Tensor], 
 
 def test_fsdp_sgd_momentum_equals_one_process(fsdp_runs):
     _check(fsdp_runs, "sgd", _reference(Regression("sgd")))
+    # validation inside fit (sanity check, each epoch) runs on the sharded module
+    model = Regression("sgd")
+    trainer = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
+    trainer.fit(model, loader(regression_data(64), 2 * B * A), loader(regression_data(16, seed=1), 2 * B))
+    for run in fsdp_runs:
+        assert abs(float(run["sgd_val_loss"]) - float(trainer.callback_metrics["val_loss"])) < 1e-5
     _check(fsdp_runs, "sgd_grad_check", _reference(Regression("sgd")))  # the check reads DTensor gradients
 
 

@@ -44,6 +44,16 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         """Return the optimizer(s) and optional scheduler(s)."""
         raise NotImplementedError
 
+    def configure_model(self) -> None:
+        """Build large layers here rather than in ``__init__`` (Lightning's hook).
+
+        Called once per module object by the first ``fit`` / ``validate`` / ``test`` /
+        ``predict`` that runs it, before the strategy wraps it: layers created here go straight
+        to the device, and under ``strategy="fsdp"`` onto the meta device, so the full model
+        never exists on one rank (docs/fsdp.md). Layers must be initialized by their
+        ``reset_parameters()`` (torch's are).
+        """
+
     # -- optional steps ---------------------------------------------------------------------
     def validation_step(self, batch: Any, batch_idx: int, *args: Any) -> Any:
         """Evaluate one validation batch; log metrics with ``self.log``."""

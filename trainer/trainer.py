@@ -93,6 +93,7 @@ class Trainer:
             num_nodes=num_nodes,
             sync_batchnorm=sync_batchnorm,
             use_distributed_sampler=use_distributed_sampler,
+            precision=self.precision,
         )
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
         use_deterministic_algorithms(deterministic)

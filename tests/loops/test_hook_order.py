@@ -53,6 +53,9 @@ class RecordingModule(TrainModule):
     def teardown(self, stage: str) -> None:
         self._rec("teardown", stage)
 
+    def configure_model(self) -> None:
+        self._rec("configure_model")
+
     def configure_optimizers(self) -> Any:
         self._rec("configure_optimizers")
         return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -326,6 +329,7 @@ class Recorder(Callback):
 EXPECTED_FIT = [
     "module.prepare_data",
     "callback.setup(fit)", "module.setup(fit)",
+    "module.configure_model",  # once per module object: not in the validate/test/predict after fit
     "module.configure_optimizers",
     "callback.on_fit_start", "module.on_fit_start",
     # sanity check: num_sanity_val_steps=1 batch
@@ -533,6 +537,7 @@ def test_exception_in_training_step_calls_on_exception_then_teardown_and_reraise
     assert events == [
         "module.prepare_data",
         "callback.setup(fit)", "module.setup(fit)",
+        "module.configure_model",
         "module.val_dataloader",  # no val loader passed to fit: the module is asked (returns None)
         "module.configure_optimizers",
         "callback.on_fit_start", "module.on_fit_start",

@@ -299,7 +299,7 @@ def test_trainer_flags_must_be_bools(name, value):
         (
             {"precision": None},
             TypeError,
-            "precision must be a str or an int, one of '32-true', 'bf16-mixed', '16-mixed'; got None",
+            "precision must be a str or an int, one of '32-true', 'bf16-mixed', '16-mixed', 'bf16-true'; got None",
         ),
         ({"precision": 32.0}, TypeError, "precision must be a str or an int"),
         ({"precision": True}, TypeError, "precision must be a str or an int"),

@@ -1,10 +1,13 @@
-"""Numeric precision: full fp32, bf16 autocast, and fp16 autocast with loss scaling."""
+"""Numeric precision: full fp32, bf16 autocast, fp16 autocast with loss scaling, and pure bf16."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Iterator
 
 import torch
+from torch import nn
+
+from trainer.data.batch import apply_to_tensors
 
 _ALIASES = {
     "32-true": "32-true",
@@ -12,11 +15,12 @@ _ALIASES = {
     32: "32-true",
     "bf16-mixed": "bf16-mixed",
     "bf16": "bf16-mixed",
+    "bf16-true": "bf16-true",
     "16-mixed": "16-mixed",
     "16": "16-mixed",
     16: "16-mixed",
 }
-SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
 _NO_AUTOCAST = contextlib.nullcontext()  # stateless and reusable: no allocation per step
 
 
@@ -37,7 +41,12 @@ def normalize_precision(precision: Any) -> str:
 
 
 class Precision:
-    """Autocast context, backward, unscaling and optimizer stepping for one precision."""
+    """Autocast context, backward, unscaling and optimizer stepping for one precision.
+
+    ``"bf16-true"`` (Lightning's name) runs the whole module in bf16: its parameters, gradients
+    and optimizer state are bf16 (half the memory of fp32), floating-point batches are cast to
+    bf16 before each step, and nothing is autocast.
+    """
 
     def __init__(self, precision: str, device_type: str) -> None:
         self.precision = normalize_precision(precision)
@@ -51,6 +60,7 @@ class Precision:
             torch.amp.GradScaler("cuda") if self.precision == "16-mixed" else None
         )
         self._dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.precision)
+        self.module_dtype = torch.bfloat16 if self.precision == "bf16-true" else None  # of the whole module
         self._unscaled: set[int] = set()  # optimizers unscaled since the last `update` (fp16)
 
     def autocast(self) -> ContextManager[Any]:
@@ -58,6 +68,30 @@ class Precision:
         if self._dtype is None:
             return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self._dtype)
+
+    @contextlib.contextmanager
+    def module_init_context(self) -> Iterator[None]:
+        """Where ``configure_model`` builds layers: in bf16 directly under ``"bf16-true"``."""
+        if self.module_dtype is None:
+            yield
+            return
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(self.module_dtype)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(previous)
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """The module in its precision's dtype (``"bf16-true"``: every floating-point tensor in bf16)."""
+        return module if self.module_dtype is None else module.to(self.module_dtype)
+
+    def convert_input(self, batch: Any) -> Any:
+        """The batch as the module computes in it (``"bf16-true"``: floating-point tensors in bf16)."""
+        dtype = self.module_dtype
+        if dtype is None:
+            return batch
+        return apply_to_tensors(batch, lambda t: t.to(dtype) if t.is_floating_point() else t)
 
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backward (arguments as ``Tensor.backward``'s), through the loss scaler under fp16."""

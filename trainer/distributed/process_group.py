@@ -108,8 +108,9 @@ class ProcessGroupStrategy(Strategy):
         self.control_group = None
 
     # -- model and data -----------------------------------------------------------------------
-    def _prepare_module(self, module: nn.Module) -> nn.Module:
-        module = module.to(self.root_device)
+    def _prepare_module(self, module: nn.Module, move: bool = True) -> nn.Module:
+        if move:
+            module = module.to(self.root_device)
         if self.sync_batchnorm and self.world_size > 1:
             from trainer.strategies.sync_batchnorm import convert_sync_batchnorm
 

@@ -350,6 +350,7 @@ def _spawned_worker(rank: int, payload: bytes, port: int, nprocs: int, out: str,
         detect_cluster_environment(),
         sync_batchnorm=strategy.sync_batchnorm,
         use_distributed_sampler=strategy.use_distributed_sampler,
+        precision=strategy.precision,
     )
     result = getattr(trainer, fn)(*args)
     if rank == 0:

@@ -11,6 +11,7 @@ from trainer.checkpointing.connector import load_weights
 from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, has_length, num_batches, short_loader_error
 from trainer.metrics.metric_store import MetricStore
+from trainer.model_setup import configure_model
 from trainer.stage import EVALUATION, Stage
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class EvaluationLoop:
     def setup(self, model: TrainModule, loaders: Any, ckpt_path: Any, weights_only: bool) -> list[Any]:
         """The stage's loaders (given, or the DataModule's or module's hook), the module placed, weights loaded."""
         t, s, strategy = self.trainer, self.settings, self.trainer.strategy
+        configure_model(t, model)  # right after `setup`, as in Lightning; before weights are loaded
         if ckpt_path is not None:  # first: a DataModule's restored state may decide its loaders
             load_weights(t, ckpt_path, weights_only)
         owner = data_source(t, model)
@@ -91,6 +93,7 @@ class EvaluationLoop:
                             batch = strategy.accelerator.move_batch(
                                 batch, strategy.root_device, channels_last=t.channels_last
                             )
+                        batch = t.precision_plugin.convert_input(batch)
                         self.metrics.set_batch(batch)
                         hooks.call(s.batch_start, batch, batch_idx, dl_idx)
                         with t.precision_plugin.autocast():

@@ -45,6 +45,7 @@ from trainer.loops.optimization import (
     step_schedulers,
 )
 from trainer.loops.progress import FitProgress
+from trainer.model_setup import configure_model
 from trainer.seed import install_worker_seeding, isolated_rng
 from trainer.stage import Stage
 
@@ -76,6 +77,7 @@ class FitLoop:
         self._agreed_stop = False  # `should_stop` as every rank agreed at the last agreement point
         self._validated = False  # a plateau scheduler's missing monitor may still come from validation
         self._move_batches = False
+        self._convert_batches = False
         self.prefetching = False  # this epoch copies batches to the device on a side stream
         self.manual: ManualOptimization | None = None  # the module steps its optimizers itself
         self._data_sources: tuple[Any, Any] = (None, None)  # fit's loader arguments (None: the hooks)
@@ -112,6 +114,7 @@ class FitLoop:
         """`Trainer.fit`'s work: data, module and optimizers set up, a checkpoint restored, training."""
         t, strategy = self.trainer, self.trainer.strategy
         self._reset()
+        configure_model(t, model)  # right after `setup`, as in Lightning
         if ckpt_path is None and strategy.cluster_environment.restart_count > 0:
             ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
         path, checkpoint = "", None
@@ -277,6 +280,7 @@ class FitLoop:
         source = prefetcher if prefetcher is not None else source
         # decided once per epoch: CPU batches already are where they train (unless channels_last)
         self._move_batches = prefetcher is None and (strategy.root_device.type != "cpu" or t.channels_last)
+        self._convert_batches = t.precision_plugin.module_dtype is not None
         seen = 0
         rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
         for batch_idx, batch, is_last in iterate_with_lookahead(
@@ -329,6 +333,8 @@ class FitLoop:
         hooks, strategy = t.hooks, t.strategy
         if self._move_batches:  # not when the prefetcher already moved it
             batch = strategy.accelerator.move_batch(batch, strategy.root_device, channels_last=t.channels_last)
+        if self._convert_batches:  # "bf16-true": the module computes in bf16
+            batch = t.precision_plugin.convert_input(batch)
         metrics = t.metric_logger.train
         metrics.set_batch(batch)
         metrics.in_step = True

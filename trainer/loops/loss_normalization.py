@@ -4,7 +4,7 @@ When ``training_step`` returns ``{"loss": summed_loss, "num_items": n}`` (e.g. t
 count), averaging per-micro-batch means again (over accumulation and over ranks) weights a
 short sequence like a long one. Instead the summed loss is back-propagated as is, the item
 count is all-reduced once per optimizer step, and the window's gradients are multiplied by
-``W / total_items`` (DDP has already averaged them over the W ranks), before unscaling,
+``W / total_items`` (DDP or FSDP has already averaged them over the W ranks), before unscaling,
 clipping and the step. No micro batch of the window has to be fetched ahead of time.
 """
 from __future__ import annotations

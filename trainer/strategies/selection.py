@@ -49,6 +49,7 @@ def select_strategy(
     num_nodes: int,
     sync_batchnorm: bool,
     use_distributed_sampler: bool,
+    precision: str = "32-true",
 ) -> Strategy:
     """The strategy for this run, connected to ``accelerator`` and placed in the job."""
     from trainer.distributed.process_group import ProcessGroupStrategy
@@ -62,7 +63,7 @@ def select_strategy(
             f"Unknown strategy {strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy."
         )
     cluster = detect_cluster_environment()
-    options = {"sync_batchnorm": sync_batchnorm, "use_distributed_sampler": use_distributed_sampler}
+    options = {"sync_batchnorm": sync_batchnorm, "use_distributed_sampler": use_distributed_sampler, "precision": precision}
     if cluster.is_distributed:
         _check_matches_launcher(per_node, num_nodes, cluster)
         if accelerator.kind == "cuda" and cluster.local_world_size > accelerator.device_count():

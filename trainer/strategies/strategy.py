@@ -38,6 +38,7 @@ class Strategy:
         self.launcher: Any = None  # set when this process must start the workers itself
         self.control_group: Any = None  # a CPU group for small host-side agreements (None: default group)
         self._backward_sync_blocked = 0  # depth of `block_backward_sync` contexts
+        self.precision = "32-true"  # the Trainer's (normalized), given by `connect`
 
     # -- set-up -----------------------------------------------------------------------------
     def connect(
@@ -48,11 +49,13 @@ class Strategy:
         sync_batchnorm: bool = False,
         use_distributed_sampler: bool = True,
         launcher: Any = None,
+        precision: str = "32-true",
     ) -> None:
         """The one set-up entry point, for a strategy named or given alike (before
         ``setup_environment``): the device kind, this process's place in the job (where a
-        ``launcher`` will start the workers, the job it will start), the Trainer's BatchNorm and
-        sampler options (used by the distributed strategies)."""
+        ``launcher`` will start the workers, the job it will start), the Trainer's BatchNorm,
+        sampler and precision options (used by the distributed strategies)."""
+        self.precision = precision
         self._accelerator = accelerator
         self._cluster_environment = cluster_environment
         self.sync_batchnorm = sync_batchnorm
@@ -118,6 +121,10 @@ class Strategy:
     def setup_environment(self) -> None:
         """Pin the device and join the process group."""
         self.accelerator.pin_device(self.root_device)
+
+    def module_init_context(self) -> ContextManager[Any]:
+        """Where ``configure_model`` builds layers: directly on this process's device."""
+        return torch.device(self.root_device)
 
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move the module to its device and return what the loop calls (possibly a wrapper)."""

@@ -275,6 +275,12 @@ def _resume_elsewhere(rank, world_size, tmp, full):
         Logged(), make_loader(), ckpt_path=full
     )
     out["from_file"] = record.at
+    if world_size == 4:  # into a 2-D (HSDP) mesh: shards within pairs, replicas across them
+        record = Record()
+        Trainer(strategy=_strategy(device_mesh=(2, 2)), callbacks=[record], **{**kw, "max_steps": STOP_STEP}).fit(
+            Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt")
+        )
+        out["hsdp"] = record.at
     if world_size == 1:
         seed_everything(5)
         reference = Logged()
@@ -302,6 +308,9 @@ def test_resume_reshards_to_another_world_size(run, full_file, world_size):
         assert out["steps"] == STOP_STEP + 2
         assert all(torch.equal(a, b) for a, b in zip(out["from_file"]["start"], saved))
         assert _same_optimizer_state(out["from_file"]["optimizer"], saved_optimizer)
+        if world_size == 4:
+            assert all(torch.equal(a, b) for a, b in zip(out["hsdp"]["start"], saved))
+            assert _same_optimizer_state(out["hsdp"]["optimizer"], saved_optimizer)
         assert all(torch.isfinite(p).all() and not torch.equal(p, q) for p, q in zip(out["end"], saved))
     assert any("made with world size 2" in w for w in outs[0]["warnings"])
     if world_size == 1:  # two more steps from those states: as one process without FSDP takes them

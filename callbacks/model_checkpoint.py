@@ -57,10 +57,10 @@ class ModelCheckpoint(Callback):
     Checkpoints are written by ``trainer.save_checkpoint``, which every rank calls and global
     rank 0 writes atomically (temporary file, fsync, rename). Under ``strategy="fsdp"`` each
     checkpoint is a directory of the same name holding every rank's shards (also ``last.ckpt``);
-    a checkpoint that falls out of the top k is deleted with its directory. Global rank 0 makes every decision
-    (which file, which to delete) and broadcasts it, so all ranks keep the same bookkeeping even
-    when their values of ``monitor`` differ: log it with ``sync_dist=True`` to rank by the global
-    value.
+    a checkpoint that falls out of the top k is deleted with its directory. Global rank 0 makes
+    every decision (which file, which to delete) and broadcasts it, so all ranks keep the same
+    bookkeeping even when their values of ``monitor`` differ: log it with ``sync_dist=True`` to
+    rank by the global value.
     """
 
     CHECKPOINT_NAME_LAST = "last"

@@ -123,10 +123,9 @@ def _two_ranks(rank, world_size, tmp):
     trainer.fit(resumed, make_loader())
     del os.environ["TORCHELASTIC_RESTART_COUNT"]
     out["resumed"], out["resumed_start"], out["steps"] = record.at["end"], record.at["start"], trainer.global_step
-    # evaluation of a fresh module reads the sharded checkpoint before the module is sharded
-    out["val"] = Trainer(strategy=_strategy(), **kw, **QUIET).validate(
-        Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt")
-    )
+    # evaluating a fresh module from ckpt_path="best" (a directory) reads it before the module is sharded
+    out["best"] = checkpoint.best_model_path
+    out["val"] = trainer.validate(Logged(), make_loader(), ckpt_path="best")
     return out
 
 
@@ -223,8 +222,9 @@ def test_consolidated_file_loads_with_torch_load_and_load_from_checkpoint(run, t
     # a sharded directory directly: read whole in this process
     model = Logged.load_from_checkpoint(os.path.join(tmp, "mid.ckpt"))
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), saved))
-    # and evaluation in one process from the directory gives what the 2-rank evaluation gave
-    single = Trainer(accelerator="cpu", **QUIET).validate(Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt"))
+    # and evaluation in one process from the best directory gives what the 2-rank evaluation gave
+    assert os.path.isdir(results[0]["best"])
+    single = Trainer(accelerator="cpu", **QUIET).validate(Logged(), make_loader(), ckpt_path=results[0]["best"])
     assert single[0]["val_loss"] == pytest.approx(results[0]["val"][0]["val_loss"], rel=1e-6)
 
 

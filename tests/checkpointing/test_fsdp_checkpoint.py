@@ -232,11 +232,13 @@ def test_consolidate_command_line(run, tmp_path):
     import subprocess
     import sys
 
+    from tests.helpers.distributed import script_env
+
     tmp, results = run
     out = tmp_path / "cli.ckpt"
     done = subprocess.run(
         [sys.executable, "-m", "trainer.checkpointing.consolidate", os.path.join(tmp, "mid.ckpt"), str(out)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, env=script_env(None),
     )
     assert done.returncode == 0, done.stderr
     ckpt = torch.load(out, weights_only=True)

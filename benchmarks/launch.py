@@ -48,7 +48,8 @@ def _free_port() -> int:
 def command(scenario: Scenario, variant: Variant, out_dir: Path) -> list[str]:
     """The command line: ``python script`` for one process, torchrun for several."""
     script = str(BENCH_DIR / variant.script)
-    args = [script, *scenario.workload.to_argv(), "--out", str(out_dir), *variant.extra]
+    args = [script, *scenario.workload.to_argv(), "--out", str(out_dir), "--device", scenario.device,
+            *variant.extra]
     if scenario.nproc == 1:
         return [sys.executable, *args]
     return [
@@ -62,7 +63,8 @@ def command(scenario: Scenario, variant: Variant, out_dir: Path) -> list[str]:
 def run_variant(
     scenario: Scenario, variant: Variant, out_dir: Path, timeout: float = 240, pin_malloc: bool = True
 ) -> dict[str, Any]:
-    """Run ``variant`` once; rank 0's timings and loss, the largest peak RSS of any rank."""
+    """Run ``variant`` once: rank 0's timings and loss, the largest peak RSS (and GPU memory) of
+    any rank, and every rank's training-state bytes (``rank_state_bytes``, where measured)."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
@@ -80,6 +82,9 @@ def run_variant(
     ranks = [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(scenario.nproc)]
     result = dict(ranks[0])
     result["peak_rss_mb"] = max(r["peak_rss_mb"] for r in ranks)
+    device_mb = [r["peak_device_mb"] for r in ranks if r.get("peak_device_mb") is not None]
+    result["peak_device_mb"] = max(device_mb) if device_mb else None
+    result["rank_state_bytes"] = [r.get("state_bytes") for r in ranks]
     result["rank_steps"] = [r["steps"] for r in ranks]
     result["wall_s"] = wall
     shutil.rmtree(out_dir / "run", ignore_errors=True)  # logs and checkpoints of --defaults runs

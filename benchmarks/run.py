@@ -1,9 +1,11 @@
-"""Run the benchmark suite: ``python -m benchmarks.run [--quick]``.
+"""Run the benchmark suite: ``python -m benchmarks.run [--quick] [--device cuda]``.
 
 Every scenario runs each loop in fresh processes, interleaved (A B C ... then ... C B A, so slow
 drift of a shared machine hits every loop alike), and reports the median over repeats of the
-per-repeat ratio to the hand-written loop. Prints Markdown tables with PASS/FAIL targets and
-writes everything, raw runs included, to ``benchmarks/results/latest.json``.
+per-repeat ratio to the hand-written loop. Prints Markdown tables with PASS/FAIL targets, writes
+everything, raw runs included, to ``benchmarks/results/latest.json`` and plots the ratios to
+``benchmarks/results/latest.png``. ``--device cuda`` runs every process on its own GPU (NCCL
+between ranks); scenarios with more processes than GPUs are skipped.
 """
 from __future__ import annotations
 
@@ -21,12 +23,13 @@ from typing import Any
 from benchmarks import report
 from benchmarks.launch import BENCH_DIR, REPO_ROOT, import_seconds, run_variant
 from benchmarks.scenarios import IMPORTS, scenarios
+from benchmarks.workload import DEVICES
 
 STARTUP_KEY = "startup"
 BUSY_LOAD = 1.5  # 1-minute load average above which timings are not worth recording
 
 
-def machine_info() -> dict[str, Any]:
+def machine_info(device: str = "cpu") -> dict[str, Any]:
     """What the numbers were measured on."""
     import torch
 
@@ -49,8 +52,23 @@ def machine_info() -> dict[str, Any]:
                                 capture_output=True, text=True).stdout.strip()
     except OSError:
         commit = ""
-    return {"nproc": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
-            "versions": versions, "commit": commit, "load_before": os.getloadavg()[0]}
+    info = {"nproc": os.cpu_count(), "cpu": cpu, "platform": platform.platform(),
+            "versions": versions, "commit": commit, "load_before": os.getloadavg()[0], "device": device}
+    if device == "cuda":
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        info["versions"]["cuda"] = torch.version.cuda
+    return info
+
+
+def check_device(device: str) -> str | None:
+    """Why ``device`` cannot run here (a sentence), or None when it can."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return ("--device cuda needs a CUDA GPU, but torch.cuda.is_available() is False here "
+                f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); run it on a GPU "
+                "machine, or leave out --device to benchmark on the CPU")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,20 +76,30 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="2 repeats, fewer epochs: a smoke run")
-    parser.add_argument("--only", default="", help="scenario keys: s1_small,s2_large,s3_ddp,startup")
+    parser.add_argument("--only", default="", help="scenario keys: s1_small,s2_large,s3_ddp,s6_fsdp,startup")
+    parser.add_argument("--device", choices=DEVICES, default="cpu",
+                        help="cpu (default), or cuda: one GPU per process, NCCL between ranks")
     parser.add_argument("--no-peers", action="store_true", help="skip PyTorch Lightning and HF Accelerate")
     parser.add_argument("--repeats", type=int, default=None, help="override the repeats of every scenario")
     parser.add_argument("--json", default=str(BENCH_DIR / "results" / "latest.json"), help="results file")
+    parser.add_argument("--plot", default=None,
+                        help="the PNG of step-time ratios (default: the results file with .png)")
     parser.add_argument("--default-malloc", action="store_true",
                         help="leave glibc's malloc thresholds alone (step times then vary between runs)")
     parser.add_argument("--strict", action="store_true", help="exit 1 on a failed target (parity: always)")
     args = parser.parse_args(argv)
+    problem = check_device(args.device)
+    if problem:
+        parser.error(problem)
 
     began = time.perf_counter()
-    info = machine_info()
+    info = machine_info(args.device)
     only = {k for k in args.only.split(",") if k}
     print(f"[bench] {info['cpu']}, {info['nproc']} CPUs, torch {info['versions']['torch']}, "
           f"load {info['load_before']:.2f}", flush=True)
+    gpus = len(info.get("gpus", []))
+    if gpus:
+        print(f"[bench] --device cuda: {gpus} x {info['gpus'][0]}, CUDA {info['versions']['cuda']}", flush=True)
     if info["load_before"] > BUSY_LOAD:
         print(f"[bench] WARNING: load average {info['load_before']:.2f} > {BUSY_LOAD}: other work shares "
               "the CPUs and the timings will be noisy; rerun when the machine is quiet.", flush=True)
@@ -86,8 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     results_dir = Path(args.json).parent
     summary: dict[str, Any] = {"machine": info, "quick": args.quick, "pinned_malloc": not args.default_malloc,
                                "scenarios": {}}
-    for scenario in scenarios(args.quick):
+    for scenario in scenarios(args.quick, args.device):
         if only and scenario.key not in only:
+            continue
+        if args.device == "cuda" and scenario.nproc > gpus:
+            print(f"[bench] SKIP {scenario.title}: needs {scenario.nproc} GPUs, this machine has {gpus}.",
+                  flush=True)
             continue
         variants = [v for v in scenario.variants if v.needs is None or peers[v.needs]]
         repeats = args.repeats or scenario.repeats
@@ -124,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{info['load_before']:.2f}/{summary['machine']['load_after']:.2f}; results in {args.json}")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
+    if summary["scenarios"]:
+        if importlib.util.find_spec("matplotlib") is None:
+            print("[bench] SKIP the plot: `matplotlib` is not installed (pip install -e \".[bench]\").")
+        else:
+            png = report.plot(summary, args.plot or Path(args.json).with_suffix(".png"))
+            print(f"[bench] plot in {png}")
     parity_ok = all(t["passed"] for t in summary["targets"] if "parity" in t["target"])
     if not parity_ok:
         return 1

@@ -11,18 +11,24 @@ class Variant:
     """One training loop to run: a script under ``benchmarks/`` and its extra arguments.
 
     ``needs`` names a module that must be importable (the ``bench`` extra); without it the
-    variant is skipped with a message instead of failing the suite.
+    variant is skipped with a message instead of failing the suite. ``sharded``: each rank should
+    hold 1/W of the training state (FSDP), which the report checks.
     """
 
     name: str
     script: str
     extra: tuple[str, ...] = ()
     needs: str | None = None
+    sharded: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-    """A workload run by every variant, interleaved ``repeats`` times."""
+    """A workload run by every variant, interleaved ``repeats`` times, on ``device``.
+
+    ``reports_state``: the report adds a table of each rank's parameter, gradient and optimizer
+    state bytes (`benchmarks.memory`).
+    """
 
     key: str
     title: str
@@ -31,6 +37,8 @@ class Scenario:
     nproc: int
     variants: tuple[Variant, ...]
     repeats: int
+    device: str = "cpu"
+    reports_state: bool = False
 
     @property
     def baseline(self) -> Variant:
@@ -42,16 +50,20 @@ HANDWRITTEN_SINGLE = Variant("handwritten", "handwritten/single.py")
 HANDWRITTEN_DDP = Variant("handwritten", "handwritten/ddp_ga.py")
 LOCKSTEP = Variant("lockstep", "frameworks/lockstep_bench.py")
 LOCKSTEP_DEFAULTS = Variant("lockstep (defaults)", "frameworks/lockstep_bench.py", ("--defaults",))
+HANDWRITTEN_FSDP = Variant("handwritten fsdp", "handwritten/fsdp.py", sharded=True)
+LOCKSTEP_FSDP = Variant("lockstep fsdp", "frameworks/lockstep_bench.py", ("--strategy", "fsdp"), sharded=True)
 LIGHTNING = Variant("lightning", "frameworks/lightning_bench.py", needs="lightning")
 ACCELERATE = Variant("accelerate", "frameworks/accelerate_bench.py", needs="accelerate")
 
 
-def scenarios(quick: bool = False) -> list[Scenario]:
-    """Scenarios 1-3 (the training runs; start-up and memory are read from their results).
+def scenarios(quick: bool = False, device: str = "cpu") -> list[Scenario]:
+    """Scenarios 1-3 and 6 (the training runs; start-up and memory are read from their results).
 
     ``quick`` runs a third of the epochs and two repeats: a smoke run, not a measurement.
+    ``device="cuda"`` runs every process on its own GPU, the several-process scenarios with NCCL.
     """
     reps = 2 if quick else 5
+    ranks = "NCCL, 1 GPU each" if device == "cuda" else "gloo, 1 thread each"
 
     def epochs(n: int) -> int:
         return max(2, n // 3) if quick else n
@@ -65,6 +77,7 @@ def scenarios(quick: bool = False) -> list[Scenario]:
             nproc=1,
             variants=(HANDWRITTEN_SINGLE, LOCKSTEP, LOCKSTEP_DEFAULTS, LIGHTNING, ACCELERATE),
             repeats=reps,
+            device=device,
         ),
         Scenario(
             key="s2_large",
@@ -74,15 +87,29 @@ def scenarios(quick: bool = False) -> list[Scenario]:
             nproc=1,
             variants=(HANDWRITTEN_SINGLE, LOCKSTEP, LOCKSTEP_DEFAULTS, LIGHTNING, ACCELERATE),
             repeats=reps,
+            device=device,
         ),
         Scenario(
             key="s3_ddp",
-            title="3. DDP, 2 processes under torchrun (gloo, 1 thread each), micro batch 16, accumulation 4",
+            title=f"3. DDP, 2 processes under torchrun ({ranks}), micro batch 16, accumulation 4",
             measures="DDP + no_sync accumulation against the post's ddp_ga.py",
             workload=Workload(hidden=1024, batch_size=16, accumulate=4, samples=1000, epochs=epochs(5)),
             nproc=2,
             variants=(HANDWRITTEN_DDP, LOCKSTEP, LIGHTNING, ACCELERATE),
-            repeats=2 if quick else 5,
+            repeats=reps,
+            device=device,
+        ),
+        Scenario(
+            key="s6_fsdp",
+            title=f"6. FSDP against DDP, 2 processes under torchrun ({ranks}), 5.5 M parameters, batch 32",
+            measures="per-rank parameter + gradient + optimizer-state bytes and step time, FSDP2 "
+                     "(fully_shard per Linear) against DDP; ratios are to the hand-written DDP loop",
+            workload=Workload(hidden=1024, depth=4, batch_size=32, samples=512, epochs=epochs(6)),
+            nproc=2,
+            variants=(HANDWRITTEN_DDP, LOCKSTEP, HANDWRITTEN_FSDP, LOCKSTEP_FSDP),
+            repeats=reps,
+            device=device,
+            reports_state=True,
         ),
     ]
 

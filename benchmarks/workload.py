@@ -2,12 +2,14 @@
 
 The model, data, optimizer and loss are the blog post's (``ToyModel``: Linear(1024, h) - ReLU -
 Linear(h, h) - ReLU - Linear(h, 256), random regression data, AdamW 1e-3, MSELoss,
-``DistributedSampler``). Every script builds them through this module, so all frameworks start
+``DistributedSampler``); ``depth`` repeats the middle layer (the FSDP scenario's deeper model). Every script builds them through this module, so all frameworks start
 from identical weights, see identical batches in identical order, and must end with the same
 loss. Each script writes one JSON result per rank; the runner compares them.
 
 Timing uses ``Optimizer.register_step_post_hook``: the same host-clock stamp after every
-optimizer step, in every framework, with no change to any framework's loop.
+optimizer step, in every framework, with no change to any framework's loop. On CUDA the stamp
+waits for the GPU first (``torch.cuda.synchronize``), so a step is counted when its kernels have
+run, not when they were queued.
 """
 from __future__ import annotations
 
@@ -31,9 +33,10 @@ OUT_FEATURES = 256
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """What to train: model width, micro batch, accumulation, data size, epochs."""
+    """What to train: model width and depth, micro batch, accumulation, data size, epochs."""
 
     hidden: int = 1024
+    depth: int = 1
     batch_size: int = 64
     accumulate: int = 1
     samples: int = 1000
@@ -49,13 +52,19 @@ class Workload:
         return out
 
 
+DEVICES = ("cpu", "cuda")
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[Workload, argparse.Namespace]:
-    """The workload and the script options (``--out DIR``, ``--defaults``) from the command line."""
+    """The workload and the script options (``--out DIR``, ``--device``, ``--defaults``,
+    ``--strategy``) from the command line."""
     parser = argparse.ArgumentParser()
     for f in dataclasses.fields(Workload):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     parser.add_argument("--out", required=True, help="directory for rank<R>.json")
+    parser.add_argument("--device", choices=DEVICES, default="cpu", help="where to train (cuda: one GPU per rank)")
     parser.add_argument("--defaults", action="store_true", help="Lockstep: default callbacks on")
+    parser.add_argument("--strategy", choices=("ddp", "fsdp"), default="ddp", help="Lockstep, several ranks")
     ns = parser.parse_args(argv)
     work = Workload(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(Workload)})
     return work, ns
@@ -71,15 +80,28 @@ def rank_and_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-class ToyModel(nn.Module):
-    """The blog post's model, with a configurable hidden width."""
+def local_device(kind: str) -> torch.device:
+    """The CPU, or this process's GPU (``cuda:LOCAL_RANK``, made the current device)."""
+    if kind == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
 
-    def __init__(self, hidden: int) -> None:
+
+def process_group_backend(kind: str) -> str:
+    """The collective backend for ``kind``: NCCL between GPUs, gloo between CPU processes."""
+    return "nccl" if kind == "cuda" else "gloo"
+
+
+class ToyModel(nn.Module):
+    """The blog post's model, with a configurable hidden width and ``depth`` middle layers."""
+
+    def __init__(self, hidden: int, depth: int = 1) -> None:
         super().__init__()
+        middle = [layer for _ in range(depth) for layer in (nn.Linear(hidden, hidden), nn.ReLU())]
         self.net = nn.Sequential(
-            nn.Linear(IN_FEATURES, hidden), nn.ReLU(),
-            nn.Linear(hidden, hidden), nn.ReLU(),
-            nn.Linear(hidden, OUT_FEATURES),
+            nn.Linear(IN_FEATURES, hidden), nn.ReLU(), *middle, nn.Linear(hidden, OUT_FEATURES),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +111,7 @@ class ToyModel(nn.Module):
 def make_model(work: Workload) -> ToyModel:
     """The model with weights drawn from ``work.seed`` (identical in every framework)."""
     torch.manual_seed(work.seed)
-    return ToyModel(work.hidden)
+    return ToyModel(work.hidden, work.depth)
 
 
 def make_dataset(work: Workload) -> TensorDataset:
@@ -113,12 +135,16 @@ def make_optimizer(params: Any, work: Workload) -> torch.optim.Optimizer:
 
 
 class StepClock:
-    """Host-clock stamps after every optimizer step (the same measurement in every framework)."""
+    """Host-clock stamps after every optimizer step (the same measurement in every framework).
 
-    def __init__(self) -> None:
+    With ``device="cuda"`` every stamp first waits for the GPU's queued work to finish.
+    """
+
+    def __init__(self, device: str = "cpu") -> None:
         self.start = time.perf_counter()
         self.stamps: list[float] = []
         self.cpu_stamps: list[float] = []  # this process's CPU time: robust to a busy machine
+        self._synchronize = torch.cuda.synchronize if device == "cuda" else None
 
     def begin(self) -> None:
         """Mark the moment the framework takes over (``fit`` / ``prepare`` / the loop's set-up)."""
@@ -128,6 +154,8 @@ class StepClock:
         """Stamp after each ``optimizer.step()``; returns the optimizer."""
 
         def stamp(*_: Any) -> None:
+            if self._synchronize is not None:
+                self._synchronize()
             self.stamps.append(time.perf_counter())
             self.cpu_stamps.append(time.process_time())
 
@@ -172,8 +200,12 @@ def _median_chunk(stamps: list[float]) -> float:
 
 @torch.no_grad()
 def final_loss(model: nn.Module, dataset: TensorDataset) -> float:
-    """MSE of the trained model on the whole dataset: equal across frameworks when they trained alike."""
-    x, y = dataset.tensors
+    """MSE of the trained model on the whole dataset: equal across frameworks when they trained alike.
+
+    Under FSDP every rank must call it (the forward all-gathers the parameters).
+    """
+    device = next(model.parameters()).device
+    x, y = (t.to(device) for t in dataset.tensors)
     was_training = model.training
     model.eval()
     loss = float(nn.functional.mse_loss(model(x), y))
@@ -186,9 +218,17 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def write_result(out_dir: str, rank: int, clock: StepClock, loss: float | None, **extra: Any) -> None:
-    """Write this rank's ``rank<R>.json``: step timings, final loss, peak RSS."""
-    result = {**clock.summary(), "final_loss": loss, "peak_rss_mb": peak_rss_mb(), "rank": rank, **extra}
+def peak_device_mb(kind: str) -> float | None:
+    """Peak memory allocated by tensors on this process's GPU, in MiB; None on the CPU."""
+    return torch.cuda.max_memory_allocated() / 2**20 if kind == "cuda" else None
+
+
+def write_result(
+    out_dir: str, rank: int, clock: StepClock, loss: float | None, device: str = "cpu", **extra: Any
+) -> None:
+    """Write this rank's ``rank<R>.json``: step timings, final loss, peak RSS (and GPU memory)."""
+    result = {**clock.summary(), "final_loss": loss, "peak_rss_mb": peak_rss_mb(),
+              "peak_device_mb": peak_device_mb(device), "rank": rank, **extra}
     path = Path(out_dir) / f"rank{rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -1,12 +1,14 @@
 """The workload as an HF Accelerate user writes it (needs the ``bench`` extra).
 
-Run: python benchmarks/frameworks/accelerate_bench.py --out DIR [workload options]
+Run: python benchmarks/frameworks/accelerate_bench.py --out DIR [--device cuda] [workload options]
      torchrun --nproc_per_node=2 benchmarks/frameworks/accelerate_bench.py --out DIR ...
 
 The loader is not passed to ``accelerator.prepare``: Accelerate would shard its batch sampler
 again on top of the ``DistributedSampler`` every framework uses (so each rank would see a quarter
-of the data). ``accelerator.accumulate`` then counts micro batches itself, which matches the
-windows here because every epoch's batch count is a multiple of the accumulation.
+of the data); the loop moves the batches to ``accelerator.device`` itself, as Accelerate's
+documentation does for an unprepared loader. ``accelerator.accumulate`` then counts micro
+batches itself, which matches the windows here because every epoch's batch count is a multiple
+of the accumulation.
 """
 from __future__ import annotations
 
@@ -27,11 +29,11 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore")
     dataset = make_dataset(work)
     model = make_model(work)
-    clock = StepClock()
+    clock = StepClock(args.device)
 
     clock.begin()
     accelerator = Accelerator(
-        cpu=True,
+        cpu=args.device == "cpu",
         gradient_accumulation_steps=work.accumulate,
         kwargs_handlers=[DistributedDataParallelKwargs(bucket_cap_mb=25, gradient_as_bucket_view=True)],
     )
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     for epoch in range(work.epochs):
         sampler.set_epoch(epoch)
         for batch_idx, (x, y) in enumerate(loader):
+            x, y = x.to(accelerator.device), y.to(accelerator.device)
             with accelerator.accumulate(model):
                 loss = loss_fn(model(x), y)
                 accelerator.backward(loss)
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"epoch {epoch}  batch {batch_idx}  loss={loss.item():.4f}")
 
     loss = final_loss(accelerator.unwrap_model(model), dataset) if rank == 0 else None
-    write_result(args.out, rank, clock, loss, framework="accelerate")
+    write_result(args.out, rank, clock, loss, args.device, framework="accelerate")
     accelerator.end_training()
 
 

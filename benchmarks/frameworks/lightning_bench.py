@@ -1,6 +1,6 @@
 """The workload as a PyTorch Lightning user writes it (needs the ``bench`` extra).
 
-Run: python benchmarks/frameworks/lightning_bench.py --out DIR [workload options]
+Run: python benchmarks/frameworks/lightning_bench.py --out DIR [--device cuda] [workload options]
      torchrun --nproc_per_node=2 benchmarks/frameworks/lightning_bench.py --out DIR ...
 
 Lightning runs without logger, progress bar, checkpointing and model summary, like Lockstep's
@@ -52,12 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     rank, world = rank_and_world()
     dataset = make_dataset(work)
     loader = make_loader(work, dataset, rank, world)
-    clock = StepClock()
+    clock = StepClock(args.device)
     module = BenchModule(work, clock)
 
     clock.begin()
     trainer = L.Trainer(
-        accelerator="cpu",
+        accelerator="gpu" if args.device == "cuda" else "cpu",
         devices=world,
         strategy=DDPStrategy(bucket_cap_mb=25, gradient_as_bucket_view=True) if world > 1 else "auto",
         max_epochs=work.epochs,
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     trainer.fit(module, loader)
     loss = final_loss(module.model, dataset) if rank == 0 else None
-    write_result(args.out, rank, clock, loss, framework="lightning")
+    write_result(args.out, rank, clock, loss, args.device, framework="lightning")
 
 
 if __name__ == "__main__":

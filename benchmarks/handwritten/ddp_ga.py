@@ -1,20 +1,21 @@
-"""The post's ``ddp_ga.py`` (DDP + gradient accumulation with ``no_sync``), adapted to CPU:
-gloo instead of NCCL, no ``device_ids``, and the shared workload so every framework trains the
-identical model on identical batches.
+"""The post's ``ddp_ga.py`` (DDP + gradient accumulation with ``no_sync``), adapted to CPU as
+well (``--device cpu``: gloo instead of NCCL, no ``device_ids``; ``--device cuda``: the post's
+NCCL and one GPU per rank), and to the shared workload so every framework trains the identical
+model on identical batches.
 
 Launch with:
-  torchrun --nproc_per_node=2 benchmarks/handwritten/ddp_ga.py --out DIR [workload options]
+  torchrun --nproc_per_node=2 benchmarks/handwritten/ddp_ga.py --out DIR [--device cuda] [workload options]
 """
 from contextlib import nullcontext
 
-import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from benchmarks.memory import StateProbe
 from benchmarks.workload import (
-    StepClock, final_loss, make_dataset, make_loader, make_model, make_optimizer, parse_args,
-    setup_process, write_result,
+    StepClock, final_loss, local_device, make_dataset, make_loader, make_model, make_optimizer,
+    parse_args, process_group_backend, setup_process, write_result,
 )
 
 
@@ -24,11 +25,11 @@ def train(argv=None):
     dataset = make_dataset(work)
     model = make_model(work)
 
-    clock = StepClock()
+    clock = StepClock(args.device)
     clock.begin()
-    dist.init_process_group(backend="gloo")
+    device = local_device(args.device)
+    dist.init_process_group(backend=process_group_backend(args.device))
     rank = dist.get_rank()
-    device = torch.device("cpu")
 
     # DistributedSampler ensures each rank gets different data
     dataloader = make_loader(work, dataset, rank=rank, world=dist.get_world_size())
@@ -38,11 +39,13 @@ def train(argv=None):
 
     ddp_model = DDP(
         model,
+        device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=25,
         gradient_as_bucket_view=True,
     )
 
-    optimizer = clock.attach(make_optimizer(ddp_model.parameters(), work))
+    probe = StateProbe()
+    optimizer = probe.attach(clock.attach(make_optimizer(ddp_model.parameters(), work)))
     loss_fn = nn.MSELoss()
 
     ACCUM_STEPS = work.accumulate
@@ -74,7 +77,7 @@ def train(argv=None):
                     print(f"epoch {epoch}  batch {batch_idx}  loss={loss.item() * ACCUM_STEPS:.4f}")
 
     loss = final_loss(model, dataset) if rank == 0 else None
-    write_result(args.out, rank, clock, loss, framework="handwritten")
+    write_result(args.out, rank, clock, loss, args.device, framework="handwritten", state_bytes=probe.bytes)
     dist.destroy_process_group()
 
 

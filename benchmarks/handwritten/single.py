@@ -1,15 +1,14 @@
 """The post's ``ddp.py`` for one process: the same loop with the DDP wrapper and process group
-removed (one process has nothing to all-reduce). Adapted to CPU, and to the shared workload so
-every framework trains the identical model on identical batches.
+removed (one process has nothing to all-reduce). Adapted to CPU or one GPU (``--device``), and to
+the shared workload so every framework trains the identical model on identical batches.
 
-Run: python benchmarks/handwritten/single.py --out DIR [workload options] (no accumulation)
+Run: python benchmarks/handwritten/single.py --out DIR [--device cuda] [workload options] (no accumulation)
 """
-import torch
 import torch.nn as nn
 
 from benchmarks.workload import (
-    StepClock, final_loss, make_dataset, make_loader, make_model, make_optimizer, parse_args,
-    setup_process, write_result,
+    StepClock, final_loss, local_device, make_dataset, make_loader, make_model, make_optimizer,
+    parse_args, setup_process, write_result,
 )
 
 
@@ -18,7 +17,7 @@ def train(argv=None):
     if work.accumulate != 1:
         raise SystemExit("single.py is the post's loop without accumulation; use --accumulate 1")
     setup_process()
-    device = torch.device("cpu")
+    device = local_device(args.device)
 
     dataset = make_dataset(work)
     # DistributedSampler with one replica: the same shuffling as the DDP runs
@@ -26,7 +25,7 @@ def train(argv=None):
     sampler = dataloader.sampler
     model = make_model(work)
 
-    clock = StepClock()
+    clock = StepClock(args.device)
     clock.begin()
     model = model.to(device)
     optimizer = clock.attach(make_optimizer(model.parameters(), work))
@@ -48,7 +47,7 @@ def train(argv=None):
             if batch_idx % 5 == 0:
                 print(f"epoch {epoch}  batch {batch_idx}  loss={loss.item():.4f}")
 
-    write_result(args.out, 0, clock, final_loss(model, dataset), framework="handwritten")
+    write_result(args.out, 0, clock, final_loss(model, dataset), args.device, framework="handwritten")
 
 
 if __name__ == "__main__":

@@ -7,15 +7,20 @@ loss, and a parity break or a missed target is reported as such.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks import report
 from benchmarks.frameworks import lockstep_bench
-from benchmarks.handwritten import single
+from benchmarks.handwritten import ddp_ga, fsdp, single
+from benchmarks.launch import REPO_ROOT, bench_env
 from benchmarks.scenarios import scenarios
 from benchmarks.workload import Workload, parse_args
+from tests.helpers.distributed import run_ranks
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -25,6 +30,7 @@ TINY = Workload(hidden=8, batch_size=4, samples=24, epochs=2)
 def test_workload_round_trips_through_the_command_line(tmp_path):
     work, args = parse_args([*TINY.to_argv(), "--out", str(tmp_path)])
     assert work == TINY and args.out == str(tmp_path) and not args.defaults
+    assert args.device == "cpu" and args.strategy == "ddp"
 
 
 @pytest.mark.parametrize("defaults", [False, True])
@@ -39,16 +45,19 @@ def test_handwritten_and_lockstep_train_alike(tmp_path, defaults):
     assert lock["step_s"] > 0 and lock["step_cpu_s"] > 0 and lock["peak_rss_mb"] > 0
 
 
-def _run(step: float, loss: float = 1.0, steps: int = 10, first: float = 0.5, rss: float = 100.0) -> dict:
+def _run(step: float, loss: float = 1.0, steps: int = 10, first: float = 0.5, rss: float = 100.0,
+         state: int = 1000) -> dict:
     return {"step_s": step, "step_cpu_s": step, "rank_steps": [steps], "steps": steps, "final_loss": loss,
-            "first_step_s": first, "peak_rss_mb": rss, "wall_s": 1.0}
+            "first_step_s": first, "peak_rss_mb": rss, "wall_s": 1.0, "peak_device_mb": None,
+            "rank_state_bytes": [{"params": state, "grads": state, "optimizer": 2 * state, "total": 4 * state}]}
 
 
-def _summary(lockstep_factor: float, lockstep_loss: float = 1.0) -> dict:
+def _summary(lockstep_factor: float, lockstep_loss: float = 1.0, shard: float = 0.5) -> dict:
     imports = report.summarize_imports({"lockstep": [(1.0, 0.1), (1.2, 0.12)]})
     summary: dict = {"scenarios": {}, "imports": imports}
     for s in scenarios(quick=True):
-        runs = {v.name: [_run(0.01), _run(0.02)] for v in s.variants}
+        runs = {v.name: [_run(step, state=int(1000 * (shard if v.sharded else 1))) for step in (0.01, 0.02)]
+                for v in s.variants}
         runs["lockstep"] = [_run(step * lockstep_factor, lockstep_loss) for step in (0.01, 0.02)]
         summary["scenarios"][s.key] = report.summarize_scenario(s, runs)
     summary["targets"] = report.targets(summary)
@@ -73,8 +82,76 @@ def test_a_different_final_loss_breaks_parity():
     assert all("lockstep" in t["value"] for t in parity)
 
 
+def test_sharded_state_is_judged_against_one_over_the_world_size():
+    verdicts = {t["target"]: t["passed"] for t in _summary(1.0)["targets"]}
+    key = "s6_fsdp: lockstep fsdp per-rank parameter + gradient + optimizer bytes / DDP's"
+    assert verdicts[key]
+    assert not {t["target"]: t["passed"] for t in _summary(1.0, shard=0.6)["targets"]}[key]
+    assert "| lockstep fsdp | 0.00 | 0.00 | 0.00 | 0.00 | 0.500 |" in report.markdown(_summary(1.0))
+
+
+def test_the_plot_is_a_png_of_every_scenario(tmp_path):
+    from matplotlib import image
+
+    path = report.plot(_summary(1.01), tmp_path / "plot" / "ratios.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = image.imread(path)
+    assert pixels.ndim == 3 and pixels.shape[0] > 300 and pixels.shape[1] > 600
+    assert pixels.std() > 0.05  # bars and text, not a blank canvas
+
+
+def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path):
+    env = {**bench_env(), "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, also on a GPU machine
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--device", "cuda", "--json", str(tmp_path / "r.json")],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "--device cuda needs a CUDA GPU, but torch.cuda.is_available() is False" in proc.stderr
+    assert not (tmp_path / "r.json").exists()
+
+
+# hidden 63: the first layer's 63 rows shard unevenly (32 + 31); accumulation 2 skips a reduce-scatter.
+SHARDED = Workload(hidden=63, depth=2, batch_size=4, accumulate=2, samples=32, epochs=1)
+
+
+def _ddp_then_fsdp(rank: int, world: int, out: str) -> None:
+    argv = [*SHARDED.to_argv(), "--device", "cpu"]
+    ddp_ga.train([*argv, "--out", os.path.join(out, "ddp")])
+    fsdp.train([*argv, "--out", os.path.join(out, "fsdp")])
+    lockstep_bench.main([*argv, "--strategy", "fsdp", "--out", os.path.join(out, "lockstep_fsdp")])
+
+
+@pytest.fixture(scope="module")
+def sharded_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharded")
+    run_ranks(_ddp_then_fsdp, 2, args=(str(out),), init_group=False)
+    return {name: [json.loads((out / name / f"rank{r}.json").read_text()) for r in range(2)]
+            for name in ("ddp", "fsdp", "lockstep_fsdp")}
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", ["fsdp", "lockstep_fsdp"])
+def test_fsdp_ranks_hold_a_shard_of_ddps_training_state(sharded_runs, name):
+    ddp = [r["state_bytes"] for r in sharded_runs["ddp"]]
+    shards = [r["state_bytes"] for r in sharded_runs[name]]
+    assert ddp[0] == ddp[1] and ddp[0]["params"] == 4 * sum(  # fp32, every parameter on every rank
+        n for n in (1024 * 63 + 63, 2 * (63 * 63 + 63), 63 * 256 + 256))
+    for kind in ("params", "grads"):  # the shards partition the tensors exactly
+        assert shards[0][kind] + shards[1][kind] == ddp[0][kind]
+    # AdamW's exp_avg and exp_avg_sq are sharded; its 4-byte `step` per parameter is on every rank.
+    assert shards[0]["optimizer"] + shards[1]["optimizer"] == ddp[0]["optimizer"] + 4 * 8
+    for shard in shards:  # about 1/W each: uneven by at most one row of each tensor
+        assert 0.49 * ddp[0]["total"] < shard["total"] < 0.51 * ddp[0]["total"]
+    # ... and FSDP trains the same model as DDP
+    assert sharded_runs[name][0]["steps"] == sharded_runs["ddp"][0]["steps"] == 2
+    assert sharded_runs[name][0]["final_loss"] == pytest.approx(sharded_runs["ddp"][0]["final_loss"], abs=1e-6)
+
+
 def test_peers_are_optional_variants():
     for s in scenarios():
         assert s.baseline.name == "handwritten"
         assert {v.needs for v in s.variants} <= {None, "lightning", "accelerate"}
+        assert all(v.script for v in scenarios(device="cuda")[0].variants)
+    assert {s.device for s in scenarios(device="cuda")} == {"cuda"}
     assert Path(report.__file__).parent.joinpath("handwritten", "ddp_ga.py").exists()

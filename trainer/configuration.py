@@ -17,6 +17,8 @@ _PLAIN = (
     "channels_last",  # module and 4-D batches in torch.channels_last
     "pin_memory",  # CUDA: pin train/val loaders that do not pin yet
     "max_steps",
+    "min_epochs",  # should_stop (early stopping) waits for these, as in Lightning
+    "min_steps",
     "accumulate_grad_batches",
     "sync_batchnorm",
     "scale_lr",

@@ -97,7 +97,7 @@ def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callba
 
         names = ", ".join(sorted(k.__name__ for k in replaced))
         rank_zero_info(f"[lockstep] {type(module).__name__}.configure_callbacks replaces the Trainer's {names}")
-    merged = [cb for cb in callbacks if type(cb) not in replaced] + [cb for cb in extra if cb not in callbacks]
+    merged = [cb for cb in callbacks if type(cb) not in replaced] + extra
     ordinary = [cb for cb in merged if not isinstance(cb, ModelCheckpoint)]
     return [*ordinary, *checkpoint_callbacks(merged)]
 

@@ -71,6 +71,7 @@ MODULE_ONLY_HOOKS = (
     "on_before_batch_transfer",
     "transfer_batch_to_device",
     "on_after_batch_transfer",
+    "on_validation_model_zero_grad",
     "on_validation_model_eval",
     "on_validation_model_train",
     "on_test_model_eval",

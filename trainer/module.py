@@ -34,6 +34,8 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     _trainer: Trainer | None = None
     #: ``False``: the module steps its optimizers itself in ``training_step`` (docs/train-module.md)
     automatic_optimization: bool = True
+    #: an input for the model summary's output shapes, ``to_torchscript(method="trace")`` and ``to_onnx``
+    example_input_array: Any = None
 
     # -- required ---------------------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any]:
@@ -167,6 +169,10 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
 
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         """After the step, before gradients are cleared."""
+
+    def on_validation_model_zero_grad(self) -> None:
+        """Inside fit, before a validation run that follows an optimizer step: release the gradients."""
+        self.zero_grad()
 
     def on_validation_model_eval(self) -> None:
         """Before validation: put the module in eval mode (Lightning's default)."""
@@ -452,6 +458,51 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
             return apply_to_tensors(data, lambda t: torch.stack(differentiable_all_gather(t.contiguous())))
         return apply_to_tensors(data, strategy.all_gather)
 
+    @torch.no_grad()
+    def to_torchscript(
+        self,
+        file_path: str | os.PathLike[str] | None = None,
+        method: str = "script",
+        example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The module compiled by ``torch.jit.script`` (or ``method="trace"`` on ``example_inputs``,
+        default ``self.example_input_array``), in eval mode; saved to ``file_path`` when given."""
+        if method not in ("script", "trace"):
+            raise ValueError(f"to_torchscript(method=...) is 'script' or 'trace', got {method!r}.")
+        inputs = example_inputs if example_inputs is not None else self.example_input_array
+        if method == "trace" and inputs is None:
+            raise ValueError("to_torchscript(method='trace') needs example_inputs or self.example_input_array.")
+        mode = self.training
+        self.__dict__["_scripting"] = True  # torch.jit reads every attribute: `trainer` must not raise
+        try:
+            if method == "script":
+                compiled = torch.jit.script(self.eval(), **kwargs)
+            else:
+                compiled = torch.jit.trace(self.eval(), example_inputs=self._example_on_device(inputs), **kwargs)
+        finally:
+            self.__dict__.pop("_scripting")
+            self.train(mode)
+        if file_path is not None:
+            torch.jit.save(compiled, os.fspath(file_path))
+        return compiled
+
+    @torch.no_grad()
+    def to_onnx(self, file_path: str | os.PathLike[str], input_sample: Any = None, **kwargs: Any) -> None:
+        """Export to ONNX with ``torch.onnx.export`` (needs the ``onnx`` package), on ``input_sample``
+        (default ``self.example_input_array``)."""
+        inputs = input_sample if input_sample is not None else self.example_input_array
+        if inputs is None:
+            raise ValueError("to_onnx needs input_sample or self.example_input_array.")
+        mode = self.training
+        torch.onnx.export(self.eval(), self._example_on_device(inputs), os.fspath(file_path), **kwargs)
+        self.train(mode)
+
+    def _example_on_device(self, inputs: Any) -> Any:
+        from trainer.accelerators.accelerator import move_to_device
+
+        return move_to_device(inputs, self.device)
+
     @property
     def on_gpu(self) -> bool:
         """Whether the module's parameters are on a CUDA device."""
@@ -469,9 +520,9 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     @property
     def trainer(self) -> Trainer:
         """The Trainer running this module."""
-        if self._trainer is None:
+        if self._trainer is None and not self.__dict__.get("_scripting"):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
-        return self._trainer
+        return self._trainer  # type: ignore[return-value]
 
     @trainer.setter
     def trainer(self, trainer: Trainer | None) -> None:
@@ -519,3 +570,13 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     def global_step(self) -> int:
         """Optimizer steps taken so far."""
         return self._trainer.global_step if self._trainer is not None else 0
+
+
+# torch.jit.script compiles properties and annotated attributes unless listed here: the
+# Trainer-facing ones are not TorchScript
+_NOT_SCRIPTED = [
+    *(n for cls in TrainModule.__mro__ for n, v in vars(cls).items() if isinstance(v, property)),
+    *(n for cls in TrainModule.__mro__ if cls is not nn.Module for n in vars(cls).get("__annotations__", {})),
+]
+TrainModule.__jit_unused_properties__ = [*getattr(nn.Module, "__jit_unused_properties__", ()), *_NOT_SCRIPTED]
+TrainModule.__jit_ignored_attributes__ = list(_NOT_SCRIPTED)

@@ -22,6 +22,7 @@ from trainer.contracts import storage
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
 from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
+from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
@@ -81,6 +82,8 @@ class Trainer:
         enable_model_summary: bool = True,
         reload_dataloaders_every_n_epochs: int = 0,
         profiler: str | Profiler | None = None,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)
         check_trainer_arguments(args)
@@ -322,6 +325,7 @@ class Trainer:
 
     # -- the run --------------------------------------------------------------------------------
     def _run(self, stage: Stage, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
+        check_supported(model)  # a Lightning hook Lockstep does not call fails here, by name
         self.state = TrainerState()
         if self._strategy.launcher is not None:
             # spawned workers inherit the loggers: one version for every call of this Trainer

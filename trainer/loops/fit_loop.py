@@ -99,7 +99,12 @@ class FitLoop:
             return True
         if t.max_epochs is not None and t.max_epochs != -1 and p.current_epoch >= t.max_epochs:
             return True
-        return t.should_stop
+        return t.should_stop and self.can_stop_early()
+
+    def can_stop_early(self) -> bool:
+        """Whether ``min_epochs`` and ``min_steps`` are reached: before, ``should_stop`` waits (as in Lightning)."""
+        t, p = self.trainer, self.progress
+        return (not t.min_epochs or p.current_epoch >= t.min_epochs) and (not t.min_steps or p.global_step >= t.min_steps)
 
     # -- set-up, called by `Trainer.fit` -------------------------------------------------------
     def fit(self, model: TrainModule, train: Any, val: Any, ckpt_path: Any, weights_only: bool) -> None:
@@ -256,7 +261,7 @@ class FitLoop:
                 self._train_batch(batch, batch_idx, is_last, window_end)
             seen += 1
             if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
-                self._validate()
+                self._validate(window_end)
             if is_last or (window_end and self._stops_mid_epoch()):
                 break
         if seen == 0:
@@ -313,7 +318,8 @@ class FitLoop:
     def _stopped(self) -> bool:
         # Mid-epoch, only a stop every rank agreed on (after validation) may end the epoch:
         # a rank that stops alone leaves the others waiting in the next all-reduce.
-        return self.trainer.should_stop if self.trainer.world_size == 1 else self._agreed_stop
+        stop = self.trainer.should_stop if self.trainer.world_size == 1 else self._agreed_stop
+        return stop and self.can_stop_early()
 
     def _stops_mid_epoch(self) -> bool:
         t = self.trainer
@@ -411,8 +417,10 @@ class FitLoop:
             )
         return max(1, int(n * interval)), False
 
-    def _validate(self) -> None:
+    def _validate(self, window_end: bool) -> None:
         t = self.trainer
+        if window_end:  # release the gradients' memory for validation (Lightning's hook)
+            t.module.on_validation_model_zero_grad()
         t.state.stage = Stage.VALIDATE
         EvaluationLoop(t, Stage.VALIDATE).run(t.val_dataloaders)
         self._validated = True

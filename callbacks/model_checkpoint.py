@@ -22,7 +22,8 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
-from callbacks import run_lock, storage
+from callbacks import run_lock
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

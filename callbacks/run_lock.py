@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import Any
 
-from callbacks import storage
+from trainer.contracts import storage
 
 LOCK_FILE = ".lockstep-run.lock"
 # A process without a launcher's job id is its own run.

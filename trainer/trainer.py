@@ -19,7 +19,7 @@ from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.loaders import loader_batch_size, num_batches
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
-from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions
+from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
@@ -337,6 +337,7 @@ class Trainer(TrainerSettings, RunStateFields):
         self._module = model
         model.trainer = self
         self.should_stop = False
+        self.callbacks = with_module_callbacks(self.callbacks, model)  # kept, as in Lightning
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
         self.profiler.start(stage.value)
         try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer
+    from trainer.contracts.protocols import TrainerView
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -27,7 +27,7 @@ class _MonitorKeyError(KeyError):
 
 
 # -- ranks ------------------------------------------------------------------------------------
-def _rank_zero_print(trainer: Trainer, message: str) -> None:
+def _rank_zero_print(trainer: TrainerView, message: str) -> None:
     """Print ``message`` once, from global rank 0."""
     if trainer.is_global_zero:
         print(message, flush=True)
@@ -163,13 +163,13 @@ class _ValidationMetricTracker:
         self.validation_ran = False
         self._before: float | None = None
 
-    def on_validation_start(self, trainer: Trainer) -> None:
+    def on_validation_start(self, trainer: TrainerView) -> None:
         if self.is_validation_metric or trainer.sanity_checking:
             return
         value = trainer.callback_metrics.get(self.monitor)
         self._before = None if value is None else _to_float(value)
 
-    def on_validation_end(self, trainer: Trainer) -> bool:
+    def on_validation_end(self, trainer: TrainerView) -> bool:
         """Record this (non sanity-check) validation run; True if the metric comes from validation."""
         if trainer.sanity_checking:
             return False
@@ -181,7 +181,7 @@ class _ValidationMetricTracker:
         self.is_validation_metric = bool(trainer.strategy.reduce_boolean_decision(changed, all=False))
         return self.is_validation_metric
 
-    def missing_is_expected(self, trainer: Trainer) -> bool:
+    def missing_is_expected(self, trainer: TrainerView) -> bool:
         """A validation metric may legitimately be absent before the first validation run."""
         if self.validation_ran:
             return False

@@ -19,7 +19,7 @@ from callbacks._utils import (
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class EarlyStopping(Callback):
@@ -41,6 +41,9 @@ class EarlyStopping(Callback):
     with ``reduce_boolean_decision``. A rank that stopped alone would leave the others waiting in
     a collective forever.
     """
+
+    role = "early_stopping"
+    monitors_metrics = True
 
     def __init__(
         self,
@@ -90,24 +93,24 @@ class EarlyStopping(Callback):
         return f"EarlyStopping{{monitor={self.monitor!r}, mode={self.mode!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = True
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._in_fit and not trainer.sanity_checking and self._tracker.on_validation_end(trainer):
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit or self._tracker.is_validation_metric:
             return
         if self.monitor not in trainer.callback_metrics and self._tracker.missing_is_expected(trainer):
@@ -132,7 +135,7 @@ class EarlyStopping(Callback):
         self.patience = int(state_dict.get("patience", self.patience))
 
     # -- decision ---------------------------------------------------------------------------
-    def _check(self, trainer: Trainer) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         import torch
 
         # same key set on every rank (same logging code), so every rank raises together

@@ -10,7 +10,7 @@ from callbacks.logger import Logger
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class WandbLogger(Logger):
@@ -141,7 +141,7 @@ class WandbLogger(Logger):
         return {**self.__dict__, "_run": None}  # each spawned worker starts (or resumes) its own
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if self._save_dir is None and not storage.is_url(trainer.default_root_dir):
             self._save_dir = os.fspath(trainer.default_root_dir)  # a URL root: the current directory

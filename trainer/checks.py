@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from trainer.contracts.arguments import check_bool, check_int, check_number, check_path, check_str
 from trainer.data.loaders import check_limit
-from trainer.default_callbacks import parse_duration
+from trainer.contracts.duration import parse_duration
 from trainer.loops.optimization import lr_scale_factor
 from trainer.profiler import make_profiler
 from trainer.module import TrainModule

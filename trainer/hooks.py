@@ -11,52 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+from trainer.contracts.hook_names import CALLBACK_HOOKS
+
 if TYPE_CHECKING:
-    from trainer.default_callbacks import Callback
+    from trainer.contracts.protocols import CallbackView
     from trainer.module import TrainModule
     from trainer.trainer import Trainer
 
-# Every hook a callback may implement, by name (`Callback` defines each; a test checks both agree).
-CALLBACK_HOOKS = (
-    "setup",
-    "teardown",
-    "on_fit_start",
-    "on_fit_end",
-    "on_sanity_check_start",
-    "on_sanity_check_end",
-    "on_train_start",
-    "on_train_end",
-    "on_train_epoch_start",
-    "on_train_epoch_end",
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_before_zero_grad",
-    "on_validation_start",
-    "on_validation_end",
-    "on_validation_epoch_start",
-    "on_validation_epoch_end",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_test_start",
-    "on_test_end",
-    "on_test_epoch_start",
-    "on_test_epoch_end",
-    "on_test_batch_start",
-    "on_test_batch_end",
-    "on_predict_start",
-    "on_predict_end",
-    "on_predict_epoch_start",
-    "on_predict_epoch_end",
-    "on_predict_batch_start",
-    "on_predict_batch_end",
-    "on_exception",
-    "on_save_checkpoint",
-    "on_load_checkpoint",
-)
-
+__all__ = ["CALLBACK_HOOKS", "HookDispatcher"]
 
 # The module's hooks that callbacks do not have (Lightning's): each is looked up once per run
 # (`module_override`) and called only when the module overrides it, or its default runs inline.
@@ -88,9 +50,8 @@ class HookDispatcher:
     """
 
     def __init__(
-        self, trainer: Trainer, module: TrainModule | None, callbacks: list[Callback], callback_base: type
+        self, trainer: Trainer, module: TrainModule | None, callbacks: list[CallbackView], callback_base: type
     ) -> None:
-        from trainer.default_callbacks import monitors_metrics
         from trainer.module import TrainModule
 
         self._module: dict[str, list[Callable[..., Any]]] = {}
@@ -113,7 +74,7 @@ class HookDispatcher:
             ]
             for monitoring in (False, True):
                 self._by_role[name, monitoring] = [
-                    fn for cb, fn in zip(own_cbs, self._callbacks[name]) if monitors_metrics(cb) == monitoring
+                    fn for cb, fn in zip(own_cbs, self._callbacks[name]) if cb.monitors_metrics == monitoring
                 ]
             self._all[name] = self._callbacks[name] + self._module[name]
 

@@ -14,11 +14,10 @@ import torch
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
-from trainer.checks import check_call, check_trainer_arguments
-from trainer.configuration import configure
+from trainer.checks import check_call
+from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.loaders import loader_batch_size, num_batches
-from trainer.contracts import storage
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
 from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
@@ -26,21 +25,20 @@ from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
-from trainer.loops.optimization import LRSchedulerConfig
+from trainer.loops.progress import FitProgress
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
-from trainer.profiler import Profiler
+from trainer.profiler import Profiler, make_profiler
+from trainer.run_state import RunState, RunStateFields
 from trainer.seed import use_deterministic_algorithms
 from trainer.stage import Stage, TrainerState
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer:
-    """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks.
-
-    See ``docs/trainer.md`` for every argument. Arguments are checked here, before any work.
-    """
+class Trainer(TrainerSettings, RunStateFields):
+    """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
+    every argument, checked before any work; each is then a read-only setting, `TrainerConfig`)."""
 
     def __init__(
         self,
@@ -86,8 +84,8 @@ class Trainer:
         min_steps: int | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)
-        check_trainer_arguments(args)
-        configure(self, args)  # the plain settings, as fast_dev_run / overfit_batches adjust them
+        self.config = TrainerConfig.from_arguments(args)  # checked once; fast_dev_run / overfit_batches applied
+        self.profiler = make_profiler(profiler)
 
         self.precision = normalize_precision(precision)
         self._strategy = select_strategy(
@@ -105,14 +103,7 @@ class Trainer:
         self.loggers: list[Logger] = make_loggers(False if self.fast_dev_run else logger, self.default_root_dir)
         self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, args)
         self.state = TrainerState()
-        self.should_stop = False  # set by a callback or the module: the loop stops at the next agreement point
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
-        self.train_dataloader: Any = None
-        self.val_dataloaders: list[Any] = []
-        self.datamodule: DataModule | None = None  # the current (or last) run's
-        self.num_test_batches: list[int | None] = []
-        self.num_predict_batches: list[int | None] = []
+        self.run = RunState(accumulate_grad_batches)  # what changes during a run: should_stop, optimizers, loaders
         self.fit_loop = FitLoop(self, detect_non_finite_loss)
         self.metric_logger = MetricLogger(self.loggers)  # where `self.log` records; what reaches the loggers
         self._module: TrainModule | None = None
@@ -177,6 +168,11 @@ class Trainer:
         return self.fit_loop.progress.global_step
 
     @property
+    def fit_progress(self) -> FitProgress:
+        """Where the fit stands: epoch, global step, batches done in the epoch (callbacks only read it)."""
+        return self.fit_loop.progress
+
+    @property
     def num_training_batches(self) -> int | None:
         """This epoch's training batches (after ``limit_train_batches``), as every rank agreed."""
         return self.fit_loop.num_training_batches
@@ -215,6 +211,11 @@ class Trainer:
     def micro_batch_size(self) -> int | None:
         """b: samples per rank per forward (from the train loader)."""
         return loader_batch_size(self.train_dataloader) if self.train_dataloader is not None else None
+
+    @property
+    def train_batch_size(self) -> int | None:
+        """The size of the training batch being processed, as ``self.log`` weights it (None: unknown)."""
+        return self.metric_logger.train.batch_size
 
     @property
     def global_batch_size(self) -> int | None:
@@ -300,6 +301,12 @@ class Trainer:
         """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
         return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule)
 
+    def request_stop(self) -> None:
+        """Set ``should_stop``; with several processes every rank calls it, and the agreed stop may end the epoch early."""
+        self.should_stop = True
+        if self.world_size > 1:
+            self.fit_loop.agree_on_stop()
+
     def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically
         (under FSDP every rank writes its shards into the directory ``filepath``: docs/checkpointing.md).
@@ -307,9 +314,8 @@ class Trainer:
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.
 
-        While a run with several processes is failing (from ``on_exception``), the other ranks may
-        be gone, so no collective runs: global rank 0 checks its own losses and writes its own
-        state (the other ranks' ``rank_states`` are None); every other rank returns without writing.
+        While a run with several processes is failing (from ``on_exception``) no collective runs:
+        global rank 0 writes its own state (the others' ``rank_states`` are None), other ranks nothing.
         """
         save_checkpoint(self, filepath)
 

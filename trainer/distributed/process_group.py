@@ -16,7 +16,7 @@ from torch import nn
 
 from trainer.contracts.arguments import check_str
 from trainer.data.dali import DALILoader
-from trainer.launch.failure_notes import explain_failure
+from trainer.launch.failure_notes import explain_failure, reaches_every_rank
 from trainer.distributed.rendezvous import fresh_store, mark_group_joined
 from trainer.strategies.strategy import Strategy
 from trainer.launch.worker_process import die_with_elastic_agent
@@ -93,7 +93,7 @@ class ProcessGroupStrategy(Strategy):
     def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
         """Name the rank whose own failure came first (see `trainer.launch.failure_notes`)."""
         store = self._store
-        if store is None or self.world_size == 1 or not isinstance(exc, Exception):
+        if store is None or self.world_size == 1 or reaches_every_rank(exc):
             return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
         clearer = explain_failure(store, self.global_rank, self.world_size, exc, where)
         if clearer is None and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback

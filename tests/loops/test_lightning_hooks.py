@@ -320,3 +320,13 @@ def test_the_hook_module_on_two_ranks_equals_one_process_with_the_global_batch(t
         assert got["global_step"] == want["global_step"] == got["steps"] == 4
         for a, b in zip(got["params"], want["params"]):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_lightning_datamodule_attributes_are_all_known():
+    from trainer import DataModule
+
+    names = {n for cls in pl.LightningDataModule.__mro__ if cls is not object for n in vars(cls) if not n.startswith("_")}
+    # the hyperparameter-key constants and Lightning's ignore helper (`save_hyperparameters(ignore=)` here)
+    internal = {"CHECKPOINT_HYPER_PARAMS_KEY", "CHECKPOINT_HYPER_PARAMS_NAME", "CHECKPOINT_HYPER_PARAMS_TYPE",
+                "remove_ignored_hparams"}
+    assert sorted(n for n in names if not hasattr(DataModule, n) and n not in internal) == []

@@ -186,3 +186,42 @@ def test_training_step_returning_none_skips_the_batch_on_one_process(tmp_path):
     with pytest.warns(UserWarning, match="returned None"):
         trainer.fit(SkipsBatches(), _loader())
     assert trainer.global_step == 4  # the step still runs, on the gradients it has (as in Lightning)
+
+
+def test_datamodule_from_datasets_and_on_exception(tmp_path):
+    seen: list[str] = []
+
+    class Failing(NoBatchIdx):
+        def training_step(self, batch):
+            raise RuntimeError("boom")
+
+    class Data(DataModule):
+        def on_exception(self, exception):
+            seen.append(str(exception))
+
+    data = TensorDataset(torch.randn(6, 4), torch.randn(6, 1))
+    dm = DataModule.from_datasets(train_dataset=data, val_dataset=[data, data], batch_size=3)
+    assert len(dm.train_dataloader()) == 2 and len(dm.val_dataloader()) == 2
+    trainer = _trainer(tmp_path, num_sanity_val_steps=0, limit_val_batches=0)
+    trainer.fit(NoBatchIdx(), datamodule=dm)
+    assert trainer.global_step == 2
+    failing = Data.from_datasets(train_dataset=data, batch_size=3)
+    with pytest.raises(RuntimeError, match="boom"):
+        _trainer(tmp_path).fit(Failing(), datamodule=failing)
+    assert seen == ["boom"]
+
+
+class OneCycle(NoBatchIdx):
+    def configure_optimizers(self):
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        self.total = self.trainer.estimated_stepping_batches
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=self.total)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+@pytest.mark.parametrize("kwargs, total", [({"max_epochs": 3}, 6), ({"max_epochs": 3, "max_steps": 4}, 4)])
+def test_estimated_stepping_batches_as_lightning_computes_it(tmp_path, kwargs, total):
+    module = OneCycle()
+    trainer = _trainer(tmp_path, accumulate_grad_batches=2, **kwargs)  # 4 batches: 2 steps an epoch
+    trainer.fit(module, _loader())
+    assert module.total == total == trainer.global_step

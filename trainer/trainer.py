@@ -246,9 +246,9 @@ class Trainer:
     ) -> None:
         """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
-        A restarted run (``restart_count`` > 0 in the cluster environment: torch's elastic agent
-        restarting the worker group, or SLURM requeueing the job) resumes from the last checkpoint
-        when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with arbitrary
+        A restarted run (torch's elastic agent restarting the worker group on any node, or SLURM
+        requeueing the job; `Strategy.is_restart`) resumes from the last checkpoint when
+        ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with arbitrary
         pickled objects: only for files you trust.
         """
         check_call(model, Stage.FIT, ckpt_path, weights_only)

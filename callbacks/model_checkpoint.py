@@ -62,7 +62,7 @@ class ModelCheckpoint(Callback):
 
     One run at a time per directory: global rank 0 holds a lock file (``.lockstep-run.lock``,
     naming the run id, host and pid) for the whole fit, and a second run that finds it held by a
-    live run refuses to start (`callbacks.run_lock.RunLockedError`). A lock left by a run that
+    live run refuses to start (`RunLockedError`). A lock left by a run that
     died, or by this job before its restart, is taken over.
 
     Checkpoints are written by ``trainer.save_checkpoint``, which every rank calls and global

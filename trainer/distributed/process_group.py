@@ -17,7 +17,7 @@ from torch import nn
 from trainer.contracts.arguments import check_str
 from trainer.data.dali import DALILoader
 from trainer.launch.failure_notes import explain_failure, reaches_every_rank
-from trainer.distributed.rendezvous import fresh_store, mark_group_joined
+from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
 from trainer.strategies.strategy import Strategy
 from trainer.launch.worker_process import die_with_elastic_agent
 
@@ -89,6 +89,12 @@ class ProcessGroupStrategy(Strategy):
         mark_group_joined()
         if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
             self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
+
+    def is_restart(self) -> bool:
+        """Whether the job restarted, as global rank 0 sees it: its restart count, or an earlier
+        process of its rank that joined a group in the job's store (on every node, also where
+        the elastic agent's restart count stayed 0 because the failed worker was elsewhere)."""
+        return bool(self.broadcast(super().is_restart() or rejoined_job()))
 
     def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
         """Name the rank whose own failure came first (see `trainer.launch.failure_notes`)."""

@@ -309,6 +309,12 @@ class Trainer(TrainerSettings, RunStateFields):
         result = self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule, False)
         return None if return_predictions is False else result
 
+    def request_stop(self) -> None:
+        """Set ``should_stop``; with several processes every rank calls it, and the agreed stop may end the epoch early."""
+        self.should_stop = True
+        if self.world_size > 1:
+            self.fit_loop.agree_on_stop()
+
     def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically
         (under FSDP every rank writes its shards into the directory ``filepath``: docs/checkpointing.md).

@@ -19,6 +19,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
+from callbacks import run_lock
 from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
 
@@ -51,6 +52,16 @@ class ModelCheckpoint(Callback):
             otherwise at train epoch end.
         auto_insert_metric_name: Write ``name=`` before each value in the file name.
         verbose: Print a line for each save decision (global rank 0).
+        enable_version_counter: A run never overwrites a checkpoint it did not write: with
+            ``True`` a name taken by an earlier run's file gets a ``-v<n>`` suffix
+            (``last-v1.ckpt``); with ``False`` a fit whose directory holds another run's
+            checkpoints refuses to start, naming them. A run resumed from a checkpoint goes on
+            writing the files it wrote before.
+
+    One run at a time per directory: global rank 0 holds a lock file (``.lockstep-run.lock``,
+    naming the run id, host and pid) for the whole fit, and a second run that finds it held by a
+    live run refuses to start (`RunLockedError`). A lock left by a run that
+    died, or by this job before its restart, is taken over.
 
     Checkpoints are written by ``trainer.save_checkpoint``, which every rank calls and global
     rank 0 writes atomically (temporary file, fsync, rename). Under ``strategy="fsdp"`` each
@@ -80,6 +91,7 @@ class ModelCheckpoint(Callback):
         save_on_train_epoch_end: bool | None = None,
         auto_insert_metric_name: bool = True,
         verbose: bool = False,
+        enable_version_counter: bool = True,
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
         check_path("ModelCheckpoint(dirpath)", dirpath)
@@ -87,7 +99,6 @@ class ModelCheckpoint(Callback):
             raise TypeError(
                 f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
             )
-        keep = "an int >= -1 (-1 keeps every checkpoint, 0 keeps none)"
         check_int("ModelCheckpoint(save_top_k)", save_top_k, -1)
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise ValueError(
@@ -99,6 +110,7 @@ class ModelCheckpoint(Callback):
         check_bool("ModelCheckpoint(save_last)", save_last)
         check_bool("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
         check_bool("ModelCheckpoint(verbose)", verbose)
+        check_bool("ModelCheckpoint(enable_version_counter)", enable_version_counter)
         check_bool("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
@@ -115,6 +127,7 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.enable_version_counter = enable_version_counter
 
         self.best_k_models: dict[str, float] = {}
         self.kth_best_model_path = ""
@@ -126,6 +139,7 @@ class ModelCheckpoint(Callback):
         self._last_global_step_saved = -1
         self._in_fit = False
         self._pending_state: dict[str, Any] | None = None
+        self._lock: run_lock.RunLock | None = None  # its directory's lock, held during fit (global rank 0)
         self._tracker = _ValidationMetricTracker(monitor) if monitor is not None else None
 
     @property
@@ -153,17 +167,50 @@ class ModelCheckpoint(Callback):
         if self._pending_state is not None:
             self._apply_state(self._pending_state)
             self._pending_state = None
-        if (
-            trainer.is_global_zero
-            and storage.isdir(self.dirpath)
-            and storage.listdir(self.dirpath)
-            and not self.best_k_models
-        ):
-            warnings.warn(
-                f"Checkpoint directory {self.dirpath} exists and is not empty: existing files are kept "
-                "and new names get a -v<n> suffix on collision.",
-                stacklevel=2,
+        refusal = self._claim_directory(trainer) if trainer.is_global_zero else None
+        if trainer.world_size > 1:
+            refusal = trainer.strategy.broadcast(refusal, src=0)
+        if refusal is not None:
+            kind, message = refusal
+            raise (run_lock.RunLockedError if kind == "locked" else FileExistsError)(message)
+
+    def _claim_directory(self, trainer: Trainer) -> tuple[str, str] | None:
+        """Global rank 0: take the run lock, and refuse or warn about an earlier run's files."""
+        assert self.dirpath is not None
+        lock = run_lock.RunLock(self.dirpath)
+        try:
+            taken_over = lock.acquire()
+        except run_lock.RunLockedError as err:
+            return "locked", str(err)
+        self._lock = lock
+        if taken_over is not None:
+            warnings.warn(taken_over, stacklevel=3)
+        mine = set(self.best_k_models) | {self.last_model_path}
+        foreign = sorted(
+            name for name in storage.listdir(self.dirpath)
+            if name.endswith(self.FILE_EXTENSION) and storage.join(self.dirpath, name) not in mine
+        )
+        if not foreign:
+            return None
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        if not self.enable_version_counter:
+            self._release()
+            return "exists", (
+                f"ModelCheckpoint(enable_version_counter=False): {self.dirpath!r} holds checkpoints of "
+                f"another run ({shown}), which this run could overwrite. Use another dirpath, delete "
+                "them, resume from one (ckpt_path=...), or enable the version counter."
             )
+        warnings.warn(
+            f"Checkpoint directory {self.dirpath} holds checkpoints of another run ({shown}): they are "
+            "kept, and this run's names that collide with them get a -v<n> suffix (last-v1.ckpt).",
+            stacklevel=3,
+        )
+        return None
+
+    def _release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
@@ -171,6 +218,7 @@ class ModelCheckpoint(Callback):
     def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
         if stage == "fit":
+            self._release()
             # a later `fit` counts steps from 0 again (or from its checkpoint, restored before it)
             self._last_global_step_saved = -1
 
@@ -380,7 +428,7 @@ class ModelCheckpoint(Callback):
             else:
                 message = f"{self.monitor!r} was not in top {self.save_top_k}"
 
-        last_path = storage.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        last_path = self.last_checkpoint_path(best_k)
         if self.save_last:
             state["last_model_path"] = last_path
         return {
@@ -438,15 +486,31 @@ class ModelCheckpoint(Callback):
         self.kth_value = state["kth_value"]
         self.last_model_path = state["last_model_path"]
 
+    def last_checkpoint_path(self, taken: Mapping[str, Any] | None = None) -> str:
+        """Where this run writes its last checkpoint: the one it wrote (or resumed) before, else
+        ``last.ckpt``, versioned (``last-v1.ckpt``) when an earlier run's file has that name."""
+        if self.last_model_path:
+            return self.last_model_path
+        if not self.enable_version_counter:  # the fit refused to start beside another run's files
+            return self._named(self.CHECKPOINT_NAME_LAST)
+        return self._unique_path({}, self.best_k_models if taken is None else taken, None, self.CHECKPOINT_NAME_LAST)
+
+    def _named(self, name: str, ver: int | None = None) -> str:
+        name = name if ver is None else f"{name}-v{ver}"
+        return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
+
     def _unique_path(
-        self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None
+        self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None, fixed: str | None = None
     ) -> str:
-        """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...)."""
-        path = self.format_checkpoint_name(metrics)
-        version = 0
+        """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...);
+        ``fixed`` is a file name used instead of the ``filename`` template."""
+        def name(ver: int | None) -> str:
+            return self._named(fixed, ver) if fixed else self.format_checkpoint_name(metrics, ver=ver)
+
+        path, version = name(None), 0
         while path != replaceable and (path in taken or storage.exists(path)):
             version += 1
-            path = self.format_checkpoint_name(metrics, ver=version)
+            path = name(version)
         return path
 
     def _better(self, score: float | None, reference: float) -> bool:

@@ -22,6 +22,8 @@ class TrainerConfig:
 
     max_epochs: int | None  # resolved: 1000 (Lightning's default), or -1 when max_time is the limit
     max_steps: int
+    min_epochs: int | None  # should_stop (early stopping) waits for these, as in Lightning
+    min_steps: int | None
     accumulate_grad_batches: int  # at the start; the Trainer's attribute may change between epochs
     sync_batchnorm: bool
     scale_lr: bool | str
@@ -109,6 +111,8 @@ class TrainerSettings:
     config: TrainerConfig
     max_epochs = _Setting()
     max_steps = _Setting()
+    min_epochs = _Setting()
+    min_steps = _Setting()
     sync_batchnorm = _Setting()
     scale_lr = _Setting()
     gradient_clip_val = _Setting()

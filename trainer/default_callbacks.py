@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
+    "with_module_callbacks",
 ]
 
 
@@ -69,6 +70,35 @@ def make_callbacks(callbacks: Any, loggers: list[Logger], args: Mapping[str, Any
     # Checkpoint callbacks run last so they save state every other callback already updated.
     ordinary = [cb for cb in given if cb.role != "checkpoint"]
     return [*loggers, *ordinary, *checkpoint_callbacks(given)]
+
+
+def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callback]:
+    """The Trainer's callbacks merged with ``module.configure_callbacks()``, as Lightning merges them.
+
+    A module callback replaces the Trainer's callbacks of its type (or a base type of it);
+    checkpoint callbacks stay last. The module's hook is called only when overridden.
+    """
+    from trainer.module import TrainModule
+
+    if type(module).configure_callbacks is TrainModule.configure_callbacks:
+        return callbacks
+    extra = module.configure_callbacks()
+    if not extra:
+        return callbacks
+    extra = list(extra) if isinstance(extra, (list, tuple)) else [extra]
+    for cb in extra:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"configure_callbacks must return Callback instances; got {type(cb).__name__}")
+    kinds = {type(cb) for cb in callbacks} - {Callback}
+    replaced = {kind for new in extra for kind in kinds if issubclass(type(new), kind)}
+    if replaced:
+        from trainer.distributed.rank_zero import rank_zero_info
+
+        names = ", ".join(sorted(k.__name__ for k in replaced))
+        rank_zero_info(f"[lockstep] {type(module).__name__}.configure_callbacks replaces the Trainer's {names}")
+    merged = [cb for cb in callbacks if type(cb) not in replaced] + extra
+    ordinary = [cb for cb in merged if not isinstance(cb, ModelCheckpoint)]
+    return [*ordinary, *checkpoint_callbacks(merged)]
 
 
 def first_log_dir(loggers: list[Logger], default: str) -> str:

@@ -20,6 +20,29 @@ if TYPE_CHECKING:
 
 __all__ = ["CALLBACK_HOOKS", "HookDispatcher"]
 
+# The module's hooks that callbacks do not have (Lightning's): each is looked up once per run
+# (`module_override`) and called only when the module overrides it, or its default runs inline.
+MODULE_ONLY_HOOKS = (
+    "configure_model",
+    "configure_callbacks",
+    "backward",
+    "optimizer_step",
+    "optimizer_zero_grad",
+    "lr_scheduler_step",
+    "configure_gradient_clipping",
+    "on_before_batch_transfer",
+    "transfer_batch_to_device",
+    "on_after_batch_transfer",
+    "on_validation_model_zero_grad",
+    "on_validation_model_eval",
+    "on_validation_model_train",
+    "on_test_model_eval",
+    "on_test_model_train",
+    "on_predict_model_eval",
+    "on_predict_model_train",
+)
+
+
 class HookDispatcher:
     """Calls ``hook(trainer, module, *args)`` on callbacks, then ``hook(*args)`` on the module.
 
@@ -69,6 +92,36 @@ class HookDispatcher:
         """Run only the callbacks' hooks: all, or only those that do (not) monitor metrics."""
         for fn in self._callbacks[name] if monitoring is None else self._by_role[name, monitoring]:
             fn(*args)
+
+
+def module_override(trainer: Trainer, module: TrainModule, name: str) -> Callable[..., Any] | None:
+    """The module's ``name`` if its class overrides `TrainModule`'s (timed by the profiler), else None.
+
+    Looked up once per run, so a hook left alone costs nothing per step.
+    """
+    from trainer.module import TrainModule
+
+    if getattr(type(module), name, None) is getattr(TrainModule, name, None):
+        return None
+    return _timed(trainer, "Module", module, name, getattr(module, name))
+
+
+def takes_batch_idx(step: Callable[..., Any]) -> bool:
+    """Whether a step method takes ``batch_idx`` after ``batch`` (Lightning's rule: a parameter of
+    that name, ``*args``, or a second positional parameter); ``training_step(self, batch)`` does not."""
+    import inspect
+
+    step = getattr(step, "__wrapped__", step)
+    try:
+        params = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable: pass it, as before
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return (
+        any(p.name == "batch_idx" for p in params)
+        or any(p.kind is p.VAR_POSITIONAL for p in params)
+        or len(positional) >= 2
+    )
 
 
 def _with_context(fn: Callable[..., Any], trainer: Trainer, module: TrainModule | None) -> Callable[..., Any]:

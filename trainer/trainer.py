@@ -19,8 +19,10 @@ from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.loaders import loader_batch_size, num_batches
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
-from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions
+from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
+from trainer.metrics.results_table import results_table
+from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
@@ -79,6 +81,8 @@ class Trainer(TrainerSettings, RunStateFields):
         enable_model_summary: bool = True,
         reload_dataloaders_every_n_epochs: int = 0,
         profiler: str | Profiler | None = None,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)
         self.config = TrainerConfig.from_arguments(args)  # checked once; fast_dev_run / overfit_batches applied
@@ -241,16 +245,17 @@ class Trainer(TrainerSettings, RunStateFields):
         model: TrainModule,
         train_dataloaders: Any = None,
         val_dataloaders: Any = None,
+        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
-        datamodule: DataModule | None = None,
     ) -> None:
         """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
-        A restarted run (``restart_count`` > 0 in the cluster environment: torch's elastic agent
-        restarting the worker group, or SLURM requeueing the job) resumes from the last checkpoint
-        when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with arbitrary
-        pickled objects: only for files you trust.
+        Lightning's positional order. A restarted run (torch's elastic agent restarting the worker
+        group on any node, or SLURM requeueing the job; `Strategy.is_restart`) resumes from the last
+        checkpoint when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with
+        arbitrary pickled objects: only for files you trust. A second ``fit`` on a Trainer whose fit
+        reached ``max_epochs`` / ``max_steps`` trains nothing and says so.
         """
         check_call(model, Stage.FIT, ckpt_path, weights_only)
         train_dataloaders, datamodule = attach_datamodule(self, Stage.FIT, train_dataloaders, datamodule, val_dataloaders)
@@ -258,7 +263,7 @@ class Trainer(TrainerSettings, RunStateFields):
             Stage.FIT,
             model,
             lambda: self.fit_loop.fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
-            (model, train_dataloaders, val_dataloaders, ckpt_path, weights_only, datamodule),
+            (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only),
         )
 
     def validate(
@@ -266,37 +271,43 @@ class Trainer(TrainerSettings, RunStateFields):
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
-        weights_only: bool = True,
+        verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over the loaders (or a ``datamodule``'s); one metric dict per loader.
 
-        ``ckpt_path`` loads the weights first; ``weights_only=False`` allows checkpoints with
-        arbitrary pickled objects: only for files you trust.
+        Lightning's positional order. ``ckpt_path`` loads the weights first; ``weights_only=False``
+        allows checkpoints with arbitrary pickled objects: only for files you trust. ``verbose``:
+        global rank 0 prints the results table.
         """
-        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule)
+        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
 
     def test(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
-        weights_only: bool = True,
+        verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over the test data; one metric dict per loader (see `validate`)."""
-        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule)
+        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
 
     def predict(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
+        datamodule: DataModule | None = None,
+        return_predictions: bool | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
-        datamodule: DataModule | None = None,
-    ) -> list[Any]:
-        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
-        return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule)
+    ) -> list[Any] | None:
+        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`);
+        ``return_predictions=False`` keeps none and returns None."""
+        result = self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule, False)
+        return None if return_predictions is False else result
 
     def request_stop(self) -> None:
         """Set ``should_stop``; with several processes every rank calls it, and the agreed stop may end the epoch early."""
@@ -328,6 +339,7 @@ class Trainer(TrainerSettings, RunStateFields):
 
     # -- the run --------------------------------------------------------------------------------
     def _run(self, stage: Stage, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
+        check_supported(model)  # a Lightning hook Lockstep does not call fails here, by name
         self.state = TrainerState()
         if self._strategy.launcher is not None:
             # spawned workers inherit the loggers: one version for every call of this Trainer
@@ -337,6 +349,7 @@ class Trainer(TrainerSettings, RunStateFields):
         self._module = model
         model.trainer = self
         self.should_stop = False
+        self.callbacks = with_module_callbacks(self.callbacks, model)  # kept, as in Lightning
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
         self.profiler.start(stage.value)
         try:
@@ -382,7 +395,14 @@ class Trainer(TrainerSettings, RunStateFields):
             self._strategy.teardown()
 
     def _evaluate(
-        self, stage: Stage, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool, datamodule: Any
+        self,
+        stage: Stage,
+        model: TrainModule | None,
+        loaders: Any,
+        ckpt_path: Any,
+        weights_only: bool,
+        datamodule: Any,
+        verbose: bool,
     ) -> Any:
         if model is None:
             if self._module is None:
@@ -395,4 +415,13 @@ class Trainer(TrainerSettings, RunStateFields):
             loop = EvaluationLoop(self, stage)
             return loop.run(loop.setup(model, loaders, ckpt_path, weights_only))
 
-        return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only, datamodule))
+        if stage == Stage.PREDICT:
+            args: tuple[Any, ...] = (model, loaders, datamodule, True, ckpt_path, weights_only)
+        else:
+            args = (model, loaders, ckpt_path, False, datamodule, weights_only)  # rank 0 here prints
+        results = self._run(stage, model, body, args)
+        if verbose and self.is_global_zero:
+            table = results_table(results, stage.value)
+            if table:
+                print(table)
+        return results

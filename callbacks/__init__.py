@@ -10,6 +10,8 @@ from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.model_summary import ModelSummary
 from callbacks.progress_bar import ProgressBar
 from callbacks.rich_progress_bar import RichProgressBar
+from callbacks.run_lock import RunLockedError
+from callbacks.service_timeout import ServiceUnreachableError
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
@@ -28,6 +30,8 @@ __all__ = [
     "ModelSummary",
     "ProgressBar",
     "RichProgressBar",
+    "RunLockedError",
+    "ServiceUnreachableError",
     "TensorBoardLogger",
     "ThroughputMonitor",
     "Timer",

@@ -6,9 +6,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_number,
     _monitor_value,
     _rank_zero_print,
     _to_float,
@@ -17,6 +14,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool, check_int, check_number
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -61,18 +59,16 @@ class EarlyStopping(Callback):
         if not monitor:
             raise ValueError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
         _validate_mode(mode, "EarlyStopping")
-        _check_int("EarlyStopping", "patience", patience, 0, "an int >= 0")
-        _check_number("EarlyStopping", "min_delta", min_delta, "a finite number >= 0")
-        if min_delta < 0:
-            raise ValueError(f"EarlyStopping(min_delta={min_delta!r}): expected a finite number >= 0.")
+        check_int("EarlyStopping(patience)", patience, 0)
+        check_number("EarlyStopping(min_delta)", min_delta, minimum=0)
         # a NaN threshold compares false with every value: the check would silently never fire
         for arg, threshold in (
             ("stopping_threshold", stopping_threshold),
             ("divergence_threshold", divergence_threshold),
         ):
-            _check_number("EarlyStopping", arg, threshold, "None or a finite number", allow_none=True)
-        _check_bool("EarlyStopping", "check_finite", check_finite)
-        _check_bool("EarlyStopping", "verbose", verbose)
+            check_number(f"EarlyStopping({arg})", threshold, allow_none=True)
+        check_bool("EarlyStopping(check_finite)", check_finite)
+        check_bool("EarlyStopping(verbose)", verbose)
         self.monitor = monitor
         self.patience = patience
         self.mode = mode

@@ -10,9 +10,6 @@ import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_path,
     _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
@@ -23,6 +20,7 @@ from callbacks._utils import (
 )
 from callbacks.callback import Callback
 from callbacks import run_lock
+from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -62,7 +60,7 @@ class ModelCheckpoint(Callback):
 
     One run at a time per directory: global rank 0 holds a lock file (``.lockstep-run.lock``,
     naming the run id, host and pid) for the whole fit, and a second run that finds it held by a
-    live run refuses to start (`callbacks.run_lock.RunLockedError`). A lock left by a run that
+    live run refuses to start (`RunLockedError`). A lock left by a run that
     died, or by this job before its restart, is taken over.
 
     Checkpoints are written by ``trainer.save_checkpoint``, which every rank calls and global
@@ -96,25 +94,24 @@ class ModelCheckpoint(Callback):
         enable_version_counter: bool = True,
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
-        _check_path("ModelCheckpoint", "dirpath", dirpath)
+        check_path("ModelCheckpoint(dirpath)", dirpath)
         if monitor is not None and not isinstance(monitor, str):
             raise TypeError(
                 f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
             )
-        keep = "an int >= -1 (-1 keeps every checkpoint, 0 keeps none)"
-        _check_int("ModelCheckpoint", "save_top_k", save_top_k, -1, keep)
+        check_int("ModelCheckpoint(save_top_k)", save_top_k, -1)
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise ValueError(
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): there is no metric to rank "
                 "checkpoints by. Set `monitor`, or use save_top_k=1 (latest), -1 (all) or 0 (none)."
             )
         for arg, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            _check_int("ModelCheckpoint", arg, value, 0, "None or an int >= 0", allow_none=True)
-        _check_bool("ModelCheckpoint", "save_last", save_last)
-        _check_bool("ModelCheckpoint", "auto_insert_metric_name", auto_insert_metric_name)
-        _check_bool("ModelCheckpoint", "verbose", verbose)
-        _check_bool("ModelCheckpoint", "enable_version_counter", enable_version_counter)
-        _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
+            check_int(f"ModelCheckpoint({arg})", value, 0, allow_none=True)
+        check_bool("ModelCheckpoint(save_last)", save_last)
+        check_bool("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
+        check_bool("ModelCheckpoint(verbose)", verbose)
+        check_bool("ModelCheckpoint(enable_version_counter)", enable_version_counter)
+        check_bool("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
         self.dirpath: str | None = (

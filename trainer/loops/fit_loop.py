@@ -43,7 +43,7 @@ from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 class FitLoop:
@@ -112,7 +112,7 @@ class FitLoop:
         t, strategy = self.trainer, self.trainer.strategy
         self._reset()
         configure_model(t, model)  # right after `setup`, as in Lightning
-        if ckpt_path is None and strategy.cluster_environment.restart_count > 0:
+        if ckpt_path is None and strategy.is_restart():
             ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
         path, checkpoint = "", None
         if ckpt_path is not None:

@@ -252,6 +252,10 @@ class Strategy:
         """Every rank gets rank ``src``'s ``obj`` (any picklable object)."""
         return obj
 
+    def is_restart(self) -> bool:
+        """Whether this run is a restart of the job (it resumes from its last checkpoint then)."""
+        return self.cluster_environment.restart_count > 0
+
     def barrier(self, name: str | None = None) -> None:
         """Wait until every rank gets here."""
 

@@ -6,9 +6,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_number,
     _monitor_value,
     _rank_zero_print,
     _to_float,
@@ -17,9 +14,10 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool, check_int, check_number
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class EarlyStopping(Callback):
@@ -42,6 +40,9 @@ class EarlyStopping(Callback):
     a collective forever.
     """
 
+    role = "early_stopping"
+    monitors_metrics = True
+
     def __init__(
         self,
         monitor: str,
@@ -58,18 +59,16 @@ class EarlyStopping(Callback):
         if not monitor:
             raise ValueError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
         _validate_mode(mode, "EarlyStopping")
-        _check_int("EarlyStopping", "patience", patience, 0, "an int >= 0")
-        _check_number("EarlyStopping", "min_delta", min_delta, "a finite number >= 0")
-        if min_delta < 0:
-            raise ValueError(f"EarlyStopping(min_delta={min_delta!r}): expected a finite number >= 0.")
+        check_int("EarlyStopping(patience)", patience, 0)
+        check_number("EarlyStopping(min_delta)", min_delta, minimum=0)
         # a NaN threshold compares false with every value: the check would silently never fire
         for arg, threshold in (
             ("stopping_threshold", stopping_threshold),
             ("divergence_threshold", divergence_threshold),
         ):
-            _check_number("EarlyStopping", arg, threshold, "None or a finite number", allow_none=True)
-        _check_bool("EarlyStopping", "check_finite", check_finite)
-        _check_bool("EarlyStopping", "verbose", verbose)
+            check_number(f"EarlyStopping({arg})", threshold, allow_none=True)
+        check_bool("EarlyStopping(check_finite)", check_finite)
+        check_bool("EarlyStopping(verbose)", verbose)
         self.monitor = monitor
         self.patience = patience
         self.mode = mode
@@ -90,24 +89,24 @@ class EarlyStopping(Callback):
         return f"EarlyStopping{{monitor={self.monitor!r}, mode={self.mode!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = True
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._in_fit and not trainer.sanity_checking and self._tracker.on_validation_end(trainer):
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit or self._tracker.is_validation_metric:
             return
         if self.monitor not in trainer.callback_metrics and self._tracker.missing_is_expected(trainer):
@@ -132,7 +131,7 @@ class EarlyStopping(Callback):
         self.patience = int(state_dict.get("patience", self.patience))
 
     # -- decision ---------------------------------------------------------------------------
-    def _check(self, trainer: Trainer) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         import torch
 
         # same key set on every rank (same logging code), so every rank raises together

@@ -14,7 +14,7 @@ from callbacks.service_timeout import check_timeout_args, http_problem, unreacha
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 _BATCH = 1000  # MLflow's limit of metrics (and 100 of params) per log_batch request
 _PARAM_BATCH = 100
@@ -189,10 +189,10 @@ class MLFlowLogger(Logger):
         return {**self.__dict__, "_client": None}
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self.log_model or not trainer.is_global_zero or not self._sends:
             return
         for cb in trainer.checkpoint_callbacks:

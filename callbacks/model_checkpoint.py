@@ -10,9 +10,6 @@ import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_path,
     _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
@@ -23,10 +20,11 @@ from callbacks._utils import (
 )
 from callbacks.callback import Callback
 from callbacks import run_lock
+from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 # "{name}" or "{name:fmt}" in a filename template
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")
@@ -74,6 +72,9 @@ class ModelCheckpoint(Callback):
     rank by the global value.
     """
 
+    role = "checkpoint"
+    monitors_metrics = True
+
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
 
@@ -93,25 +94,24 @@ class ModelCheckpoint(Callback):
         enable_version_counter: bool = True,
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
-        _check_path("ModelCheckpoint", "dirpath", dirpath)
+        check_path("ModelCheckpoint(dirpath)", dirpath)
         if monitor is not None and not isinstance(monitor, str):
             raise TypeError(
                 f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
             )
-        keep = "an int >= -1 (-1 keeps every checkpoint, 0 keeps none)"
-        _check_int("ModelCheckpoint", "save_top_k", save_top_k, -1, keep)
+        check_int("ModelCheckpoint(save_top_k)", save_top_k, -1)
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise ValueError(
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): there is no metric to rank "
                 "checkpoints by. Set `monitor`, or use save_top_k=1 (latest), -1 (all) or 0 (none)."
             )
         for arg, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            _check_int("ModelCheckpoint", arg, value, 0, "None or an int >= 0", allow_none=True)
-        _check_bool("ModelCheckpoint", "save_last", save_last)
-        _check_bool("ModelCheckpoint", "auto_insert_metric_name", auto_insert_metric_name)
-        _check_bool("ModelCheckpoint", "verbose", verbose)
-        _check_bool("ModelCheckpoint", "enable_version_counter", enable_version_counter)
-        _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
+            check_int(f"ModelCheckpoint({arg})", value, 0, allow_none=True)
+        check_bool("ModelCheckpoint(save_last)", save_last)
+        check_bool("ModelCheckpoint(auto_insert_metric_name)", auto_insert_metric_name)
+        check_bool("ModelCheckpoint(verbose)", verbose)
+        check_bool("ModelCheckpoint(enable_version_counter)", enable_version_counter)
+        check_bool("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
         self.dirpath: str | None = (
@@ -148,7 +148,7 @@ class ModelCheckpoint(Callback):
         return f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, filename={self.filename!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         # after every `setup`: the logger has fixed its version, so `trainer.log_dir` is final
         self._in_fit = True
         if self.dirpath is None:
@@ -212,10 +212,10 @@ class ModelCheckpoint(Callback):
         if lock is not None:
             lock.release()
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
         if stage == "fit":
             self._release()
@@ -223,7 +223,7 @@ class ModelCheckpoint(Callback):
             self._last_global_step_saved = -1
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         n = self.every_n_train_steps
         step = trainer.global_step
@@ -231,11 +231,11 @@ class ModelCheckpoint(Callback):
         if n and self._in_fit and step > 0 and step % n == 0 and step != self._last_global_step_saved:
             self._save(trainer)
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._tracker is not None and self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit or trainer.sanity_checking:
             return
         from_validation = self._tracker.on_validation_end(trainer) if self._tracker is not None else False
@@ -247,7 +247,7 @@ class ModelCheckpoint(Callback):
         if self._epoch_due(trainer):
             self._save(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit:
             return
         if self.save_on_train_epoch_end is None:
@@ -258,12 +258,12 @@ class ModelCheckpoint(Callback):
         if self._epoch_due(trainer):
             self._save(trainer)
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
         # max_steps stopped the run inside an epoch: the epoch is not over, so its end hooks did
         # not run. Without a monitor, save what that epoch end would have (the latest state; it
         # resumes at the next batch). A monitored metric's epoch value is not final there.
-        loop = trainer.fit_loop
-        if self.monitor is None and loop.batches_done and not loop.epoch_finished:
+        position = trainer.fit_progress
+        if self.monitor is None and position.batches_done and not position.epoch_finished:
             self.on_train_epoch_end(trainer, module)
 
     # -- checkpoint state -------------------------------------------------------------------
@@ -337,12 +337,12 @@ class ModelCheckpoint(Callback):
         return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
 
     # -- saving -----------------------------------------------------------------------------
-    def _default_dirpath(self, trainer: Trainer) -> str:
+    def _default_dirpath(self, trainer: TrainerView) -> str:
         log_dir = trainer.log_dir if trainer.loggers else None
         base = log_dir if log_dir is not None else trainer.default_root_dir
         return storage.join(os.fspath(base), "checkpoints")
 
-    def _epoch_due(self, trainer: Trainer) -> bool:
+    def _epoch_due(self, trainer: TrainerView) -> bool:
         n = self.every_n_epochs
         return (
             bool(n)
@@ -350,7 +350,7 @@ class ModelCheckpoint(Callback):
             and trainer.global_step != self._last_global_step_saved
         )
 
-    def _save(self, trainer: Trainer) -> None:
+    def _save(self, trainer: TrainerView) -> None:
         """Decide on rank 0, agree by broadcast, then save on all ranks (rank 0 writes)."""
         decision: dict[str, Any] | None = None
         error: BaseException | None = None
@@ -372,7 +372,7 @@ class ModelCheckpoint(Callback):
             )
         self._apply_decision(trainer, decision)
 
-    def _decide(self, trainer: Trainer) -> dict[str, Any]:
+    def _decide(self, trainer: TrainerView) -> dict[str, Any]:
         """Rank 0: which files to write and delete, and the bookkeeping after this save."""
         metrics: dict[str, Any] = dict(trainer.callback_metrics)
         metrics["epoch"] = trainer.current_epoch
@@ -439,7 +439,7 @@ class ModelCheckpoint(Callback):
             "message": message,
         }
 
-    def _apply_decision(self, trainer: Trainer, decision: Mapping[str, Any]) -> None:
+    def _apply_decision(self, trainer: TrainerView, decision: Mapping[str, Any]) -> None:
         before = self._bookkeeping()
         # bookkeeping first: the checkpoint being written records itself as saved
         self._set_bookkeeping(decision["state"])

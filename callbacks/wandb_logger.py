@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from callbacks._utils import _check_bool, _check_path, _to_float
+from callbacks._utils import _to_float
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, unreachable
+from trainer.contracts.arguments import check_bool, check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class WandbLogger(Logger):
@@ -54,8 +55,8 @@ class WandbLogger(Logger):
             import wandb  # noqa: F401 - fail at construction, not at the first log
         except ImportError:
             raise ImportError("WandbLogger needs wandb: pip install 'lockstep-trainer[wandb]'.") from None
-        _check_path("WandbLogger", "save_dir", save_dir)
-        _check_bool("WandbLogger", "offline", offline)
+        check_path("WandbLogger(save_dir)", save_dir)
+        check_bool("WandbLogger(offline)", offline)
         self.project = project
         self.name = name
         self.offline = offline
@@ -160,7 +161,7 @@ class WandbLogger(Logger):
         return {**self.__dict__, "_run": None}  # each spawned worker starts (or resumes) its own
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if self._save_dir is None and not storage.is_url(trainer.default_root_dir):
             self._save_dir = os.fspath(trainer.default_root_dir)  # a URL root: the current directory

@@ -37,7 +37,7 @@ from trainer.checkpointing.resume import (
 from trainer.distributed.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 _D = TypeVar("_D", bound="DataModule")
 

@@ -143,13 +143,13 @@ class Strategy:
         """Leave the process group (also called when the run raised)."""
 
     # -- the training step --------------------------------------------------------------------
-    def training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
-        """Run the module's ``training_step`` through the model wrapper, if there is one."""
-        return module.training_step(batch, batch_idx)
+    def training_step(self, module: Any, *args: Any) -> Any:
+        """Run the module's ``training_step(batch[, batch_idx])`` through the model wrapper, if there is one."""
+        return module.training_step(*args)
 
-    def manual_training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+    def manual_training_step(self, module: Any, *args: Any) -> Any:
         """``training_step`` under manual optimization, where `sync_gradients` syncs the gradients."""
-        return self.training_step(module, batch, batch_idx)
+        return self.training_step(module, *args)
 
     def sync_gradients(self) -> None:
         """Average the module's gradients over all ranks now (after a ``manual_backward``), unless

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.strategies.ddp import DDPStrategy
     from trainer.strategies.fsdp import FSDPStrategy
     from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.trainer import Trainer
 
     LightningModule = TrainModule
     LightningDataModule = DataModule

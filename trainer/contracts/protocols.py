@@ -201,3 +201,15 @@ class TrainerInternals(TrainerView, Protocol):
     def checkpoint_callback(self) -> Any: ...
 
     def adopt_spawned_run(self, model: Any, outcome: dict[str, Any]) -> None: ...
+
+
+class FitLoopView(Protocol):
+    """What the optimization paths (`AutomaticOptimization`, `ManualOptimization`) read on the fit
+    loop that runs them."""
+
+    trainer: TrainerInternals
+    progress: Any  # FitProgress
+    loss_check: Any  # NonFiniteLossCheck
+
+    @property
+    def scheduler_metrics(self) -> Any: ...

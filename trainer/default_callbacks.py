@@ -5,9 +5,12 @@ import time of a callback; the trainer reaches callbacks through this module alo
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import fix_log_versions
+from callbacks.batch_size_finder import scale_batch_size
+from callbacks.lr_finder import LRFinder, lr_find
 from callbacks.callback import Callback
 from callbacks.early_stopping import EarlyStopping
 from callbacks.logger import Logger
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
-    "parse_duration", "storage",
+    "parse_duration", "storage", "LRFinder", "lr_find", "scale_batch_size",
 ]
 
 
@@ -67,7 +70,10 @@ def make_callbacks(callbacks: Any, loggers: list[Logger], args: Mapping[str, Any
     if args["fast_dev_run"]:
         given = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]
     elif args["enable_checkpointing"] and not has(ModelCheckpoint):
-        given.append(ModelCheckpoint())
+        # a last.ckpt (a link to the newest file: no second write) so that ckpt_path="last" resumes
+        root = args["default_root_dir"]
+        remote = root is not None and storage.is_url(storage.normalize(os.fspath(root)))
+        given.append(ModelCheckpoint(save_last=True if remote else "link"))
     # Checkpoint callbacks run last so they save state every other callback already updated.
     ordinary = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]
     return [*loggers, *ordinary, *checkpoint_callbacks(given)]

@@ -109,6 +109,7 @@ class Trainer:
         self.datamodule: DataModule | None = None  # the current (or last) run's
         self.num_test_batches: list[int | None] = []
         self.num_predict_batches: list[int | None] = []
+        self.predict_dataloaders: list[Any] = []  # the last predict's loaders
         self.fit_loop = FitLoop(self, detect_non_finite_loss)
         self.metric_logger = MetricLogger(self.loggers)  # where `self.log` records; what reaches the loggers
         self._module: TrainModule | None = None
@@ -296,9 +297,12 @@ class Trainer:
         """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
         return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule)
 
-    def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically
         (under FSDP every rank writes its shards into the directory ``filepath``: docs/checkpointing.md).
+
+        ``weights_only=True`` leaves out the optimizer, scheduler, precision, callback and RNG
+        states: the file loads with ``load_from_checkpoint`` but cannot resume a fit.
 
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.
@@ -307,7 +311,7 @@ class Trainer:
         be gone, so no collective runs: global rank 0 checks its own losses and writes its own
         state (the other ranks' ``rank_states`` are None); every other rank returns without writing.
         """
-        save_checkpoint(self, filepath)
+        save_checkpoint(self, filepath, weights_only)
 
     def adopt_spawned_run(self, model: TrainModule | None, outcome: dict[str, Any]) -> None:
         """Take rank 0's final state from spawned workers (`SpawnLauncher`), as if run here."""

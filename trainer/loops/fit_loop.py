@@ -18,6 +18,7 @@ from trainer.checkpointing.connector import (
     gather_rank_states,
     preemption_checkpoint_path,
     read_checkpoint,
+    refuse_weights_only,
     restore_checkpoint,
     restore_datamodule,
 )
@@ -120,6 +121,7 @@ class FitLoop:
         path, checkpoint = "", None
         if ckpt_path is not None:
             path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)
+            refuse_weights_only(checkpoint, path)
             restore_datamodule(t, checkpoint)  # before its loaders are asked for, as in Lightning
         self.setup_data(model, train, val)
         prepare_for_speed(model, t.channels_last, t.compile)
@@ -255,6 +257,8 @@ class FitLoop:
         strategy.on_epoch_start(loader, progress.current_epoch)
         t.metric_logger.start_training_epoch()
         hooks.call("on_train_epoch_start")
+        # after the hook: a fine-tuning callback may have added parameter groups (clipped too)
+        self._optimizer_params = [optimizer_parameters(opt) for opt in t.optimizers]
         self.count_training_batches()  # a sampler's length may change between epochs
         # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
         if self.manual is not None:

@@ -17,10 +17,13 @@ from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress_bar import ProgressBar
 from callbacks.rich_progress_bar import RichProgressBar
+from callbacks.run_lock import RunLockedError
+from callbacks.service_timeout import ServiceUnreachableError
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
 from callbacks.wandb_logger import WandbLogger
+from trainer.contracts import storage  # the storage layer, for loggers of your own (`from callbacks import storage`)
 
 __all__ = [
     "BackboneFinetuning",
@@ -41,6 +44,8 @@ __all__ = [
     "OnExceptionCheckpoint",
     "ProgressBar",
     "RichProgressBar",
+    "RunLockedError",
+    "ServiceUnreachableError",
     "TensorBoardLogger",
     "ThroughputMonitor",
     "Timer",

@@ -12,10 +12,10 @@ from callbacks._utils import (
     _version_dir_name,
 )
 from callbacks.logger import Logger
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class _FileLogger(Logger):
@@ -83,7 +83,7 @@ class _FileLogger(Logger):
         self._version_fixed = True
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if not self._version_fixed:
             fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
@@ -92,7 +92,7 @@ class _FileLogger(Logger):
             storage.makedirs(self.log_dir)
 
 
-def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: bool) -> None:
+def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast: bool) -> None:
     """Fix ``save_dir`` and version of each file logger in ``loggers`` whose version is not fixed.
 
     The loggers that pick their version share one, the next number free in all their

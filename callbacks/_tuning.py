@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
-def inner_trainer(trainer: Trainer, callbacks: Sequence[Callback], **overrides: Any) -> Trainer:
+def inner_trainer(trainer: TrainerView, callbacks: Sequence[Callback], **overrides: Any) -> TrainerView:
     """A Trainer for trial runs with ``trainer``'s device, precision, accumulation and clipping,
     nothing written (no logger, checkpoint, bar or summary) and only ``callbacks``."""
     if trainer.world_size > 1:
@@ -43,7 +43,7 @@ def inner_trainer(trainer: Trainer, callbacks: Sequence[Callback], **overrides: 
     return type(trainer)(**settings)
 
 
-def attached_trainer(module: TrainModule) -> Trainer | None:
+def attached_trainer(module: ModuleView) -> TrainerView | None:
     try:
         return module.trainer
     except RuntimeError:
@@ -51,7 +51,7 @@ def attached_trainer(module: TrainModule) -> Trainer | None:
 
 
 @contextlib.contextmanager
-def restored_module(module: TrainModule) -> Iterator[None]:
+def restored_module(module: ModuleView) -> Iterator[None]:
     """Trials train ``module``: afterwards it has its weights, mode and Trainer back."""
     state = copy.deepcopy(module.state_dict())
     training, trainer = module.training, attached_trainer(module)
@@ -64,7 +64,7 @@ def restored_module(module: TrainModule) -> Iterator[None]:
 
 
 def find_attr(
-    module: TrainModule, datamodule: Any, name: str, candidates: Sequence[str], caller: str
+    module: ModuleView, datamodule: Any, name: str, candidates: Sequence[str], caller: str
 ) -> tuple[Callable[[], Any], Callable[[Any], None], str]:
     """(get, set, name) of the first of ``name`` / ``candidates`` found, as Lightning looks: an
     attribute of the module, its ``hparams``, an attribute of the DataModule, its ``hparams``."""

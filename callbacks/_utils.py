@@ -7,10 +7,10 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer
+    from trainer.contracts.protocols import TrainerView
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -27,16 +27,7 @@ class _MonitorKeyError(KeyError):
 
 
 # -- ranks ------------------------------------------------------------------------------------
-def _env_global_rank() -> int:
-    """Global rank before the Trainer has told us (loggers may be used before ``setup``)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return int(os.environ.get("RANK", 0))
-
-
-def _rank_zero_print(trainer: Trainer, message: str) -> None:
+def _rank_zero_print(trainer: TrainerView, message: str) -> None:
     """Print ``message`` once, from global rank 0."""
     if trainer.is_global_zero:
         print(message, flush=True)
@@ -172,13 +163,13 @@ class _ValidationMetricTracker:
         self.validation_ran = False
         self._before: float | None = None
 
-    def on_validation_start(self, trainer: Trainer) -> None:
+    def on_validation_start(self, trainer: TrainerView) -> None:
         if self.is_validation_metric or trainer.sanity_checking:
             return
         value = trainer.callback_metrics.get(self.monitor)
         self._before = None if value is None else _to_float(value)
 
-    def on_validation_end(self, trainer: Trainer) -> bool:
+    def on_validation_end(self, trainer: TrainerView) -> bool:
         """Record this (non sanity-check) validation run; True if the metric comes from validation."""
         if trainer.sanity_checking:
             return False
@@ -190,7 +181,7 @@ class _ValidationMetricTracker:
         self.is_validation_metric = bool(trainer.strategy.reduce_boolean_decision(changed, all=False))
         return self.is_validation_metric
 
-    def missing_is_expected(self, trainer: Trainer) -> bool:
+    def missing_is_expected(self, trainer: TrainerView) -> bool:
         """A validation metric may legitimately be absent before the first validation run."""
         if self.validation_ran:
             return False

@@ -10,7 +10,7 @@ from callbacks._utils import _rank_zero_print
 from callbacks.base_finetuning import BaseFinetuning
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 def multiplicative(epoch: int) -> float:
@@ -57,7 +57,7 @@ class BackboneFinetuning(BaseFinetuning):
         self.verbose = verbose
         self.rounding = rounding
         self.previous_backbone_lr: float | None = None
-        self._trainer: Trainer | None = None
+        self._trainer: TrainerView | None = None
 
     def state_dict(self) -> dict[str, Any]:
         """The parameter groups and the backbone's last rate."""
@@ -68,7 +68,7 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict["previous_backbone_lr"]
         super().load_state_dict(state_dict)
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         if not isinstance(getattr(module, "backbone", None), torch.nn.Module):
             raise AttributeError(
                 f"BackboneFinetuning needs the module to have an nn.Module `backbone` attribute; "
@@ -77,10 +77,10 @@ class BackboneFinetuning(BaseFinetuning):
         self._trainer = trainer
         super().setup(trainer, module, stage)
 
-    def freeze_before_training(self, pl_module: TrainModule) -> None:
+    def freeze_before_training(self, pl_module: ModuleView) -> None:
         self.freeze(pl_module.backbone)
 
-    def finetune_function(self, pl_module: TrainModule, epoch: int, optimizer: torch.optim.Optimizer) -> None:
+    def finetune_function(self, pl_module: ModuleView, epoch: int, optimizer: torch.optim.Optimizer) -> None:
         if epoch == self.unfreeze_backbone_at_epoch:
             current_lr = optimizer.param_groups[0]["lr"]
             initial = (

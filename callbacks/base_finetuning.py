@@ -12,7 +12,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 Modules = Union[Module, Iterable[Union[Module, Iterable]]]
 
@@ -36,7 +36,7 @@ class BaseFinetuning(Callback):
         """Restore what ``state_dict`` returned."""
         self._internal_optimizer_metadata = state_dict.get("internal_optimizer_metadata", state_dict)
 
-    def on_load_checkpoint(self, trainer: Trainer, module: TrainModule, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, module: ModuleView, checkpoint: dict[str, Any]) -> None:
         # the optimizers must have the saved groups before their saved state is loaded into them
         state = checkpoint.get("callbacks", {}).get(self.state_key)
         if not state:
@@ -140,11 +140,11 @@ class BaseFinetuning(Callback):
             optimizer.add_param_group({"params": params, "lr": params_lr / denom})
 
     # -- the schedule ---------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         if stage == "fit":
             self.freeze_before_training(module)
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         names = {p: n for n, p in module.named_parameters()}
         for index, optimizer in enumerate(trainer.optimizers):
             before = len(optimizer.param_groups)
@@ -155,11 +155,11 @@ class BaseFinetuning(Callback):
             elif before != len(groups):
                 self._internal_optimizer_metadata[index].extend(_map_params(groups[before:], names))
 
-    def finetune_function(self, pl_module: TrainModule, epoch: int, optimizer: torch.optim.Optimizer) -> None:
+    def finetune_function(self, pl_module: ModuleView, epoch: int, optimizer: torch.optim.Optimizer) -> None:
         """Override: unfreeze what ``epoch`` should train (`unfreeze_and_add_param_group`)."""
         raise NotImplementedError
 
-    def freeze_before_training(self, pl_module: TrainModule) -> None:
+    def freeze_before_training(self, pl_module: ModuleView) -> None:
         """Override: freeze what the first epochs must not train (`freeze`)."""
         raise NotImplementedError
 

@@ -15,7 +15,7 @@ from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 _OOM_MESSAGES = (
     "CUDA out of memory.",
@@ -46,8 +46,8 @@ def _free_memory() -> None:
 
 
 def scale_batch_size(
-    trainer: Trainer,
-    model: TrainModule,
+    trainer: TrainerView,
+    model: ModuleView,
     datamodule: Any = None,
     method: str = "fit",
     mode: str = "power",
@@ -201,12 +201,12 @@ class BatchSizeFinder(Callback):
         self.max_trials, self.batch_arg_name, self.margin, self.max_val = max_trials, batch_arg_name, margin, max_val
         self.optimal_batch_size: int | None = init_val
 
-    def scale_batch_size(self, trainer: Trainer, module: TrainModule, method: str = "fit") -> None:
+    def scale_batch_size(self, trainer: TrainerView, module: ModuleView, method: str = "fit") -> None:
         """Run the search for ``method``'s loaders."""
         self.optimal_batch_size = scale_batch_size(
             trainer, module, trainer.datamodule, method, self.mode, self.steps_per_trial, self.init_val,
             self.max_trials, self.batch_arg_name, self.margin, self.max_val,
         )
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self.scale_batch_size(trainer, module, stage)

@@ -20,7 +20,7 @@ from callbacks._utils import (
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class EarlyStopping(Callback):
@@ -47,6 +47,9 @@ class EarlyStopping(Callback):
     with ``reduce_boolean_decision``. A rank that stopped alone would leave the others waiting in
     a collective forever.
     """
+
+    role = "early_stopping"
+    monitors_metrics = True
 
     def __init__(
         self,
@@ -106,27 +109,27 @@ class EarlyStopping(Callback):
         return f"EarlyStopping{{monitor={self.monitor!r}, mode={self.mode!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = True
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit or trainer.sanity_checking:
             return
         from_validation = self._tracker.on_validation_end(trainer)
         if self.check_on_train_epoch_end is False or (self.check_on_train_epoch_end is None and from_validation):
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit or self.check_on_train_epoch_end is False:
             return
         if self.check_on_train_epoch_end is None and self._tracker.is_validation_metric:
@@ -153,7 +156,7 @@ class EarlyStopping(Callback):
         self.patience = int(state_dict.get("patience", self.patience))
 
     # -- decision ---------------------------------------------------------------------------
-    def _check(self, trainer: Trainer) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         import torch
 
         # same key set on every rank (same logging code), so every rank raises together

@@ -10,7 +10,7 @@ from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class LRFinder:
@@ -103,15 +103,15 @@ class _RangeRecorder(Callback):
         self.avg_loss = 0.0
         self.best_loss = 0.0
 
-    def _window_end(self, trainer: Trainer, batch_idx: int) -> bool:
+    def _window_end(self, trainer: TrainerView, batch_idx: int) -> bool:
         return (batch_idx + 1) % trainer.accumulate_grad_batches == 0
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self._window_end(trainer, batch_idx):
             self.lrs.append(trainer.lr_scheduler_configs[0].scheduler.lr[0])
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self._window_end(trainer, batch_idx):
             return
@@ -130,8 +130,8 @@ class _RangeRecorder(Callback):
 
 
 def lr_find(
-    trainer: Trainer,
-    model: TrainModule,
+    trainer: TrainerView,
+    model: ModuleView,
     train_dataloaders: Any = None,
     val_dataloaders: Any = None,
     datamodule: Any = None,
@@ -222,7 +222,7 @@ class LearningRateFinder(Callback):
         self._update_attr, self._attr_name = update_attr, attr_name
         self.optimal_lr: LRFinder | None = None
 
-    def lr_find(self, trainer: Trainer, module: TrainModule) -> None:
+    def lr_find(self, trainer: TrainerView, module: ModuleView) -> None:
         """Run the range test on the fit's training data."""
         self.optimal_lr = lr_find(
             trainer,
@@ -237,7 +237,7 @@ class LearningRateFinder(Callback):
             attr_name=self._attr_name,
         )
 
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self.lr_find(trainer, module)
 
 

@@ -26,10 +26,11 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
-from callbacks import storage
+from callbacks import run_lock
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 # "{name}" or "{name:fmt}" in a filename template
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")
@@ -68,6 +69,16 @@ class ModelCheckpoint(Callback):
         save_on_train_epoch_end: Force saving at train epoch end (``True``) or at validation end
             (``False``). ``None``: at validation end when ``monitor`` is a validation metric,
             otherwise at train epoch end.
+        enable_version_counter: A run never overwrites a checkpoint it did not write: with
+            ``True`` a name taken by an earlier run's file gets a ``-v<n>`` suffix
+            (``last-v1.ckpt``); with ``False`` a fit whose directory holds another run's
+            checkpoints refuses to start, naming them. A run resumed from a checkpoint goes on
+            writing the files it wrote before.
+
+    One run at a time per directory: global rank 0 holds a lock file (``.lockstep-run.lock``,
+    naming the run id, host and pid) for the whole fit, and a second run that finds it held by a
+    live run refuses to start (`RunLockedError`). A lock left by a run that
+    died, or by this job before its restart, is taken over.
 
     Checkpoints are written by ``trainer.save_checkpoint``, which every rank calls and global
     rank 0 writes atomically (temporary file, fsync, rename). Under ``strategy="fsdp"`` each
@@ -77,6 +88,9 @@ class ModelCheckpoint(Callback):
     bookkeeping even when their values of ``monitor`` differ: log it with ``sync_dist=True`` to
     rank by the global value.
     """
+
+    role = "checkpoint"
+    monitors_metrics = True
 
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
@@ -97,6 +111,7 @@ class ModelCheckpoint(Callback):
         train_time_interval: datetime.timedelta | None = None,
         every_n_epochs: int | None = None,
         save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
         _check_path("ModelCheckpoint", "dirpath", dirpath)
@@ -126,6 +141,7 @@ class ModelCheckpoint(Callback):
             ("save_on_exception", save_on_exception),
         ):
             _check_bool("ModelCheckpoint", arg, value)
+        _check_bool("ModelCheckpoint", "enable_version_counter", enable_version_counter)
         _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
@@ -157,6 +173,7 @@ class ModelCheckpoint(Callback):
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.enable_version_counter = enable_version_counter
 
         self.best_k_models: dict[str, float] = {}
         self.kth_best_model_path = ""
@@ -171,6 +188,7 @@ class ModelCheckpoint(Callback):
         self._missing_fields_warned: set[str] = set()
         self._in_fit = False
         self._pending_state: dict[str, Any] | None = None
+        self._lock: run_lock.RunLock | None = None  # its directory's lock, held during fit (global rank 0)
         self._tracker = _ValidationMetricTracker(monitor) if monitor is not None else None
 
     @property
@@ -179,7 +197,7 @@ class ModelCheckpoint(Callback):
         return f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, filename={self.filename!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         # after every `setup`: the logger has fixed its version, so `trainer.log_dir` is final
         self._in_fit = True
         if self.dirpath is None:
@@ -200,32 +218,66 @@ class ModelCheckpoint(Callback):
         if self._pending_state is not None:
             self._apply_state(self._pending_state)
             self._pending_state = None
-        if (
-            trainer.is_global_zero
-            and storage.isdir(self.dirpath)
-            and storage.listdir(self.dirpath)
-            and not self.best_k_models
-        ):
-            warnings.warn(
-                f"Checkpoint directory {self.dirpath} exists and is not empty: existing files are kept "
-                "and new names get a -v<n> suffix on collision.",
-                stacklevel=2,
-            )
+        refusal = self._claim_directory(trainer) if trainer.is_global_zero else None
+        if trainer.world_size > 1:
+            refusal = trainer.strategy.broadcast(refusal, src=0)
+        if refusal is not None:
+            kind, message = refusal
+            raise (run_lock.RunLockedError if kind == "locked" else FileExistsError)(message)
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def _claim_directory(self, trainer: TrainerView) -> tuple[str, str] | None:
+        """Global rank 0: take the run lock, and refuse or warn about an earlier run's files."""
+        assert self.dirpath is not None
+        lock = run_lock.RunLock(self.dirpath)
+        try:
+            taken_over = lock.acquire()
+        except run_lock.RunLockedError as err:
+            return "locked", str(err)
+        self._lock = lock
+        if taken_over is not None:
+            warnings.warn(taken_over, stacklevel=3)
+        mine = set(self.best_k_models) | {self.last_model_path}
+        foreign = sorted(
+            name for name in storage.listdir(self.dirpath)
+            if name.endswith(self.FILE_EXTENSION) and storage.join(self.dirpath, name) not in mine
+        )
+        if not foreign:
+            return None
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        if not self.enable_version_counter:
+            self._release()
+            return "exists", (
+                f"ModelCheckpoint(enable_version_counter=False): {self.dirpath!r} holds checkpoints of "
+                f"another run ({shown}), which this run could overwrite. Use another dirpath, delete "
+                "them, resume from one (ckpt_path=...), or enable the version counter."
+            )
+        warnings.warn(
+            f"Checkpoint directory {self.dirpath} holds checkpoints of another run ({shown}): they are "
+            "kept, and this run's names that collide with them get a -v<n> suffix (last-v1.ckpt).",
+            stacklevel=3,
+        )
+        return None
+
+    def _release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
         if stage == "fit":
+            self._release()
             # a later `fit` counts steps from 0 again (or from its checkpoint, restored before it)
             self._last_global_step_saved = -1
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._last_time_checked = time.monotonic()
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = trainer.global_step
         # with accumulation several micro batches share one global step: save once
@@ -245,11 +297,11 @@ class ModelCheckpoint(Callback):
         if due_by_steps or due_by_time:
             self._save(trainer, top_k=True, last="always")
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._tracker is not None and self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit or trainer.sanity_checking:
             return
         from_validation = self._tracker.on_validation_end(trainer) if self._tracker is not None else False
@@ -260,7 +312,7 @@ class ModelCheckpoint(Callback):
             return
         self._save_at_epoch_end(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit:
             return
         if self.save_on_train_epoch_end is None:
@@ -270,17 +322,17 @@ class ModelCheckpoint(Callback):
             return
         self._save_at_epoch_end(trainer)
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
         # max_steps stopped the run inside an epoch: the epoch is not over, so its end hooks did
         # not run. Without a monitor, save what that epoch end would have (the latest state; it
         # resumes at the next batch). A monitored metric's epoch value is not final there.
-        loop = trainer.fit_loop
-        if self.monitor is None and loop.batches_done and not loop.epoch_finished:
+        position = trainer.fit_progress
+        if self.monitor is None and position.batches_done and not position.epoch_finished:
             self.on_train_epoch_end(trainer, module)
         if self.save_last and not self._last_checkpoint_saved and trainer.global_step > 0:
             self._save(trainer, top_k=False, last="always")  # as Lightning: save_last always leaves one
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         if (
             not self.save_on_exception
             or not self._in_fit
@@ -292,7 +344,7 @@ class ModelCheckpoint(Callback):
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
         if self.save_last:
-            self._write_last(trainer, storage.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION))
+            self._write_last(trainer, self.last_checkpoint_path())
         _rank_zero_print(
             trainer, f"A {type(exception).__name__} was raised ({exception}): saved a checkpoint to {path}"
         )
@@ -393,18 +445,18 @@ class ModelCheckpoint(Callback):
         return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
 
     # -- saving -----------------------------------------------------------------------------
-    def _default_dirpath(self, trainer: Trainer) -> str:
+    def _default_dirpath(self, trainer: TrainerView) -> str:
         log_dir = trainer.log_dir if trainer.loggers else None
         base = log_dir if log_dir is not None else trainer.default_root_dir
         return storage.join(os.fspath(base), "checkpoints")
 
-    def _metrics(self, trainer: Trainer) -> dict[str, Any]:
+    def _metrics(self, trainer: TrainerView) -> dict[str, Any]:
         metrics: dict[str, Any] = dict(trainer.callback_metrics)
         metrics["epoch"] = trainer.current_epoch
         metrics["step"] = trainer.global_step
         return metrics
 
-    def _save_at_epoch_end(self, trainer: Trainer) -> None:
+    def _save_at_epoch_end(self, trainer: TrainerView) -> None:
         if trainer.global_step == self._last_global_step_saved:
             return  # this step is saved already (by the step schedule, or another hook)
         n = self.every_n_epochs
@@ -413,7 +465,7 @@ class ModelCheckpoint(Callback):
             # as Lightning: last.ckpt follows a top-k save (or re-links to the newest file)
             self._save(trainer, top_k=due, last="if_saved")
 
-    def _save(self, trainer: Trainer, top_k: bool, last: str) -> None:
+    def _save(self, trainer: TrainerView, top_k: bool, last: str) -> None:
         """Decide on rank 0, agree by broadcast, then save on all ranks (rank 0 writes).
 
         ``top_k``: consider a top-k checkpoint; ``last``: write ``last.ckpt`` ``"always"`` (when
@@ -439,7 +491,7 @@ class ModelCheckpoint(Callback):
             )
         self._apply_decision(trainer, decision)
 
-    def _decide(self, trainer: Trainer, top_k: bool, last: str) -> dict[str, Any]:
+    def _decide(self, trainer: TrainerView, top_k: bool, last: str) -> dict[str, Any]:
         """Rank 0: which files to write and delete, and the bookkeeping after this save."""
         metrics = self._metrics(trainer)
         state = self._bookkeeping()
@@ -493,7 +545,7 @@ class ModelCheckpoint(Callback):
             else:
                 message = f"{self.monitor!r} was not in top {self.save_top_k}"
 
-        last_path = storage.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
+        last_path = self.last_checkpoint_path(best_k)
         newest = save_path or self._last_checkpoint_saved
         link = self.save_last == "link" and bool(newest) and self.save_top_k != 0
         write_last = bool(self.save_last) and (last == "always" or save_path is not None or link)
@@ -508,7 +560,7 @@ class ModelCheckpoint(Callback):
             "message": message,
         }
 
-    def _apply_decision(self, trainer: Trainer, decision: Mapping[str, Any]) -> None:
+    def _apply_decision(self, trainer: TrainerView, decision: Mapping[str, Any]) -> None:
         before = self._bookkeeping()
         # bookkeeping first: the checkpoint being written records itself as saved
         self._set_bookkeeping(decision["state"])
@@ -540,7 +592,7 @@ class ModelCheckpoint(Callback):
             for path in decision["delete"]:
                 storage.remove(path)
 
-    def _write_last(self, trainer: Trainer, path: str) -> None:
+    def _write_last(self, trainer: TrainerView, path: str) -> None:
         self.last_model_path = path
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
@@ -565,15 +617,31 @@ class ModelCheckpoint(Callback):
         self.kth_value = state["kth_value"]
         self.last_model_path = state["last_model_path"]
 
+    def last_checkpoint_path(self, taken: Mapping[str, Any] | None = None) -> str:
+        """Where this run writes its last checkpoint: the one it wrote (or resumed) before, else
+        ``last.ckpt``, versioned (``last-v1.ckpt``) when an earlier run's file has that name."""
+        if self.last_model_path:
+            return self.last_model_path
+        if not self.enable_version_counter:  # the fit refused to start beside another run's files
+            return self._named(self.CHECKPOINT_NAME_LAST)
+        return self._unique_path({}, self.best_k_models if taken is None else taken, None, self.CHECKPOINT_NAME_LAST)
+
+    def _named(self, name: str, ver: int | None = None) -> str:
+        name = name if ver is None else f"{name}-v{ver}"
+        return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
+
     def _unique_path(
-        self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None
+        self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None, fixed: str | None = None
     ) -> str:
-        """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...)."""
-        path = self.format_checkpoint_name(metrics)
-        version = 0
+        """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...);
+        ``fixed`` is a file name used instead of the ``filename`` template."""
+        def name(ver: int | None) -> str:
+            return self._named(fixed, ver) if fixed else self.format_checkpoint_name(metrics, ver=ver)
+
+        path, version = name(None), 0
         while path != replaceable and (path in taken or storage.exists(path)):
             version += 1
-            path = self.format_checkpoint_name(metrics, ver=version)
+            path = name(version)
         return path
 
     def _better(self, score: float | None, reference: float) -> bool:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from callbacks import storage
+from trainer.contracts import storage
 from callbacks._utils import _check_path
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class OnExceptionCheckpoint(Callback):
@@ -33,6 +33,6 @@ class OnExceptionCheckpoint(Callback):
         """Where the checkpoint is written."""
         return storage.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         if trainer.state.stage == "fit":  # only a fit has a run to resume
             trainer.save_checkpoint(self.ckpt_path)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 _INTERVALS = ("batch", "epoch", "batch_and_epoch")
 
@@ -33,8 +33,8 @@ class BasePredictionWriter(Callback):
 
     def write_on_batch_end(
         self,
-        trainer: Trainer,
-        pl_module: TrainModule,
+        trainer: TrainerView,
+        pl_module: ModuleView,
         prediction: Any,
         batch_indices: Sequence[int] | None,
         batch: Any,
@@ -45,18 +45,19 @@ class BasePredictionWriter(Callback):
         raise NotImplementedError()
 
     def write_on_epoch_end(
-        self, trainer: Trainer, pl_module: TrainModule, predictions: Sequence[Any], batch_indices: Sequence[Any]
+        self, trainer: TrainerView, pl_module: ModuleView, predictions: Sequence[Any], batch_indices: Sequence[Any]
     ) -> None:
-        """Override: write every prediction of the run (a list per loader when there are several)."""
+        """Override: write every prediction of the run (a list per loader when there are several;
+        ``batch_indices`` always has one list per loader)."""
         raise NotImplementedError()
 
-    def on_predict_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._predictions, self._indices, self._planned = {}, {}, {}
 
     def on_predict_batch_end(
         self,
-        trainer: Trainer,
-        module: TrainModule,
+        trainer: TrainerView,
+        module: ModuleView,
         outputs: Any,
         batch: Any,
         batch_idx: int,
@@ -69,17 +70,17 @@ class BasePredictionWriter(Callback):
         if self.interval != "epoch":
             self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, dataloader_idx)
 
-    def on_predict_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if self.interval == "batch":
             return
         keys = sorted(self._predictions)
         predictions = [self._predictions[k] for k in keys]
         indices = [self._indices[k] for k in keys]
-        if len(keys) == 1:
-            predictions, indices = predictions[0], indices[0]
+        if len(keys) == 1:  # as Lightning: one loader's predictions flat, the indices always per loader
+            predictions = predictions[0]
         self.write_on_epoch_end(trainer, module, predictions, indices)
 
-    def _batch_indices(self, trainer: Trainer, batch_idx: int, dataloader_idx: int) -> list[int] | None:
+    def _batch_indices(self, trainer: TrainerView, batch_idx: int, dataloader_idx: int) -> list[int] | None:
         """The dataset indices of this batch, read from the loader's batch sampler when its order is fixed."""
         if dataloader_idx not in self._planned:
             self._planned[dataloader_idx] = _fixed_order(trainer, dataloader_idx)
@@ -87,7 +88,7 @@ class BasePredictionWriter(Callback):
         return planned[batch_idx] if planned is not None and batch_idx < len(planned) else None
 
 
-def _fixed_order(trainer: Trainer, dataloader_idx: int) -> list[list[int]] | None:
+def _fixed_order(trainer: TrainerView, dataloader_idx: int) -> list[list[int]] | None:
     from torch.utils.data import RandomSampler
 
     loaders = trainer.predict_dataloaders

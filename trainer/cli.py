@@ -20,8 +20,9 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from trainer.data.datamodule import DataModule
-from trainer.default_callbacks import Callback, storage
 from trainer.module import TrainModule
+from trainer.contracts import storage
+from trainer.default_callbacks import Callback
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
 

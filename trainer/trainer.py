@@ -14,31 +14,32 @@ import torch
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
-from trainer.checks import check_call, check_trainer_arguments
-from trainer.configuration import configure
+from trainer.checks import check_call
+from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.loaders import loader_batch_size, num_batches
-from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks, storage
-from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions
+from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
+from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
+from trainer.metrics.results_table import results_table
+from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
-from trainer.loops.optimization import LRSchedulerConfig
+from trainer.loops.progress import FitProgress
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
-from trainer.profiler import Profiler
+from trainer.profiler import Profiler, make_profiler
+from trainer.run_state import RunState, RunStateFields
 from trainer.seed import use_deterministic_algorithms
 from trainer.stage import Stage, TrainerState
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer:
-    """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks.
-
-    See ``docs/trainer.md`` for every argument. Arguments are checked here, before any work.
-    """
+class Trainer(TrainerSettings, RunStateFields):
+    """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
+    every argument, checked before any work; each is then a read-only setting, `TrainerConfig`)."""
 
     def __init__(
         self,
@@ -80,10 +81,12 @@ class Trainer:
         enable_model_summary: bool = True,
         reload_dataloaders_every_n_epochs: int = 0,
         profiler: str | Profiler | None = None,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)
-        check_trainer_arguments(args)
-        configure(self, args)  # the plain settings, as fast_dev_run / overfit_batches adjust them
+        self.config = TrainerConfig.from_arguments(args)  # checked once; fast_dev_run / overfit_batches applied
+        self.profiler = make_profiler(profiler)
 
         self.precision = normalize_precision(precision)
         self._strategy = select_strategy(
@@ -101,15 +104,7 @@ class Trainer:
         self.loggers: list[Logger] = make_loggers(False if self.fast_dev_run else logger, self.default_root_dir)
         self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, args)
         self.state = TrainerState()
-        self.should_stop = False  # set by a callback or the module: the loop stops at the next agreement point
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
-        self.train_dataloader: Any = None
-        self.val_dataloaders: list[Any] = []
-        self.datamodule: DataModule | None = None  # the current (or last) run's
-        self.num_test_batches: list[int | None] = []
-        self.num_predict_batches: list[int | None] = []
-        self.predict_dataloaders: list[Any] = []  # the last predict's loaders
+        self.run = RunState(accumulate_grad_batches)  # what changes during a run: should_stop, optimizers, loaders
         self.fit_loop = FitLoop(self, detect_non_finite_loss)
         self.metric_logger = MetricLogger(self.loggers)  # where `self.log` records; what reaches the loggers
         self._module: TrainModule | None = None
@@ -174,6 +169,11 @@ class Trainer:
         return self.fit_loop.progress.global_step
 
     @property
+    def fit_progress(self) -> FitProgress:
+        """Where the fit stands: epoch, global step, batches done in the epoch (callbacks only read it)."""
+        return self.fit_loop.progress
+
+    @property
     def num_training_batches(self) -> int | None:
         """This epoch's training batches (after ``limit_train_batches``), as every rank agreed."""
         return self.fit_loop.num_training_batches
@@ -214,6 +214,11 @@ class Trainer:
         return loader_batch_size(self.train_dataloader) if self.train_dataloader is not None else None
 
     @property
+    def train_batch_size(self) -> int | None:
+        """The size of the training batch being processed, as ``self.log`` weights it (None: unknown)."""
+        return self.metric_logger.train.batch_size
+
+    @property
     def global_batch_size(self) -> int | None:
         """W * b * A: samples per optimizer step over all ranks."""
         b = self.micro_batch_size
@@ -240,16 +245,17 @@ class Trainer:
         model: TrainModule,
         train_dataloaders: Any = None,
         val_dataloaders: Any = None,
+        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
-        datamodule: DataModule | None = None,
     ) -> None:
         """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
-        A restarted run (``restart_count`` > 0 in the cluster environment: torch's elastic agent
-        restarting the worker group, or SLURM requeueing the job) resumes from the last checkpoint
-        when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with arbitrary
-        pickled objects: only for files you trust.
+        Lightning's positional order. A restarted run (torch's elastic agent restarting the worker
+        group on any node, or SLURM requeueing the job; `Strategy.is_restart`) resumes from the last
+        checkpoint when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with
+        arbitrary pickled objects: only for files you trust. A second ``fit`` on a Trainer whose fit
+        reached ``max_epochs`` / ``max_steps`` trains nothing and says so.
         """
         check_call(model, Stage.FIT, ckpt_path, weights_only)
         train_dataloaders, datamodule = attach_datamodule(self, Stage.FIT, train_dataloaders, datamodule, val_dataloaders)
@@ -257,7 +263,7 @@ class Trainer:
             Stage.FIT,
             model,
             lambda: self.fit_loop.fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
-            (model, train_dataloaders, val_dataloaders, ckpt_path, weights_only, datamodule),
+            (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only),
         )
 
     def validate(
@@ -265,51 +271,60 @@ class Trainer:
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
-        weights_only: bool = True,
+        verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over the loaders (or a ``datamodule``'s); one metric dict per loader.
 
-        ``ckpt_path`` loads the weights first; ``weights_only=False`` allows checkpoints with
-        arbitrary pickled objects: only for files you trust.
+        Lightning's positional order. ``ckpt_path`` loads the weights first; ``weights_only=False``
+        allows checkpoints with arbitrary pickled objects: only for files you trust. ``verbose``:
+        global rank 0 prints the results table.
         """
-        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule)
+        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
 
     def test(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
-        weights_only: bool = True,
+        verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over the test data; one metric dict per loader (see `validate`)."""
-        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule)
+        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
 
     def predict(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
+        datamodule: DataModule | None = None,
+        return_predictions: bool | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
-        datamodule: DataModule | None = None,
-    ) -> list[Any]:
-        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
-        return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule)
+    ) -> list[Any] | None:
+        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`);
+        ``return_predictions=False`` keeps none and returns None."""
+        result = self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule, False)
+        return None if return_predictions is False else result
+
+    def request_stop(self) -> None:
+        """Set ``should_stop``; with several processes every rank calls it, and the agreed stop may end the epoch early."""
+        self.should_stop = True
+        if self.world_size > 1:
+            self.fit_loop.agree_on_stop()
 
     def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically
         (under FSDP every rank writes its shards into the directory ``filepath``: docs/checkpointing.md).
-
-        ``weights_only=True`` leaves out the optimizer, scheduler, precision, callback and RNG
-        states: the file loads with ``load_from_checkpoint`` but cannot resume a fit.
+        ``weights_only=True``: no optimizer, scheduler or callback state (loads, cannot resume).
 
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.
 
-        While a run with several processes is failing (from ``on_exception``), the other ranks may
-        be gone, so no collective runs: global rank 0 checks its own losses and writes its own
-        state (the other ranks' ``rank_states`` are None); every other rank returns without writing.
+        While a run with several processes is failing (from ``on_exception``) no collective runs:
+        global rank 0 writes its own state (the others' ``rank_states`` are None), other ranks nothing.
         """
         save_checkpoint(self, filepath, weights_only)
 
@@ -325,6 +340,7 @@ class Trainer:
 
     # -- the run --------------------------------------------------------------------------------
     def _run(self, stage: Stage, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
+        check_supported(model)  # a Lightning hook Lockstep does not call fails here, by name
         self.state = TrainerState()
         if self._strategy.launcher is not None:
             # spawned workers inherit the loggers: one version for every call of this Trainer
@@ -334,6 +350,7 @@ class Trainer:
         self._module = model
         model.trainer = self
         self.should_stop = False
+        self.callbacks = with_module_callbacks(self.callbacks, model)  # kept, as in Lightning
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
         self.profiler.start(stage.value)
         try:
@@ -379,7 +396,14 @@ class Trainer:
             self._strategy.teardown()
 
     def _evaluate(
-        self, stage: Stage, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool, datamodule: Any
+        self,
+        stage: Stage,
+        model: TrainModule | None,
+        loaders: Any,
+        ckpt_path: Any,
+        weights_only: bool,
+        datamodule: Any,
+        verbose: bool,
     ) -> Any:
         if model is None:
             if self._module is None:
@@ -392,4 +416,13 @@ class Trainer:
             loop = EvaluationLoop(self, stage)
             return loop.run(loop.setup(model, loaders, ckpt_path, weights_only))
 
-        return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only, datamodule))
+        if stage == Stage.PREDICT:
+            args: tuple[Any, ...] = (model, loaders, datamodule, True, ckpt_path, weights_only)
+        else:
+            args = (model, loaders, ckpt_path, False, datamodule, weights_only)  # rank 0 here prints
+        results = self._run(stage, model, body, args)
+        if verbose and self.is_global_zero:
+            table = results_table(results, stage.value)
+            if table:
+                print(table)
+        return results

@@ -317,7 +317,7 @@ def _metric_on_two_ranks(rank: int, world_size: int) -> dict[str, Any]:
     out = io.StringIO()
     trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     with contextlib.redirect_stdout(out):
-        results = [trainer.validate(SumsOnRanks(), _loader(8))[0] for _ in range(2)]
+        results = [trainer.validate(SumsOnRanks(), _loader(8), verbose=False)[0] for _ in range(2)]
     return {"results": results, "printed": out.getvalue()}
 
 
@@ -374,7 +374,7 @@ def _names_module(base: type) -> type:
 def test_metric_names_match_lightning(tmp_path):
     """callback_metrics and what reaches the loggers have Lightning's names (and the same values)."""
     pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
-    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `bench` extra) is not installed")
+    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed")
 
     class LightningCapture(pl.loggers.Logger):
         name, version = "capture", 0

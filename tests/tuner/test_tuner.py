@@ -87,7 +87,7 @@ def test_finder_callbacks():
     sizes = cbs.BatchSizeFinder(mode="binsearch", steps_per_trial=1)
     rates = cbs.LearningRateFinder(min_lr=1e-4, max_lr=10.0, num_training_steps=30)
     model = _oom_module(L, 12)(batch_size=2, learning_rate=0.01)
-    trainer = _trainer("lockstep", max_epochs=1, callbacks=[sizes, rates])
+    trainer = _trainer("lockstep", max_epochs=10, max_steps=1, callbacks=[sizes, rates])
     trainer.fit(model)
     assert sizes.optimal_batch_size == model.batch_size == 11 and trainer.micro_batch_size == 11
     assert model.learning_rate == rates.optimal_lr.suggestion() and trainer.optimizers[0].param_groups[0]["lr"] == model.learning_rate

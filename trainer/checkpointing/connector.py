@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from trainer.default_callbacks import storage
+from trainer.contracts import storage
 from trainer.checkpointing.checkpoint import (
     FORMAT_VERSION,
     check_compatible,
@@ -262,8 +262,11 @@ def find_last_checkpoint(trainer: Trainer) -> str | None:
 
 
 def preemption_checkpoint_path(trainer: Trainer) -> str:
-    """Where a pre-empted run saves: ``last.ckpt`` beside the run's other checkpoints."""
+    """Where a pre-empted run saves: its last checkpoint beside its other checkpoints (``last.ckpt``,
+    or the versioned name that keeps an earlier run's apart), as global rank 0 decides."""
+    path = storage.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
     for cb in trainer.checkpoint_callbacks:
         if cb.dirpath:
-            return storage.join(str(cb.dirpath), "last.ckpt")
-    return storage.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
+            path = cb.last_checkpoint_path()
+            break
+    return trainer.strategy.broadcast(path)

@@ -14,10 +14,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.arguments import check_str
+from trainer.contracts.arguments import check_str
 from trainer.data.dali import DALILoader
-from trainer.launch.failure_notes import explain_failure
-from trainer.distributed.rendezvous import fresh_store, mark_group_joined
+from trainer.launch.failure_notes import explain_failure, reaches_every_rank
+from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
 from trainer.strategies.strategy import Strategy
 from trainer.launch.worker_process import die_with_elastic_agent
 
@@ -90,10 +90,16 @@ class ProcessGroupStrategy(Strategy):
         if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
             self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
 
+    def is_restart(self) -> bool:
+        """Whether the job restarted, as global rank 0 sees it: its restart count, or an earlier
+        process of its rank that joined a group in the job's store (on every node, also where
+        the elastic agent's restart count stayed 0 because the failed worker was elsewhere)."""
+        return bool(self.broadcast(super().is_restart() or rejoined_job()))
+
     def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
         """Name the rank whose own failure came first (see `trainer.launch.failure_notes`)."""
         store = self._store
-        if store is None or self.world_size == 1 or not isinstance(exc, Exception):
+        if store is None or self.world_size == 1 or reaches_every_rank(exc):
             return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
         clearer = explain_failure(store, self.global_rank, self.world_size, exc, where)
         if clearer is None and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback

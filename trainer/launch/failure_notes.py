@@ -68,6 +68,15 @@ def is_collective_failure(exc: BaseException) -> bool:
     return inner.startswith(_COLLECTIVE_CALLERS) and any(w in text for w in _COLLECTIVE_WORDS)
 
 
+def reaches_every_rank(exc: BaseException) -> bool:
+    """Whether ``exc`` is an interrupt or an exit (Ctrl-C, a pre-emption), not a failure to explain.
+
+    Anything else is a failure, also a `BaseException` that is no `Exception` (torch's
+    ``CheckpointException`` is one).
+    """
+    return isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit))
+
+
 def is_consequence(exc: BaseException, rank: int) -> bool:
     """Whether ``exc`` on ``rank`` follows from another rank's failure, not from this rank's own.
 
@@ -148,7 +157,7 @@ def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, 
 
 def record_for_elastic_agent(exc: BaseException, rank: int) -> None:
     """Under torch's elastic agent, write the traceback where the agent reports it from."""
-    if "TORCHELASTIC_ERROR_FILE" not in os.environ or not isinstance(exc, Exception):
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ or reaches_every_rank(exc):
         return
     # torch's ErrorHandler.record_exception writes the traceback of the exception being handled,
     # which for a RankFailedError is the broken collective's, not the error it reports: write

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim import Optimizer
 
+from trainer.hooks import takes_batch_idx
 from trainer.loops.anomaly import check_finite_gradients
 from trainer.loops.optimization import clip_gradients, optimizer_parameters
 
@@ -55,6 +56,7 @@ class ManualOptimization:
         self.optimizers = [ManualOptimizer(opt, self) for opt in self.trainer.optimizers]
         self._grad_check_params = grad_check_params
         self._batches = 0  # batches trained in this fit (the step-logging cadence)
+        self._takes_batch_idx = takes_batch_idx(self.trainer.module.training_step)
         check_manual_arguments(self.trainer)
 
     # -- the loop's part ---------------------------------------------------------------------
@@ -63,7 +65,7 @@ class ManualOptimization:
         t, progress = self.trainer, self.loop.progress
         step = progress.global_step  # the steps before this batch, as in automatic optimization
         with t.precision_plugin.autocast():
-            output = t.strategy.manual_training_step(t.module, batch, batch_idx)
+            output = t.strategy.manual_training_step(t.module, *((batch, batch_idx) if self._takes_batch_idx else (batch,)))
         loss = _returned_loss(output, batch_idx)
         if loss is not None:
             shown = loss.detach()

@@ -17,6 +17,7 @@ from trainer.checkpointing.connector import (
     gather_rank_states,
     preemption_checkpoint_path,
     read_checkpoint,
+    refuse_weights_only,
     restore_checkpoint,
     restore_datamodule,
 )
@@ -117,6 +118,7 @@ class FitLoop:
         path, checkpoint = "", None
         if ckpt_path is not None:
             path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)
+            refuse_weights_only(checkpoint, path)
             restore_datamodule(t, checkpoint)  # before its loaders are asked for, as in Lightning
         self.setup_data(model, train, val)
         prepare_for_speed(model, t.channels_last, t.compile)

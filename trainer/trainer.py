@@ -329,6 +329,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
             self._strategy.setup_environment()
             prepare_and_set_up_data(self, model, stage)
             self.hooks.call("setup", stage.value)
+            self.metric_logger.start_run()
             result = body()
         except BaseException as exc:
             self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)

@@ -225,3 +225,24 @@ def test_estimated_stepping_batches_as_lightning_computes_it(tmp_path, kwargs, t
     trainer = _trainer(tmp_path, accumulate_grad_batches=2, **kwargs)  # 4 batches: 2 steps an epoch
     trainer.fit(module, _loader())
     assert module.total == total == trainer.global_step
+
+
+def test_a_second_fit_on_a_finished_trainer_stops_at_once_saying_why(tmp_path, capsys):
+    trainer, module = _trainer(tmp_path, max_epochs=2), NoBatchIdx()
+    trainer.fit(module, _loader())
+    before = [p.detach().clone() for p in module.parameters()]
+    trainer.fit(module, _loader())
+    assert trainer.global_step == 8 and trainer.current_epoch == 2  # as Lightning: nothing more
+    captured = capsys.readouterr()
+    assert "fit stopped at once: this Trainer's last fit reached max_epochs=2" in captured.out + captured.err
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
+
+
+def test_callback_metrics_hold_the_current_runs_metrics_only(tmp_path):
+    trainer, module = _trainer(tmp_path, num_sanity_val_steps=0), NoBatchIdx()
+    trainer.fit(module, _loader(), _loader(4))
+    assert "val_loss" in trainer.callback_metrics
+    trainer.test(module, _loader(4), verbose=False)
+    assert set(trainer.callback_metrics) == {"test_loss"}  # as Lightning: no fit metrics left
+    trainer.predict(module, _loader(4))
+    assert trainer.callback_metrics == {}

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from trainer.contracts.arguments import check_bool, check_int, check_number, check_path, check_str
 from trainer.data.loaders import check_limit
-from trainer.default_callbacks import parse_duration
+from trainer.contracts.duration import parse_duration
 from trainer.loops.optimization import lr_scale_factor
 from trainer.profiler import make_profiler
 from trainer.module import TrainModule
@@ -35,6 +35,9 @@ def check_trainer_arguments(args: Mapping[str, Any]) -> None:
     check_int("max_steps", args["max_steps"], minimum=-1)
     if args["max_epochs"] is not None:
         check_int("max_epochs", args["max_epochs"], minimum=-1)
+    for name in ("min_epochs", "min_steps"):
+        if args[name] is not None:
+            check_int(name, args[name], minimum=0)
     check_int("accumulate_grad_batches", args["accumulate_grad_batches"], minimum=1)
     check_int("log_every_n_steps", args["log_every_n_steps"], minimum=1)
     check_int("num_sanity_val_steps", args["num_sanity_val_steps"], minimum=-1)

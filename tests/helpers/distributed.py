@@ -332,8 +332,13 @@ def run_script(
     timeout: float = 120,
     cwd: str | os.PathLike[str] | None = None,
     torchrun_args: Sequence[str] = (),
+    rendezvous: str = "static",
 ) -> subprocess.CompletedProcess:
     """Run ``args`` (a script path and its arguments) as users launch it; capture its output.
+
+    ``rendezvous="c10d"`` has the agents meet through torch's dynamic rendezvous on ``127.0.0.1``
+    instead (what multi-node elastic jobs use: an agent restarting its workers makes the other
+    agents restart theirs).
 
     ``torchrun_args`` are extra launcher options (e.g. ``["--max-restarts", "1"]``).
 
@@ -356,12 +361,16 @@ def run_script(
         commands = [[sys.executable, *args]]
     else:
         port = free_port()
+
+        def meeting(node: int) -> list[str]:
+            if rendezvous == "c10d":
+                return ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}"]
+            return ["--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", str(port)]
+
         commands = [
             [
                 sys.executable, "-m", "torch.distributed.run",
-                "--nnodes", str(nnodes), "--node_rank", str(node),
-                "--nproc_per_node", str(nproc),
-                "--master_addr", "127.0.0.1", "--master_port", str(port), *torchrun_args,
+                "--nnodes", str(nnodes), "--nproc_per_node", str(nproc), *meeting(node), *torchrun_args,
                 *args,
             ]
             for node in range(nnodes)

@@ -317,7 +317,7 @@ def _metric_on_two_ranks(rank: int, world_size: int) -> dict[str, Any]:
     out = io.StringIO()
     trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     with contextlib.redirect_stdout(out):
-        results = [trainer.validate(SumsOnRanks(), _loader(8))[0] for _ in range(2)]
+        results = [trainer.validate(SumsOnRanks(), _loader(8), verbose=False)[0] for _ in range(2)]
     return {"results": results, "printed": out.getvalue()}
 
 

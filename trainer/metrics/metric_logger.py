@@ -13,7 +13,7 @@ import torch
 from trainer.metrics.metric_store import MetricStore
 
 if TYPE_CHECKING:
-    from trainer.default_callbacks import Logger
+    from trainer.contracts.protocols import LoggerView as Logger
     from trainer.strategies.strategy import Strategy
 
 

@@ -25,7 +25,7 @@ from callbacks._utils import (
     _ValidationMetricTracker,
     _worst,
 )
-from callbacks.callback import Callback
+from callbacks.checkpoint import Checkpoint
 from callbacks import run_lock
 from trainer.contracts import storage
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Saves checkpoints during ``fit`` and keeps the ``save_top_k`` best ones.
 
     Lightning's arguments, names and saving schedule.

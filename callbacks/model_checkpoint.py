@@ -22,7 +22,7 @@ from callbacks._utils import (
     _ValidationMetricTracker,
     _worst,
 )
-from callbacks.callback import Callback
+from callbacks.checkpoint import Checkpoint
 from callbacks import run_lock
 from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Saves checkpoints during ``fit`` and keeps the ``save_top_k`` best ones.
 
     Lightning's arguments, names and saving schedule.

@@ -164,3 +164,16 @@ def test_one_argument_check_module_and_one_rank_detection():
         "trainer/contracts/rank.py:current_global_rank",
         "trainer/contracts/rank.py:detect_global_rank",
     ]
+
+
+def test_the_checkpoint_connector_writes_no_field_of_the_loop():
+    # the fit loop serializes itself (FitLoop.state_dict / load_state_dict)
+    path = REPO / "trainer" / "checkpointing" / "connector.py"
+    writes = [
+        ast.unparse(target)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if "fit_loop" in ast.unparse(target) or "progress." in ast.unparse(target)
+    ]
+    assert writes == []

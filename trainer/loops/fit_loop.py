@@ -12,16 +12,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
-from trainer.checkpointing.connector import (
-    find_last_checkpoint,
-    gather_rank_states,
-    preemption_checkpoint_path,
-    read_checkpoint,
-    restore_checkpoint,
-    restore_datamodule,
-)
+from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
+from trainer.checkpointing.connector import restore_checkpoint, restore_datamodule
 from trainer.checks import check_trainable
-from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
+from trainer.checkpointing.resume import capture_epoch_state, gather_rank_states, resumed_epoch
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
@@ -194,6 +188,15 @@ class FitLoop:
         self._validated = False
         self._agreed_stop = False
         self._resume_from = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's checkpoint entries: the position (`FitProgress`) and whether the rates were scaled."""
+        return {**self.progress.state_dict(), "lr_scaled": self.lr_scaled}
+
+    def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
+        """Take the position and the LR-scaling flag a checkpoint recorded (saved rates are final: never rescaled)."""
+        self.progress.load_state_dict(checkpoint)
+        self.lr_scaled = bool(checkpoint.get("lr_scaled", False))
 
     def resume_mid_epoch(self, batches_done: int, epoch_state: dict[str, Any], rng: dict[str, Any]) -> None:
         """The next epoch continues an interrupted one after ``batches_done`` batches, in its order."""

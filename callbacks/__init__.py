@@ -1,13 +1,20 @@
 """Lockstep callbacks: the `Callback` protocol and the built-in callbacks and loggers."""
 from callbacks.accumulation_scheduler import GradientAccumulationScheduler
+from callbacks.backbone_finetuning import BackboneFinetuning
+from callbacks.base_finetuning import BaseFinetuning
+from callbacks.batch_size_finder import BatchSizeFinder
 from callbacks.callback import Callback
 from callbacks.csv_logger import CSVLogger
 from callbacks.early_stopping import EarlyStopping
+from callbacks.lambda_callback import LambdaCallback
 from callbacks.logger import Logger
+from callbacks.lr_finder import LearningRateFinder
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.mlflow_logger import MLFlowLogger
 from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.model_summary import ModelSummary
+from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
+from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress_bar import ProgressBar
 from callbacks.rich_progress_bar import RichProgressBar
 from callbacks.run_lock import RunLockedError
@@ -19,15 +26,22 @@ from callbacks.wandb_logger import WandbLogger
 from trainer.contracts import storage  # the storage layer, for loggers of your own (`from callbacks import storage`)
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
+    "BasePredictionWriter",
+    "BatchSizeFinder",
     "Callback",
     "CSVLogger",
     "EarlyStopping",
     "GradientAccumulationScheduler",
+    "LambdaCallback",
+    "LearningRateFinder",
     "LearningRateMonitor",
     "MLFlowLogger",
     "Logger",
     "ModelCheckpoint",
     "ModelSummary",
+    "OnExceptionCheckpoint",
     "ProgressBar",
     "RichProgressBar",
     "RunLockedError",

@@ -39,46 +39,53 @@ if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
-def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
+def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = False) -> dict[str, Any]:
     """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it).
 
     ``gather=False``: no collective; ``rank_states`` holds only this rank's entry.
+    ``weights_only=True``: the module, the position and the hyperparameters only (no collective);
+    such a file loads with ``load_from_checkpoint`` but cannot resume a fit.
     """
     module, loop, strategy = trainer.module, trainer.fit_loop, trainer.strategy
     checkpoint: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "state_dict": strategy.module_state(module),
-        "optimizer_states": [strategy.optimizer_state(opt) for opt in trainer.optimizers],
-        "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
-        "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
-        "precision": trainer.precision_plugin.state_dict(),
-        **loop.state_dict(),  # the position and lr_scaled
-        "rank_states": gather_rank_states(trainer, gather),
-        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        # the loop's state (position, lr_scaled); a weights-only file keeps the position alone
+        **(loop.progress.state_dict() if weights_only else loop.state_dict()),
         MODULE_HPARAMS_KEY: weights_only_loadable(dict(module.hparams)),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
     }
+    if not weights_only:
+        checkpoint.update({
+            "optimizer_states": [strategy.optimizer_state(opt) for opt in trainer.optimizers],
+            "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
+            "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
+            "precision": trainer.precision_plugin.state_dict(),
+            "rank_states": gather_rank_states(trainer, gather),
+            "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        })
     datamodule = trainer.datamodule
     if datamodule is not None:
         checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
         checkpoint[DATAMODULE_HPARAMS_KEY] = weights_only_loadable(dict(datamodule.hparams))
-    trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
+    if not weights_only:  # as Lightning: the callbacks add nothing to a weights-only file
+        trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning
     return checkpoint
 
 
-def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str]) -> None:
+def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
     """`Trainer.save_checkpoint`: check the losses, dump on every rank, write (the strategy decides how)."""
     loss_check, strategy = trainer.fit_loop.loss_check, trainer.strategy
     path = storage.normalize(filepath, "filepath")
     if trainer.state.failing and trainer.world_size > 1:
         if trainer.is_global_zero:  # the peers may be gone: no collective
             loss_check.check_before_save(strategy, agree=False)
-            strategy.write_checkpoint(dump_checkpoint(trainer, gather=False), path, alone=True)
+            strategy.write_checkpoint(dump_checkpoint(trainer, gather=False, weights_only=weights_only), path, alone=True)
         return
     loss_check.check_before_save(strategy)
-    strategy.write_checkpoint(dump_checkpoint(trainer), path)
+    strategy.write_checkpoint(dump_checkpoint(trainer, weights_only=weights_only), path)
 
 
 def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
@@ -89,6 +96,17 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) 
     _restore_callbacks(trainer, checkpoint)
     _restore_optimization(trainer, checkpoint)
     _restore_position(trainer, checkpoint)
+
+
+def refuse_weights_only(checkpoint: dict[str, Any], path: str) -> None:
+    """A weights-only checkpoint cannot resume a fit: say so, and what it is good for."""
+    if "optimizer_states" not in checkpoint:
+        raise ValueError(
+            f"fit(ckpt_path={path!r}): this checkpoint holds only the model's weights (written with "
+            "ModelCheckpoint(save_weights_only=True) or trainer.save_checkpoint(..., weights_only=True)), "
+            "so it cannot resume training. Load it with YourModule.load_from_checkpoint(path) and call "
+            "fit without ckpt_path, or resume from a full checkpoint."
+        )
 
 
 def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:

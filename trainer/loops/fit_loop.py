@@ -13,7 +13,7 @@ import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
-from trainer.checkpointing.connector import restore_checkpoint, restore_datamodule
+from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
 from trainer.checks import check_trainable
 from trainer.checkpointing.resume import capture_epoch_state, gather_rank_states, resumed_epoch
 from trainer.data.batch_transfer import BatchTransfer
@@ -111,6 +111,7 @@ class FitLoop:
         path, checkpoint = "", None
         if ckpt_path is not None:
             path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)
+            refuse_weights_only(checkpoint, path)
             restore_datamodule(t, checkpoint)  # before its loaders are asked for, as in Lightning
         self.setup_data(model, train, val)
         prepare_for_speed(model, t.channels_last, t.compile)

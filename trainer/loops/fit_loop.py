@@ -14,7 +14,6 @@ import torch
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
 from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
-from trainer.checks import check_trainable
 from trainer.checkpointing.resume import capture_epoch_state, gather_rank_states, resumed_epoch
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
@@ -31,7 +30,7 @@ from trainer.distributed.rank_zero import rank_zero_info
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.loops.progress import FitProgress
-from trainer.model_setup import configure_model
+from trainer.model_setup import check_trainable, configure_model
 from trainer.seed import install_worker_seeding, isolated_rng
 from trainer.stage import Stage
 

@@ -102,13 +102,14 @@ def test_importing_the_floor_does_not_import_the_trainer():
 
 
 def test_no_part_below_the_trainer_imports_it():
-    # annotations included: a part that needs the Trainer annotates with a protocol of the floor
+    # annotations included: a part that needs the Trainer annotates with a protocol of the floor;
+    # only what stands above the Trainer (the package's names, the CLI, the tuner) imports it
     importers = sorted(
         path.relative_to(REPO).as_posix()
         for path in REPO.glob("trainer/**/*.py")
         if {"trainer.trainer"} & _imports(path)
     )
-    assert importers == ["trainer/__init__.py", "trainer/cli.py"]
+    assert importers == ["trainer/__init__.py", "trainer/cli.py", "trainer/tuner.py"]
 
 
 def _trainer_reaches(path: Path) -> list[str]:
@@ -164,3 +165,16 @@ def test_one_argument_check_module_and_one_rank_detection():
         "trainer/contracts/rank.py:current_global_rank",
         "trainer/contracts/rank.py:detect_global_rank",
     ]
+
+
+def test_the_checkpoint_connector_writes_no_field_of_the_loop():
+    # the fit loop serializes itself (FitLoop.state_dict / load_state_dict)
+    path = REPO / "trainer" / "checkpointing" / "connector.py"
+    writes = [
+        ast.unparse(target)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if "fit_loop" in ast.unparse(target) or "progress." in ast.unparse(target)
+    ]
+    assert writes == []

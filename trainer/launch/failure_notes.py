@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from trainer.loops.anomaly import NonFiniteLossError
+from trainer.contracts.errors import NonFiniteLossError
 
 _COUNT_KEY = "lockstep/failures"
 _NOTE_KEY = "lockstep/failure/{}"

@@ -6,9 +6,13 @@ not by class: a callback of role "checkpoint" is a checkpoint callback everywher
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import fix_log_versions
+from trainer.contracts import storage
+from callbacks.batch_size_finder import scale_batch_size
+from callbacks.lr_finder import LRFinder, lr_find
 from callbacks.callback import Callback
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
@@ -22,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
-    "with_module_callbacks",
+    "with_module_callbacks", "LRFinder", "lr_find", "scale_batch_size",
 ]
 
 
@@ -66,7 +70,10 @@ def make_callbacks(callbacks: Any, loggers: list[Logger], args: Mapping[str, Any
     if args["fast_dev_run"]:
         given = [cb for cb in given if cb.role != "checkpoint"]
     elif args["enable_checkpointing"] and not has("checkpoint"):
-        given.append(ModelCheckpoint())
+        # a last.ckpt (a link to the newest file: no second write) so that ckpt_path="last" resumes
+        root = args["default_root_dir"]
+        remote = root is not None and storage.is_url(storage.normalize(os.fspath(root)))
+        given.append(ModelCheckpoint(save_last=True if remote else "link"))
     # Checkpoint callbacks run last so they save state every other callback already updated.
     ordinary = [cb for cb in given if cb.role != "checkpoint"]
     return [*loggers, *ordinary, *checkpoint_callbacks(given)]

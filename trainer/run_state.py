@@ -25,6 +25,7 @@ class RunState:
     datamodule: Any = None  # the current (or last) run's DataModule
     num_test_batches: list[int | None] = dataclasses.field(default_factory=list)
     num_predict_batches: list[int | None] = dataclasses.field(default_factory=list)
+    predict_dataloaders: list[Any] = dataclasses.field(default_factory=list)  # read by a prediction writer
 
 
 class _Field:
@@ -55,3 +56,4 @@ class RunStateFields:
     datamodule = _Field()
     num_test_batches = _Field()
     num_predict_batches = _Field()
+    predict_dataloaders = _Field()

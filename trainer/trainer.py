@@ -287,9 +287,10 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         if self.world_size > 1:
             self.fit_loop.agree_on_stop()
 
-    def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically
         (under FSDP every rank writes its shards into the directory ``filepath``: docs/checkpointing.md).
+        ``weights_only=True``: no optimizer, scheduler or callback state (loads, cannot resume).
 
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.
@@ -297,7 +298,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         While a run with several processes is failing (from ``on_exception``) no collective runs:
         global rank 0 writes its own state (the others' ``rank_states`` are None), other ranks nothing.
         """
-        save_checkpoint(self, filepath)
+        save_checkpoint(self, filepath, weights_only)
 
     def adopt_spawned_run(self, model: TrainModule | None, outcome: dict[str, Any]) -> None:
         """Take rank 0's final state from spawned workers (`SpawnLauncher`), as if run here."""

@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainer.data.loaders import loader_batch_size, num_batches
-
-if TYPE_CHECKING:
-    from trainer.loops.fit_loop import FitLoop
-    from trainer.metrics.metric_logger import MetricLogger
 
 
 class BatchCounts:
@@ -21,8 +17,8 @@ class BatchCounts:
     max_epochs: int | None
     max_steps: int
     world_size: int
-    fit_loop: FitLoop
-    metric_logger: MetricLogger
+    fit_loop: Any  # FitLoop (the data floor does not import the loops)
+    metric_logger: Any  # MetricLogger
 
     @property
     def micro_batch_size(self) -> int | None:

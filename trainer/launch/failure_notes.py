@@ -9,19 +9,22 @@ failure and then raises `RankFailedError` naming that peer, its step and batch, 
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import sys
 import time
 import traceback
 from typing import Any
 
 import torch
 
-from trainer.loops.anomaly import NonFiniteLossError
+from trainer.contracts.errors import NonFiniteLossError
 
 _COUNT_KEY = "lockstep/failures"
 _NOTE_KEY = "lockstep/failure/{}"
 _PEER_NOTE_WAIT_S = 3.0
+_STORE_CHECK_S = 5.0
 # After naming the peer that failed, a rank leaves a little later than that peer, so a launcher
 # that reports the first worker to exit (torch's elastic agent, torch.multiprocessing.spawn)
 # reports the peer with its own traceback, not this rank's broken collective.
@@ -137,6 +140,12 @@ def explain_failure(
     if own:
         _write_note(store, rank, True, where, exc)
         return None
+    if not _store_answers(store):
+        lost = _store_lost(rank, where, store_address)
+        # The elastic agent of this node loses the same store and may kill this worker any
+        # moment: say it now, not only in the traceback at the end.
+        print(f"[lockstep] rank {rank}: {lost}", file=sys.stderr, flush=True)
+        return lost
     deadline = time.monotonic() + _PEER_NOTE_WAIT_S
     while True:
         notes = [n for n in read_failure_notes(store) if n["rank"] != rank]
@@ -175,11 +184,7 @@ def _lost(store: Any, rank: int, world_size: int, where: str, store_address: str
 
     silent = silent_peers(store, rank, world_size)
     if silent is None:
-        return RankFailedError(
-            f"The rendezvous store at {store_address or 'MASTER_ADDR:MASTER_PORT'} stopped answering: the host "
-            f"that serves it (the store host, node 0) was lost, or its network. Rank {rank} stopped at {where}.",
-            rank=-1, where=where, cause="store lost",
-        )
+        return _store_lost(rank, where, store_address)
     if not silent:
         return None
     first = silent[0]
@@ -188,6 +193,24 @@ def _lost(store: Any, rank: int, world_size: int, where: str, store_address: str
         f"last heard {first['age']:.1f} s ago. Rank {rank} stopped because the collective it was waiting "
         "in could not complete without that rank.",
         rank=int(first["rank"]), where=where, cause="stopped answering",
+    )
+
+
+def _store_answers(store: Any) -> bool:
+    """Whether the store answers within a few seconds (not the group's timeout: it may be gone)."""
+    try:
+        store.set_timeout(datetime.timedelta(seconds=_STORE_CHECK_S))
+        store.add(_COUNT_KEY, 0)
+    except Exception:  # noqa: BLE001 - any failure: the store's host is unreachable
+        return False
+    return True
+
+
+def _store_lost(rank: int, where: str, store_address: str) -> RankFailedError:
+    return RankFailedError(
+        f"The rendezvous store at {store_address or 'MASTER_ADDR:MASTER_PORT'} stopped answering: the host "
+        f"that serves it (the store host, node 0) was lost, or its network. Rank {rank} stopped at {where}.",
+        rank=-1, where=where, cause="store lost",
     )
 
 

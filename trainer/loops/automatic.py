@@ -31,7 +31,7 @@ from trainer.loops.loss_normalization import ItemMeanNormalizer
 from trainer.loops.optimization import clip_gradients, optimizer_parameters, step_schedulers
 
 if TYPE_CHECKING:
-    from trainer.loops.fit_loop import FitLoop
+    from trainer.contracts.protocols import FitLoopView as FitLoop
 
 
 class StepOptimizer:
@@ -98,8 +98,11 @@ class AutomaticOptimization:
         self._windows: AccumulationWindows | None = None
 
     def start_epoch(self, windows: AccumulationWindows) -> None:
-        """This epoch's accumulation windows (a scheduler may change ``A`` between epochs)."""
+        """This epoch's accumulation windows (a scheduler may change ``A`` between epochs) and the
+        optimizers' parameters (a fine-tuning callback may have added groups at the epoch's start)."""
         self._windows = windows
+        self._params = {id(opt): optimizer_parameters(opt) for opt in self.trainer.optimizers}
+        self._all_params = list(self._params.values())
 
     # -- one micro batch ---------------------------------------------------------------------
     def run(self, batch: Any, batch_idx: int, window_end: bool) -> Any:

@@ -57,6 +57,7 @@ class EvaluationLoop:
             t.num_test_batches = counts
         else:
             t.num_predict_batches = counts
+            t.predict_dataloaders = dataloaders  # a prediction writer reads each batch's indices
         return dataloaders
 
     def run(self, dataloaders: list[Any]) -> list[Any]:

@@ -12,16 +12,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
-from trainer.checkpointing.connector import (
-    find_last_checkpoint,
-    gather_rank_states,
-    preemption_checkpoint_path,
-    read_checkpoint,
-    restore_checkpoint,
-    restore_datamodule,
-)
-from trainer.checks import check_trainable
-from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
+from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
+from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
+from trainer.checkpointing.resume import capture_epoch_state, gather_rank_states, resumed_epoch
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
@@ -37,7 +30,7 @@ from trainer.distributed.rank_zero import rank_zero_info
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.loops.progress import FitProgress
-from trainer.model_setup import configure_model
+from trainer.model_setup import check_trainable, configure_model
 from trainer.seed import install_worker_seeding, isolated_rng
 from trainer.stage import Stage
 
@@ -133,6 +126,7 @@ class FitLoop:
         path, checkpoint = "", None
         if ckpt_path is not None:
             path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)
+            refuse_weights_only(checkpoint, path)
             restore_datamodule(t, checkpoint)  # before its loaders are asked for, as in Lightning
         self.setup_data(model, train, val)
         prepare_for_speed(model, t.channels_last, t.compile)
@@ -210,6 +204,15 @@ class FitLoop:
         self._validated = False
         self._agreed_stop = False
         self._resume_from = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's checkpoint entries: the position (`FitProgress`) and whether the rates were scaled."""
+        return {**self.progress.state_dict(), "lr_scaled": self.lr_scaled}
+
+    def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
+        """Take the position and the LR-scaling flag a checkpoint recorded (saved rates are final: never rescaled)."""
+        self.progress.load_state_dict(checkpoint)
+        self.lr_scaled = bool(checkpoint.get("lr_scaled", False))
 
     def resume_mid_epoch(self, batches_done: int, epoch_state: dict[str, Any], rng: dict[str, Any]) -> None:
         """The next epoch continues an interrupted one after ``batches_done`` batches, in its order."""

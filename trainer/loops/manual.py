@@ -9,7 +9,7 @@ steps through the precision plugin and counts ``global_step``, as Lightning 2.x 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.optim import Optimizer
@@ -19,18 +19,8 @@ from trainer.loops.anomaly import check_finite_gradients
 from trainer.loops.optimization import clip_gradients, optimizer_parameters
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals
-    from trainer.loops.anomaly import NonFiniteLossCheck
-    from trainer.loops.progress import FitProgress
+    from trainer.contracts.protocols import FitLoopView as FitLoop
     from trainer.module import TrainModule
-
-
-class FitLoop(Protocol):
-    """What manual optimization reads on the fit loop that runs it."""
-
-    trainer: TrainerInternals
-    progress: FitProgress
-    loss_check: NonFiniteLossCheck
 
 
 class ManualOptimizer:

@@ -5,13 +5,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from callbacks._utils import (
-    _check_path,
-    _next_version,
-    _validate_version,
-    _version_dir_name,
-)
+from callbacks._utils import _next_version, _validate_version, _version_dir_name
 from callbacks.logger import Logger
+from trainer.contracts.arguments import check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -33,7 +29,7 @@ class _FileLogger(Logger):
     ) -> None:
         _validate_version(version)
         owner = type(self).__name__
-        _check_path(owner, "save_dir", save_dir)
+        check_path(f"{owner}(save_dir)", save_dir)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
         self._save_dir = None if save_dir is None else storage.normalize(save_dir, "save_dir")

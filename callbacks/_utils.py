@@ -61,46 +61,6 @@ def _validate_version(version: Any) -> None:
         raise ValueError(f"`version` must be None, a non-negative int or a str, got {version!r}.")
 
 
-# -- constructor arguments: a wrong type is a TypeError, a bad value a ValueError ----------------
-def _check_bool(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
-    """A flag must be a real bool: ``"no"`` is truthy and would silently turn it on."""
-    if value is None and allow_none:
-        return
-    if not isinstance(value, bool):
-        expected = "None or a bool" if allow_none else "a bool (True or False)"
-        raise TypeError(f"{owner}({name}={value!r}): expected {expected}.")
-
-
-def _check_int(
-    owner: str, name: str, value: Any, minimum: int, expected: str, allow_none: bool = False
-) -> None:
-    """An int (not a bool or a float) >= ``minimum``; ``expected`` describes it in the message."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}({name}={value!r}): expected {expected}.")
-    if value < minimum:
-        raise ValueError(f"{owner}({name}={value!r}): expected {expected}.")
-
-
-def _check_number(owner: str, name: str, value: Any, expected: str, allow_none: bool = False) -> None:
-    """A finite int or float (NaN compares false with everything, so it would disable a check)."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{owner}({name}={value!r}): expected {expected}.")
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}({name}={value!r}): expected {expected}.")
-
-
-def _check_path(owner: str, name: str, value: Any) -> None:
-    """None, a str or an ``os.PathLike`` naming a text path."""
-    if value is not None and (
-        not isinstance(value, (str, os.PathLike)) or not isinstance(os.fspath(value), str)
-    ):
-        raise TypeError(f"{owner}({name}={value!r}): expected None, a str or an os.PathLike path.")
-
-
 # -- metric values ----------------------------------------------------------------------------
 def _to_float(value: Any) -> float:
     """A Python float from a float, int, 0-d/1-element tensor or numpy scalar (syncs a device tensor)."""

@@ -9,7 +9,8 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
-from callbacks._utils import _check_int, _to_float
+from callbacks._utils import _to_float
+from trainer.contracts.arguments import check_int
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class CSVLogger(_FileLogger):
         flush_every_n_rows: int = 100,
     ) -> None:
         super().__init__(save_dir=save_dir, name=name, version=version)
-        _check_int("CSVLogger", "flush_every_n_rows", flush_every_n_rows, 1, "an int >= 1")
+        check_int("CSVLogger(flush_every_n_rows)", flush_every_n_rows, 1)
         self._flush_every = flush_every_n_rows
         self._rows: list[dict[str, Any]] = []
         self._columns: list[str] = []  # columns in the file on disk

@@ -7,9 +7,6 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_number,
     _monitor_value,
     _rank_zero_print,
     _to_float,
@@ -18,6 +15,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool, check_int, check_number
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -70,22 +68,20 @@ class EarlyStopping(Callback):
         if not monitor:
             raise ValueError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
         _validate_mode(mode, "EarlyStopping")
-        _check_int("EarlyStopping", "patience", patience, 0, "an int >= 0")
-        _check_number("EarlyStopping", "min_delta", min_delta, "a finite number >= 0")
-        if min_delta < 0:
-            raise ValueError(f"EarlyStopping(min_delta={min_delta!r}): expected a finite number >= 0.")
+        check_int("EarlyStopping(patience)", patience, 0)
+        check_number("EarlyStopping(min_delta)", min_delta, minimum=0)
         # a NaN threshold compares false with every value: the check would silently never fire
         for arg, threshold in (
             ("stopping_threshold", stopping_threshold),
             ("divergence_threshold", divergence_threshold),
         ):
-            _check_number("EarlyStopping", arg, threshold, "None or a finite number", allow_none=True)
+            check_number(f"EarlyStopping({arg})", threshold, allow_none=True)
         for arg, flag in (
             ("check_finite", check_finite), ("verbose", verbose), ("strict", strict),
             ("log_rank_zero_only", log_rank_zero_only),
         ):
-            _check_bool("EarlyStopping", arg, flag)
-        _check_bool("EarlyStopping", "check_on_train_epoch_end", check_on_train_epoch_end, allow_none=True)
+            check_bool(f"EarlyStopping({arg})", flag)
+        check_bool("EarlyStopping(check_on_train_epoch_end)", check_on_train_epoch_end, allow_none=True)
         self.monitor = monitor
         self.patience = patience
         self.mode = mode

@@ -14,9 +14,6 @@ import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_path,
     _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
@@ -27,6 +24,7 @@ from callbacks._utils import (
 )
 from callbacks.checkpoint import Checkpoint
 from callbacks import run_lock
+from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -114,20 +112,19 @@ class ModelCheckpoint(Checkpoint):
         enable_version_counter: bool = True,
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
-        _check_path("ModelCheckpoint", "dirpath", dirpath)
+        check_path("ModelCheckpoint(dirpath)", dirpath)
         if monitor is not None and not isinstance(monitor, str):
             raise TypeError(
                 f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
             )
-        keep = "an int >= -1 (-1 keeps every checkpoint, 0 keeps none)"
-        _check_int("ModelCheckpoint", "save_top_k", save_top_k, -1, keep)
+        check_int("ModelCheckpoint(save_top_k)", save_top_k, -1)
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise ValueError(
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): there is no metric to rank "
                 "checkpoints by. Set `monitor`, or use save_top_k=1 (latest), -1 (all) or 0 (none)."
             )
         for arg, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            _check_int("ModelCheckpoint", arg, value, 0, "None or an int >= 0", allow_none=True)
+            check_int(f"ModelCheckpoint({arg})", value, 0, allow_none=True)
         if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
             raise TypeError(
                 f"ModelCheckpoint(train_time_interval={train_time_interval!r}): expected None or a datetime.timedelta."
@@ -139,10 +136,10 @@ class ModelCheckpoint(Checkpoint):
             ("verbose", verbose),
             ("save_weights_only", save_weights_only),
             ("save_on_exception", save_on_exception),
+            ("enable_version_counter", enable_version_counter),
         ):
-            _check_bool("ModelCheckpoint", arg, value)
-        _check_bool("ModelCheckpoint", "enable_version_counter", enable_version_counter)
-        _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
+            check_bool(f"ModelCheckpoint({arg})", value)
+        check_bool("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
         # Lightning's triggers: none given means every epoch; given ones exclude each other

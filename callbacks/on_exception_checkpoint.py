@@ -6,8 +6,8 @@ import os
 from typing import TYPE_CHECKING
 
 from trainer.contracts import storage
-from callbacks._utils import _check_path
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_path
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -24,7 +24,7 @@ class OnExceptionCheckpoint(Callback):
     FILE_EXTENSION = ".ckpt"
 
     def __init__(self, dirpath: str | os.PathLike[str], filename: str = "on_exception") -> None:
-        _check_path("OnExceptionCheckpoint", "dirpath", dirpath)
+        check_path("OnExceptionCheckpoint(dirpath)", dirpath, allow_none=False)
         self.dirpath = storage.normalize(os.path.expanduser(os.fspath(dirpath)), "dirpath")
         self.filename = filename
 

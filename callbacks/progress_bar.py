@@ -7,8 +7,9 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from callbacks._utils import _check_bool, _check_int, _check_number, _format_duration, _to_float
+from callbacks._utils import _format_duration, _to_float
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool, check_int, check_number
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -48,18 +49,12 @@ class ProgressBar(Callback):
         file: TextIO | None = None,
         leave: bool = True,
     ) -> None:
-        _check_int("ProgressBar", "refresh_rate", refresh_rate, 0, "an int >= 0 (0 disables the bar)")
-        _check_number("ProgressBar", "min_interval_s", min_interval_s, "a number >= 0")
-        if min_interval_s < 0:
-            raise ValueError(f"ProgressBar(min_interval_s={min_interval_s!r}): expected a number >= 0.")
-        _check_number("ProgressBar", "line_every_percent", line_every_percent, "0 < value <= 100")
-        if not 0 < line_every_percent <= 100:
-            raise ValueError(
-                f"ProgressBar(line_every_percent={line_every_percent!r}): expected 0 < value <= 100."
-            )
+        check_int("ProgressBar(refresh_rate)", refresh_rate, 0)
+        check_number("ProgressBar(min_interval_s)", min_interval_s, minimum=0)
+        check_number("ProgressBar(line_every_percent)", line_every_percent, above=0, maximum=100)
         if file is not None and not callable(getattr(file, "write", None)):
             raise TypeError(f"ProgressBar(file={file!r}): expected None or a text stream with write().")
-        _check_bool("ProgressBar", "leave", leave)
+        check_bool("ProgressBar(leave)", leave)
         self.refresh_rate = refresh_rate
         self.min_interval_s = float(min_interval_s)
         self.line_every_percent = float(line_every_percent)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from callbacks._utils import _check_int
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_int
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -33,7 +33,7 @@ class ThroughputMonitor(Callback):
 
     def __init__(self, log_every_n_steps: int | None = None) -> None:
         expected = "None or an int >= 1"
-        _check_int("ThroughputMonitor", "log_every_n_steps", log_every_n_steps, 1, expected, allow_none=True)
+        check_int("ThroughputMonitor(log_every_n_steps)", log_every_n_steps, 1, allow_none=True)
         self.log_every_n_steps = log_every_n_steps
         self.last_metrics: dict[str, float] = {}
         self._reset_interval(time.perf_counter(), step=0)

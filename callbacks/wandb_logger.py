@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from callbacks._utils import _check_bool, _check_path, _to_float
+from callbacks._utils import _to_float
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, unreachable
+from trainer.contracts.arguments import check_bool, check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -54,8 +55,8 @@ class WandbLogger(Logger):
             import wandb  # noqa: F401 - fail at construction, not at the first log
         except ImportError:
             raise ImportError("WandbLogger needs wandb: pip install 'lockstep-trainer[wandb]'.") from None
-        _check_path("WandbLogger", "save_dir", save_dir)
-        _check_bool("WandbLogger", "offline", offline)
+        check_path("WandbLogger(save_dir)", save_dir)
+        check_bool("WandbLogger(offline)", offline)
         self.project = project
         self.name = name
         self.offline = offline

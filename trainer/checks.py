@@ -105,14 +105,3 @@ def check_module(model: Any, training: bool, stage: str = "fit") -> None:
             raise NotImplementedError(
                 f"{type(model).__name__} does not define {name}(), which trainer.{stage}() needs."
             )
-
-
-def check_trainable(model: TrainModule) -> None:
-    """Before any step: a model with nothing to train fails later with a misleading message."""
-    params = list(model.parameters())
-    if not any(p.requires_grad for p in params):
-        what = f"all {len(params)} of its parameters have requires_grad=False" if params else "it has none"
-        raise ValueError(
-            f"No parameter of {type(model).__name__} requires grad ({what}): there is nothing to train. "
-            "Unfreeze the parameters to train (p.requires_grad_(True)) before trainer.fit."
-        )

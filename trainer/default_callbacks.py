@@ -22,7 +22,7 @@ from callbacks.progress_bar import ProgressBar
 from callbacks.timer import Timer
 
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
@@ -119,15 +119,6 @@ def first_log_dir(loggers: list[Logger], default: str) -> str:
 def checkpoint_callbacks(callbacks: list[Callback]) -> list[ModelCheckpoint]:
     """Every callback of role "checkpoint" (`ModelCheckpoint` and its subclasses) among ``callbacks``, in order."""
     return [cb for cb in callbacks if cb.role == "checkpoint"]  # type: ignore[misc]
-
-
-def print_above_progress(trainer: Trainer | None, *args: Any, **kwargs: Any) -> None:
-    """``print``, through the run's progress bar when it has one (a line above a drawn bar)."""
-    bars = [cb for cb in (trainer.callbacks if trainer is not None else []) if cb.role == "progress_bar"]
-    if bars and bars[0].is_enabled and "file" not in kwargs:
-        bars[0].print(*args, **kwargs)
-    else:
-        print(*args, **kwargs)
 
 
 def share_log_versions(trainer: Trainer) -> None:

@@ -16,7 +16,7 @@ from trainer.contracts.hook_names import CALLBACK_HOOKS
 if TYPE_CHECKING:
     from trainer.contracts.protocols import CallbackView
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 __all__ = ["CALLBACK_HOOKS", "HookDispatcher"]
 

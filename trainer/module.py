@@ -13,8 +13,7 @@ from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
 
 if TYPE_CHECKING:
-    from trainer.loops.manual import ManualOptimization
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 _M = TypeVar("_M", bound="TrainModule")
@@ -322,9 +321,12 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         """``print`` on global rank 0 only, written above the progress bar when one is drawn."""
         if self.global_rank != 0:
             return
-        from trainer.default_callbacks import print_above_progress
-
-        print_above_progress(self._trainer, *args, **kwargs)
+        callbacks = self._trainer.callbacks if self._trainer is not None else []
+        bars = [cb for cb in callbacks if cb.role == "progress_bar"]  # the role a progress bar declares
+        if bars and bars[0].is_enabled and "file" not in kwargs:
+            bars[0].print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
 
     # -- checkpoints ------------------------------------------------------------------------
     @classmethod
@@ -394,15 +396,24 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only ``optimizer``'s parameters require grad until `untoggle_optimizer` (as in Lightning)."""
-        from trainer.loops.manual import toggle
-
-        toggle(self, optimizer, self._toggled_state())
+        target, saved = _unwrap(optimizer), self._toggled_state()
+        for opt in self.trainer.optimizers:
+            for param in _parameters(opt):
+                if param not in saved:
+                    saved[param] = param.requires_grad
+                    param.requires_grad = False
+        for param in _parameters(target):
+            param.requires_grad = saved[param]
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
         """Give the other optimizers' parameters back the ``requires_grad`` they had at `toggle_optimizer`."""
-        from trainer.loops.manual import untoggle
-
-        untoggle(self, optimizer, self._toggled_state())
+        target, saved = _unwrap(optimizer), self._toggled_state()
+        for opt in self.trainer.optimizers:
+            if opt is not target:
+                for param in _parameters(opt):
+                    if param in saved:
+                        param.requires_grad = saved[param]
+        saved.clear()
 
     @contextlib.contextmanager
     def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
@@ -419,7 +430,7 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
             state = self.__dict__["_param_requires_grad_state"] = {}
         return state
 
-    def _manual(self, what: str) -> ManualOptimization:
+    def _manual(self, what: str) -> Any:  # the loop's ManualOptimization
         manual = self.trainer.fit_loop.manual
         if manual is None:
             raise RuntimeError(
@@ -580,3 +591,12 @@ _NOT_SCRIPTED = [
 ]
 TrainModule.__jit_unused_properties__ = [*getattr(nn.Module, "__jit_unused_properties__", ()), *_NOT_SCRIPTED]
 TrainModule.__jit_ignored_attributes__ = list(_NOT_SCRIPTED)
+
+
+def _unwrap(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer behind ``optimizer`` (manual optimization hands out wrappers)."""
+    return optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer.optimizer
+
+
+def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from trainer.loops.evaluation_loop import EvaluationLoop
 
 
 class Stage(str, enum.Enum):
@@ -28,7 +26,7 @@ class TrainerState:
 
     stage: Stage | None = None
     failing: bool = False  # the run raised (set before on_exception, kept until the next run)
-    evaluation: EvaluationLoop | None = None  # the latest evaluation run (errors name its batch)
+    evaluation: Any = None  # the latest EvaluationLoop (errors name its batch)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,11 +17,11 @@ from trainer.checkpointing.connector import save_checkpoint
 from trainer.checks import check_call
 from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
-from trainer.data.loaders import loader_batch_size, num_batches
+from trainer.data.batch_counts import BatchCounts
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
 from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
-from trainer.metrics.results_table import results_table
+from trainer.metrics.results_table import print_results
 from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
@@ -37,7 +37,7 @@ from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer(TrainerSettings, RunStateFields):
+class Trainer(TrainerSettings, RunStateFields, BatchCounts):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
     every argument, checked before any work; each is then a read-only setting, `TrainerConfig`)."""
 
@@ -209,27 +209,6 @@ class Trainer(TrainerSettings, RunStateFields):
         return self.loggers[0] if self.loggers else None
 
     @property
-    def micro_batch_size(self) -> int | None:
-        """b: samples per rank per forward (from the train loader)."""
-        return loader_batch_size(self.train_dataloader) if self.train_dataloader is not None else None
-
-    @property
-    def train_batch_size(self) -> int | None:
-        """The size of the training batch being processed, as ``self.log`` weights it (None: unknown)."""
-        return self.metric_logger.train.batch_size
-
-    @property
-    def global_batch_size(self) -> int | None:
-        """W * b * A: samples per optimizer step over all ranks."""
-        b = self.micro_batch_size
-        return None if b is None else self.world_size * b * self.accumulate_grad_batches
-
-    @property
-    def num_val_batches(self) -> list[int | None]:
-        """Batches per validation loader of ``fit`` or the last ``validate`` (after ``limit_val_batches``)."""
-        return [num_batches(dl, self.limit_val_batches, "val") for dl in self.val_dataloaders]
-
-    @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
         """The first ModelCheckpoint (or subclass), if any."""
         return next(iter(self.checkpoint_callbacks), None)
@@ -251,20 +230,16 @@ class Trainer(TrainerSettings, RunStateFields):
     ) -> None:
         """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
-        Lightning's positional order. A restarted run (torch's elastic agent restarting the worker
+        A restarted run (torch's elastic agent restarting the worker
         group on any node, or SLURM requeueing the job; `Strategy.is_restart`) resumes from the last
         checkpoint when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with
-        arbitrary pickled objects: only for files you trust. A second ``fit`` on a Trainer whose fit
-        reached ``max_epochs`` / ``max_steps`` trains nothing and says so.
+        arbitrary pickled objects: only for files you trust.
         """
         check_call(model, Stage.FIT, ckpt_path, weights_only)
         train_dataloaders, datamodule = attach_datamodule(self, Stage.FIT, train_dataloaders, datamodule, val_dataloaders)
-        self._run(
-            Stage.FIT,
-            model,
-            lambda: self.fit_loop.fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
-            (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only),
-        )
+        args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
+        body = lambda: self.fit_loop.fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only)  # noqa: E731
+        self._run(Stage.FIT, model, body, args)
 
     def validate(
         self,
@@ -277,10 +252,8 @@ class Trainer(TrainerSettings, RunStateFields):
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over the loaders (or a ``datamodule``'s); one metric dict per loader.
 
-        Lightning's positional order. ``ckpt_path`` loads the weights first; ``weights_only=False``
-        allows checkpoints with arbitrary pickled objects: only for files you trust. ``verbose``:
-        global rank 0 prints the results table.
-        """
+        ``ckpt_path`` loads the weights first (``weights_only=False``: any pickled object, for files
+        you trust); ``verbose``: global rank 0 prints the results table."""
         return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
 
     def test(
@@ -304,8 +277,7 @@ class Trainer(TrainerSettings, RunStateFields):
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
     ) -> list[Any] | None:
-        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`);
-        ``return_predictions=False`` keeps none and returns None."""
+        """Run ``predict_step``; its outputs (a list per loader when several), None if ``return_predictions=False``."""
         result = self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule, False)
         return None if return_predictions is False else result
 
@@ -357,6 +329,7 @@ class Trainer(TrainerSettings, RunStateFields):
             self._strategy.setup_environment()
             prepare_and_set_up_data(self, model, stage)
             self.hooks.call("setup", stage.value)
+            self.metric_logger.start_run()
             result = body()
         except BaseException as exc:
             self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
@@ -364,6 +337,8 @@ class Trainer(TrainerSettings, RunStateFields):
             record_for_elastic_agent(clearer or exc, self.global_rank)
             try:
                 self.hooks.call_callbacks("on_exception", exc)
+                if self.datamodule is not None:  # as Lightning: after the callbacks
+                    self.datamodule.on_exception(exc)
             finally:  # a callback that raises must not keep this rank in the group
                 self._finish(stage, "failed")
             if clearer is not None:
@@ -396,14 +371,7 @@ class Trainer(TrainerSettings, RunStateFields):
             self._strategy.teardown()
 
     def _evaluate(
-        self,
-        stage: Stage,
-        model: TrainModule | None,
-        loaders: Any,
-        ckpt_path: Any,
-        weights_only: bool,
-        datamodule: Any,
-        verbose: bool,
+        self, stage: Stage, model: Any, loaders: Any, ckpt_path: Any, weights_only: bool, datamodule: Any, verbose: bool
     ) -> Any:
         if model is None:
             if self._module is None:
@@ -416,13 +384,9 @@ class Trainer(TrainerSettings, RunStateFields):
             loop = EvaluationLoop(self, stage)
             return loop.run(loop.setup(model, loaders, ckpt_path, weights_only))
 
-        if stage == Stage.PREDICT:
-            args: tuple[Any, ...] = (model, loaders, datamodule, True, ckpt_path, weights_only)
-        else:
-            args = (model, loaders, ckpt_path, False, datamodule, weights_only)  # rank 0 here prints
-        results = self._run(stage, model, body, args)
+        predict = stage == Stage.PREDICT  # spawned workers get the entry point's arguments; this process prints
+        args = (model, loaders, datamodule, True) if predict else (model, loaders, ckpt_path, False, datamodule)
+        results = self._run(stage, model, body, (*args, *((ckpt_path,) if predict else ()), weights_only))
         if verbose and self.is_global_zero:
-            table = results_table(results, stage.value)
-            if table:
-                print(table)
+            print_results(results, stage.value)
         return results

@@ -15,7 +15,7 @@ PATH = re.compile(r"(?<![\w/.])((?:trainer|callbacks|tests|examples|benchmarks|d
 # Dotted names in code spans: the packages' modules and attributes, or a Trainer's (`trainer.global_step`).
 NAME = re.compile(r"`((?:trainer|callbacks)(?:\.\w+)+)")
 # Written by a run, not part of the repository (git-ignored), or a placeholder in a table.
-NOT_IN_THE_REPOSITORY = {"benchmarks/results/latest.json"}
+NOT_IN_THE_REPOSITORY = {"benchmarks/results/latest.json", "benchmarks/results/gpu_check.md"}
 PLACEHOLDERS = {"callbacks.X"}
 
 

@@ -293,3 +293,40 @@ def test_strict_loading_false_is_refused(tmp_path):
     module.strict_loading = False
     with pytest.raises(NotImplementedError, match=r"M\.strict_loading = False .*load_from_checkpoint\(strict=False\)"):
         Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, **QUIET).fit(module, _loader(4))
+
+
+# -- the same module on 2 ranks: the closure under DDP's no_sync, the same numbers ------------
+def _fit_hook_module(root: str, batch_size: int, **kwargs: Any) -> dict[str, Any]:
+    events: list[Any] = []
+    module = type("M", (_Body, TrainModule), {})(events, type("C", (Callback,), {})())
+    trainer = Trainer(accelerator="cpu", default_root_dir=root, **QUIET, **FIT, **kwargs)
+    trainer.fit(module, DataLoader(_data(8, 0), batch_size=batch_size), DataLoader(_data(4, 1), batch_size=batch_size))
+    return {"params": [p.detach().clone() for p in module.parameters()], "global_step": trainer.global_step,
+            "steps": sum(e[0] == "optimizer_step" for e in events)}
+
+
+def _hook_module_on_rank(rank: int, world_size: int, root: str) -> dict[str, Any]:
+    return _fit_hook_module(root, batch_size=1, devices=2, strategy="ddp")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.timeout(180)
+def test_the_hook_module_on_two_ranks_equals_one_process_with_the_global_batch(tmp_path):
+    from tests.helpers.distributed import run_ranks
+
+    want = _fit_hook_module(str(tmp_path / "one"), batch_size=2)
+    for got in run_ranks(_hook_module_on_rank, args=(str(tmp_path / "two"),), init_group=False, timeout=150):
+        assert got["global_step"] == want["global_step"] == got["steps"] == 4
+        for a, b in zip(got["params"], want["params"]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_lightning_datamodule_attributes_are_all_known():
+    from trainer import DataModule
+
+    names = {n for cls in pl.LightningDataModule.__mro__ if cls is not object for n in vars(cls) if not n.startswith("_")}
+    # the hyperparameter-key constants and Lightning's ignore helper (`save_hyperparameters(ignore=)` here)
+    internal = {"CHECKPOINT_HYPER_PARAMS_KEY", "CHECKPOINT_HYPER_PARAMS_NAME", "CHECKPOINT_HYPER_PARAMS_TYPE",
+                "remove_ignored_hparams"}
+    assert sorted(n for n in names if not hasattr(DataModule, n) and n not in internal) == []

@@ -62,7 +62,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("unknown_length_no_grad_correction", "accumulation", "trainer/loops/accumulation.py",
        "return self.accumulate / in_window", "return 1.0",
        ACCUMULATION, "a loader without a length: the short last window's gradient is not rescaled"),
-    _m("loss_not_divided", "accumulation", "trainer/loops/fit_loop.py",
+    _m("loss_not_divided", "accumulation", "trainer/loops/automatic.py",
        "scaled = loss / divisor if divisor != 1 else loss", "scaled = loss",
        ACCUMULATION, "micro-batch losses are summed over the window instead of averaged"),
     # -- no_sync ---------------------------------------------------------------------------------

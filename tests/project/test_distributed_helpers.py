@@ -46,17 +46,19 @@ def _hang(rank, world_size):
 
 def _running_children() -> set[int]:
     """This process's live descendants (a zombie has finished), but multiprocessing's resource
-    tracker, which the first spawn starts and which stays for the life of the test process."""
+    tracker and run_ranks' fork server (not the ranks forked from it), which the first launch
+    starts and which stay for the life of the test process."""
     alive = set()
     for pid in descendants(os.getpid()):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                finished = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                tracker = b"resource_tracker" in f.read()
+                command = f.read()
         except OSError:
             continue
-        if not finished and not tracker:
+        server = b"resource_tracker" in command or (b"forkserver" in command and int(ppid) == os.getpid())
+        if state != "Z" and not server:
             alive.add(pid)
     return alive
 

@@ -1,8 +1,9 @@
 """A 2-rank training run that tests interrupt: pre-emption signals, a killed worker, a raising rank.
 
-    --mode straight | preempt | kill | raise     --root DIR     [--resume last]     [--rank R]
+    --mode straight | preempt | kill | raise | hold     --root DIR     [--resume last]     [--rank R]
 Rank R (default 1) is interrupted; ``kill`` kills it once per ``--root`` (a marker file there),
-whatever node it is on. Each rank saves its final parameters, its global step and the step
+whatever node it is on; ``hold`` makes it write ``<root>/holding`` and wait (at most 120 s),
+for a test to kill its node. Each rank saves its final parameters, its global step and the step
 its training started from with `save_rank_result`.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -43,6 +45,9 @@ class Interrupt(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.mode == "raise":
             raise RuntimeError("boom on rank 1")
+        elif self.mode == "hold":
+            open(os.path.join(os.path.dirname(self.marker), "holding"), "w").close()
+            time.sleep(120)
 
 
 def main() -> None:

@@ -14,21 +14,20 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainer.contracts import storage
+
 from trainer.checkpointing.checkpoint import (
     FORMAT_VERSION,
     check_compatible,
     weights_only_loadable,
 )
-from trainer.checkpointing.distributed_checkpoint import is_sharded_checkpoint
+from trainer.checkpointing.checkpoint_paths import read_checkpoint
 from trainer.checkpointing.from_checkpoint import (
     DATAMODULE_HPARAMS_KEY,
     DATAMODULE_STATE_KEY,
     MODULE_HPARAMS_KEY,
 )
 from trainer.checkpointing.resume import (
-    capture_generators,
-    capture_loader_position,
-    capture_rng_state,
+    gather_rank_states,
     restore_generators,
     restore_loader_position,
     restore_rng_state,
@@ -37,7 +36,7 @@ from trainer.checkpointing.resume import (
 from trainer.distributed.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = False) -> dict[str, Any]:
@@ -51,7 +50,8 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
     checkpoint: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "state_dict": strategy.module_state(module),
-        **loop.progress.state_dict(),
+        # the loop's state (position, lr_scaled); a weights-only file keeps the position alone
+        **(loop.progress.state_dict() if weights_only else loop.state_dict()),
         MODULE_HPARAMS_KEY: weights_only_loadable(dict(module.hparams)),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
@@ -64,7 +64,6 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
             "precision": trainer.precision_plugin.state_dict(),
             "rank_states": gather_rank_states(trainer, gather),
             "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
-            "lr_scaled": loop.lr_scaled,
         })
     datamodule = trainer.datamodule
     if datamodule is not None:
@@ -87,30 +86,6 @@ def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_
         return
     loss_check.check_before_save(strategy)
     strategy.write_checkpoint(dump_checkpoint(trainer, weights_only=weights_only), path)
-
-
-def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
-    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run;
-    ``gather=False``: none, and only this rank's entry unless the fit loop has every rank's)."""
-    strategy = trainer.strategy
-    if gather and strategy.in_group:
-        return strategy.all_gather_object(_rank_state(trainer))
-    if trainer.fit_loop.rank_states_at_end is not None:
-        return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
-    # Outside any fit (the group is gone) or while the run fails, only this rank's state is
-    # known; the others resume with the RNG states they have.
-    mine = _rank_state(trainer)
-    return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
-
-
-def _rank_state(trainer: Trainer) -> dict[str, Any]:
-    return {
-        "epoch_state": trainer.fit_loop.epoch_state,
-        "rng": capture_rng_state(),
-        # what decides the next epoch's order when the checkpoint is at an epoch boundary
-        "generators": capture_generators(trainer.train_dataloader),
-        "loader": capture_loader_position(trainer.train_dataloader),
-    }
 
 
 def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
@@ -143,12 +118,6 @@ def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) ->
     return checkpoint
 
 
-def read_checkpoint(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> tuple[str, dict[str, Any]]:
-    """Resolve ``ckpt_path`` on global rank 0 and read it on every rank: (path, checkpoint)."""
-    path = trainer.strategy.broadcast(resolve_checkpoint_path(trainer, ckpt_path))
-    return path, trainer.strategy.read_checkpoint(path, weights_only)
-
-
 def restore_datamodule(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     """The run's DataModule gets its saved state (first: its loaders may depend on it)."""
     if trainer.datamodule is not None and DATAMODULE_STATE_KEY in checkpoint:
@@ -174,13 +143,12 @@ def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     for cfg, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         cfg.scheduler.load_state_dict(state)
     trainer.precision_plugin.load_state_dict(checkpoint.get("precision", {}))
-    trainer.fit_loop.lr_scaled = bool(checkpoint.get("lr_scaled", False))  # the saved LRs are final: never rescale
 
 
 def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     """The epoch, step and place in the epoch, and the random state that continues from there."""
+    trainer.fit_loop.load_state_dict(checkpoint)
     progress = trainer.fit_loop.progress
-    progress.load_state_dict(checkpoint)
     finished, batches_done = progress.epoch_finished, progress.batches_done
     saved_world = int(checkpoint.get("world_size", trainer.world_size))
     rank_states = checkpoint.get("rank_states")
@@ -225,48 +193,3 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
             f"{accumulate} micro batches); that window is trained again from its first micro batch."
         )
     trainer.fit_loop.resume_mid_epoch(start, mine["epoch_state"], mine["rng"])
-
-
-def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
-    """A path, or ``"last"`` / ``"best"`` resolved through the checkpoint callbacks and the disk."""
-    if ckpt_path == "best":
-        cb = trainer.checkpoint_callback
-        path = cb.best_model_path if cb is not None else None
-        if not path:
-            raise ValueError("ckpt_path='best' but no ModelCheckpoint has a best checkpoint yet.")
-        return str(path)
-    if ckpt_path == "last":
-        path = find_last_checkpoint(trainer)
-        if path is None:
-            raise ValueError(
-                f"ckpt_path='last' but there is no last checkpoint under {trainer.default_root_dir!r} or "
-                "in a ModelCheckpoint's dirpath (save_last=True writes one; so does a pre-emption)."
-            )
-        return path
-    return storage.normalize(ckpt_path, "ckpt_path")
-
-
-def find_last_checkpoint(trainer: Trainer) -> str | None:
-    """The newest ``last*.ckpt`` (a file, or a sharded checkpoint directory) in a ModelCheckpoint's
-    dirpath or under ``default_root_dir``."""
-    candidates = []
-    for cb in trainer.checkpoint_callbacks:
-        if cb.last_model_path:
-            candidates.append(str(cb.last_model_path))
-        dirpath = cb.dirpath
-        if dirpath:
-            candidates += storage.glob(storage.join(str(dirpath), "last*.ckpt"))
-    candidates += storage.glob(storage.join(trainer.default_root_dir, "**", "last*.ckpt"))
-    candidates = [c for c in dict.fromkeys(candidates) if storage.isfile(c) or is_sharded_checkpoint(c)]
-    return max(candidates, key=storage.mtime) if candidates else None
-
-
-def preemption_checkpoint_path(trainer: Trainer) -> str:
-    """Where a pre-empted run saves: its last checkpoint beside its other checkpoints (``last.ckpt``,
-    or the versioned name that keeps an earlier run's apart), as global rank 0 decides."""
-    path = storage.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
-    for cb in trainer.checkpoint_callbacks:
-        if cb.dirpath:
-            path = cb.last_checkpoint_path()
-            break
-    return trainer.strategy.broadcast(path)

@@ -184,3 +184,49 @@ class LoggerView(CallbackView, Protocol):
     def log_hyperparams(self, params: dict[str, Any]) -> None: ...
     def log_text(self, tag: str, text: str) -> None: ...
     def finalize(self, status: str) -> None: ...
+
+
+class TrainerInternals(TrainerView, Protocol):
+    """What the trainer's own parts (loops, checkpoint connector, launcher, data and model set-up)
+    use on the Trainer besides the callbacks' contract: its components and settings. They annotate
+    with this protocol, so no part below the Trainer imports `trainer.trainer`."""
+
+    config: Any  # TrainerConfig
+    run: Any  # RunState
+    fit_loop: Any  # FitLoop
+    hooks: Any  # HookDispatcher
+    metric_logger: Any  # MetricLogger
+    precision_plugin: Any  # Precision
+    profiler: Any  # Profiler
+    train_dataloader: Any
+    val_dataloaders: list[Any]
+    datamodule: Any
+    num_test_batches: list[int | None]
+    num_predict_batches: list[int | None]
+
+    @property
+    def module(self) -> Any: ...
+    @property
+    def model(self) -> torch.nn.Module: ...
+    @property
+    def local_rank(self) -> int: ...
+    @property
+    def node_rank(self) -> int: ...
+    @property
+    def num_nodes(self) -> int: ...
+    @property
+    def checkpoint_callback(self) -> Any: ...
+
+    def adopt_spawned_run(self, model: Any, outcome: dict[str, Any]) -> None: ...
+
+
+class FitLoopView(Protocol):
+    """What the optimization paths (`AutomaticOptimization`, `ManualOptimization`) read on the fit
+    loop that runs them."""
+
+    trainer: TrainerInternals
+    progress: Any  # FitProgress
+    loss_check: Any  # NonFiniteLossCheck
+
+    @property
+    def scheduler_metrics(self) -> Any: ...

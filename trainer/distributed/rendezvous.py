@@ -23,16 +23,18 @@ _JOINED_BEFORE: list[int] = []
 _JOINS_KEY = "lockstep/joins/rank{}"
 
 
-def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> Any:
+def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> tuple[Any, str]:
     """This process's rendezvous store (made once; ``MASTER_ADDR``/``MASTER_PORT`` must be in
-    the environment, as ``env://`` reads them), under a key prefix no earlier group used."""
+    the environment, as ``env://`` reads them), under a key prefix no earlier group used; and
+    that prefix."""
     rank, world_size = cluster.global_rank, cluster.world_size
     key = (cluster.master_addr, cluster.master_port, rank, world_size)
     store = _STORES.get(key)
     if store is None:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
-    return dist.PrefixStore(f"lockstep/join{group_number(store, rank)}", store)
+    prefix = f"lockstep/join{group_number(store, rank)}"
+    return dist.PrefixStore(prefix, store), prefix
 
 
 def group_number(store: Any, rank: int) -> int:

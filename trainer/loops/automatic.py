@@ -31,7 +31,7 @@ from trainer.loops.loss_normalization import ItemMeanNormalizer
 from trainer.loops.optimization import clip_gradients, optimizer_parameters, step_schedulers
 
 if TYPE_CHECKING:
-    from trainer.loops.fit_loop import FitLoop
+    from trainer.contracts.protocols import FitLoopView as FitLoop
 
 
 class StepOptimizer:

@@ -18,7 +18,7 @@ from trainer.stage import EVALUATION, Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 class EvaluationLoop:

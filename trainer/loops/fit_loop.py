@@ -12,17 +12,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
-from trainer.checkpointing.connector import (
-    find_last_checkpoint,
-    gather_rank_states,
-    preemption_checkpoint_path,
-    read_checkpoint,
-    refuse_weights_only,
-    restore_checkpoint,
-    restore_datamodule,
-)
-from trainer.checks import check_trainable
-from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
+from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
+from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
+from trainer.checkpointing.resume import capture_epoch_state, gather_rank_states, resumed_epoch
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
@@ -38,13 +30,13 @@ from trainer.distributed.rank_zero import rank_zero_info
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.loops.progress import FitProgress
-from trainer.model_setup import configure_model
+from trainer.model_setup import check_trainable, configure_model
 from trainer.seed import install_worker_seeding, isolated_rng
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 class FitLoop:
@@ -102,6 +94,15 @@ class FitLoop:
             return True
         return t.should_stop and self.can_stop_early()
 
+    def _limit_reached(self) -> str:
+        """The limit a previous fit of this Trainer reached ("" if none: a new Trainer, or stopped early)."""
+        t, p = self.trainer, self.progress
+        if t.max_steps != -1 and p.global_step >= t.max_steps > 0:
+            return f"max_steps={t.max_steps}"
+        if t.max_epochs not in (None, -1) and p.current_epoch >= t.max_epochs > 0:
+            return f"max_epochs={t.max_epochs}"
+        return ""
+
     def can_stop_early(self) -> bool:
         """Whether ``min_epochs`` and ``min_steps`` are reached: before, ``should_stop`` waits (as in Lightning)."""
         t, p = self.trainer, self.progress
@@ -111,6 +112,13 @@ class FitLoop:
     def fit(self, model: TrainModule, train: Any, val: Any, ckpt_path: Any, weights_only: bool) -> None:
         """`Trainer.fit`'s work: data, module and optimizers set up, a checkpoint restored, training."""
         t, strategy = self.trainer, self.trainer.strategy
+        reached = self._limit_reached()
+        if reached and ckpt_path is None:  # as Lightning: a finished Trainer does not train again
+            rank_zero_info(
+                f"[lockstep] fit stopped at once: this Trainer's last fit reached {reached}. Use a new "
+                "Trainer, or one with a larger limit and ckpt_path, to train on."
+            )
+            return
         self._reset()
         configure_model(t, model)  # right after `setup`, as in Lightning
         if ckpt_path is None and strategy.is_restart():
@@ -197,6 +205,15 @@ class FitLoop:
         self._agreed_stop = False
         self._resume_from = None
 
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's checkpoint entries: the position (`FitProgress`) and whether the rates were scaled."""
+        return {**self.progress.state_dict(), "lr_scaled": self.lr_scaled}
+
+    def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
+        """Take the position and the LR-scaling flag a checkpoint recorded (saved rates are final: never rescaled)."""
+        self.progress.load_state_dict(checkpoint)
+        self.lr_scaled = bool(checkpoint.get("lr_scaled", False))
+
     def resume_mid_epoch(self, batches_done: int, epoch_state: dict[str, Any], rng: dict[str, Any]) -> None:
         """The next epoch continues an interrupted one after ``batches_done`` batches, in its order."""
         self._resume_from = {"batches_done": batches_done, "epoch_state": epoch_state, "rng": rng}
@@ -262,15 +279,11 @@ class FitLoop:
             with t.profiler.profile("run_training_batch"):
                 self._train_batch(batch, batch_idx, is_last, window_end)
             seen += 1
-            if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
+            if _validation_due(val_every, val_at_end, batch_idx, is_last):
                 self._validate(window_end)
             if is_last or (window_end and self._stops_mid_epoch()):
                 break
-        if seen == 0:
-            raise ValueError(
-                "The train dataloader produced no batches this epoch. Check the dataset, the "
-                "sampler and drop_last."
-            )
+        _check_trained_some(seen)
         if not progress.epoch_finished and not self._stopped():
             # max_steps ended the run inside the epoch: the epoch is not over (no epoch-end hooks,
             # same epoch and position), so a checkpoint written now resumes at the next batch.
@@ -446,3 +459,15 @@ class FitLoop:
         leave_note_for_launcher(preempted)
         raise preempted
 
+
+def _validation_due(every: int | None, at_end: bool, batch_idx: int, is_last: bool) -> bool:
+    """Whether validation runs after this batch (every ``every`` batches, or at the epoch's last)."""
+    return bool(every and (batch_idx + 1) % every == 0) or (is_last and at_end)
+
+
+def _check_trained_some(seen: int) -> None:
+    if seen == 0:
+        raise ValueError(
+            "The train dataloader produced no batches this epoch. Check the dataset, the "
+            "sampler and drop_last."
+        )

@@ -19,7 +19,7 @@ from trainer.loops.anomaly import check_finite_gradients
 from trainer.loops.optimization import clip_gradients, optimizer_parameters
 
 if TYPE_CHECKING:
-    from trainer.loops.fit_loop import FitLoop
+    from trainer.contracts.protocols import FitLoopView as FitLoop
     from trainer.module import TrainModule
 
 
@@ -145,34 +145,6 @@ def check_manual_arguments(trainer: Any) -> None:
             "(automatic_optimization = False). Remove it and call self.clip_gradients(opt, "
             "gradient_clip_val=..., gradient_clip_algorithm=...) before opt.step()."
         )
-
-
-def toggle(module: TrainModule, optimizer: Any, saved: dict[torch.Tensor, bool]) -> None:
-    """Only ``optimizer``'s parameters keep ``requires_grad``; everyone else's is remembered in ``saved``."""
-    target = _unwrap(optimizer)
-    for opt in module.trainer.optimizers:
-        for param in optimizer_parameters(opt):
-            if param not in saved:
-                saved[param] = param.requires_grad
-                param.requires_grad = False
-    for param in optimizer_parameters(target):
-        param.requires_grad = saved[param]
-
-
-def untoggle(module: TrainModule, optimizer: Any, saved: dict[torch.Tensor, bool]) -> None:
-    """Restore the ``requires_grad`` that `toggle` saved for the other optimizers' parameters."""
-    target = _unwrap(optimizer)
-    for opt in module.trainer.optimizers:
-        if opt is target:
-            continue
-        for param in optimizer_parameters(opt):
-            if param in saved:
-                param.requires_grad = saved[param]
-    saved.clear()
-
-
-def _unwrap(optimizer: Any) -> Optimizer:
-    return optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
 
 
 def _returned_loss(output: Any, batch_idx: int) -> torch.Tensor | None:

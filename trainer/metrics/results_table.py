@@ -22,3 +22,10 @@ def results_table(results: Sequence[Mapping[str, float]], stage: str) -> str:
         lines.append(row.format(name, *values).rstrip())
     lines.append(bar)
     return "\n".join(lines)
+
+
+def print_results(results: Sequence[Mapping[str, float]], stage: str) -> None:
+    """Print `results_table` (nothing when no metric was logged)."""
+    table = results_table(results, stage)
+    if table:
+        print(table)

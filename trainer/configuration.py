@@ -30,6 +30,7 @@ _PLAIN = (
     "limit_predict_batches",
     "num_sanity_val_steps",
     "use_distributed_sampler",
+    "allow_global_batch_change",  # a resume may continue with another global batch (warned)
     "detect_non_finite_grads",
     "overfit_batches",
     "reload_dataloaders_every_n_epochs",

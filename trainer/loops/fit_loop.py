@@ -24,6 +24,7 @@ from trainer.checkpointing.connector import (
 from trainer.checks import check_trainable
 from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
 from trainer.data.datamodule import data_source
+from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
 from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
@@ -33,7 +34,7 @@ from trainer.loops.anomaly import NonFiniteLossCheck, check_finite_gradients
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.loss_normalization import ItemMeanNormalizer
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
-from trainer.distributed.rank_zero import rank_zero_info
+from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import (
     SchedulerMetrics,
@@ -162,6 +163,9 @@ class FitLoop:
         if t.overfit_batches:
             loader = without_shuffling(loader)
         t.train_dataloader = strategy.process_dataloader(loader, "fit")
+        sampler = global_batch_sampler(t.train_dataloader)
+        if sampler is not None:
+            sampler.set_accumulation(t.accumulate_grad_batches)
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
         val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
@@ -197,9 +201,22 @@ class FitLoop:
         self._agreed_stop = False
         self._resume_from = None
 
-    def resume_mid_epoch(self, batches_done: int, epoch_state: dict[str, Any], rng: dict[str, Any]) -> None:
-        """The next epoch continues an interrupted one after ``batches_done`` batches, in its order."""
-        self._resume_from = {"batches_done": batches_done, "epoch_state": epoch_state, "rng": rng}
+    def resume_mid_epoch(
+        self,
+        batches_done: int,
+        epoch_state: dict[str, Any] | None,
+        rng: dict[str, Any] | None,
+        samples_done: int | None = None,
+        global_batch_size: int | None = None,
+    ) -> None:
+        """The next epoch continues an interrupted one in its order: after ``samples_done``
+        samples when the checkpoint recorded them (any world size), else after ``batches_done``
+        batches. ``epoch_state=None``: the checkpoint is at an epoch boundary, the next epoch
+        starts afresh; ``global_batch_size`` (the checkpoint's G) is checked against this run's."""
+        self._resume_from = {
+            "batches_done": batches_done, "epoch_state": epoch_state, "rng": rng,
+            "samples_done": samples_done, "global_batch_size": global_batch_size,
+        }
 
     def count_training_batches(self) -> None:
         """This epoch's batch count, agreed by every rank (one tiny all-gather per epoch)."""
@@ -255,23 +272,39 @@ class FitLoop:
         strategy.on_epoch_start(loader, progress.current_epoch)
         t.metric_logger.start_training_epoch()
         hooks.call("on_train_epoch_start")
-        self.count_training_batches()  # a sampler's length may change between epochs
         # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
+        sampler = global_batch_sampler(loader)
+        if sampler is not None:
+            sampler.set_accumulation(t.accumulate_grad_batches)
+        resume, self._resume_from = self._resume_from, None
+        by_samples = resume is not None and sampler is not None and resume["samples_done"] is not None
+        if by_samples:
+            _check_global_batch(resume["global_batch_size"], sampler, t.allow_global_batch_change)  # type: ignore[arg-type]
+            if resume["epoch_state"] is not None:
+                sampler.start_at(resume["samples_done"])  # type: ignore[union-attr]
+        self.count_training_batches()  # a sampler's length may change between epochs
         if self.manual is not None:
             check_manual_arguments(t)
+        layout = sampler.layout() if sampler is not None else None
         windows = AccumulationWindows(
-            t.accumulate_grad_batches, self.num_training_batches if self._train_length_known else None
+            t.accumulate_grad_batches, self.num_training_batches if self._train_length_known else None, layout
         )
         val_every, val_at_end = self._validation_schedule()
-        resume, self._resume_from = self._resume_from, None
-        if resume is None:
+        if resume is None or resume["epoch_state"] is None:
             self.epoch_state = capture_epoch_state(loader)
             source, start = loader, 0
+        elif by_samples:  # the sampler itself starts after the trained samples
+            self.epoch_state = resume["epoch_state"]
+            start = layout.first_batch  # type: ignore[union-attr]
+            source = resumed_epoch(loader, 0, resume["epoch_state"], resume["rng"])
         else:
             self.epoch_state = resume["epoch_state"]
             start = resume["batches_done"]
             source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
-        progress.start_epoch(start)
+        if layout is not None:
+            progress.start_epoch(start, layout.offset, layout.global_batch_size)
+        else:
+            progress.start_epoch(start)
         self.failed_fetch_idx = None
         # CUDA: copy the next batch on a side stream while this one computes (trainer/data/prefetcher.py)
         remaining = None if self.num_training_batches is None else self.num_training_batches - start
@@ -346,6 +379,7 @@ class FitLoop:
             output = self._automatic_step(batch, batch_idx, window_end, windows)
         progress.batch_trained(batch_idx, is_last)  # the position a checkpoint written from here on records
         if window_end:
+            progress.window_stepped(windows.samples_through(batch_idx))
             signum = self._preemption.agreed(t.world_size, strategy.control_group)
             if signum:
                 self._save_and_exit_for_preemption(signum)
@@ -361,8 +395,11 @@ class FitLoop:
             loss = _loss_of(output, batch_idx)
             shown = loss.detach()
             self.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
-            items = self._normalizer.observe(output, loss, batch_idx)
-            if items is not None:
+            padding = windows.is_padding(batch_idx)
+            items = self._normalizer.observe(output, loss, batch_idx, counts=not padding)
+            if padding:  # only joins the window's collectives: no gradient, no items
+                scaled = loss * 0.0
+            elif items is not None:
                 scaled = loss  # a sum: normalised by the global item count at the step
                 shown = shown / items.clamp_min(1.0)  # shown as this batch's mean
             else:
@@ -485,6 +522,34 @@ class FitLoop:
             announce_preemption(preempted)
         leave_note_for_launcher(preempted)
         raise preempted
+
+
+class GlobalBatchChangedError(ValueError):
+    """A resumed run's global batch differs from its checkpoint's (raised before any step)."""
+
+
+def _check_global_batch(saved: int | None, sampler: GlobalBatchSampler, allowed: bool) -> None:
+    """The resumed epoch must have the checkpoint's global batch, unless the user allowed a change."""
+    G = sampler.global_batch_size
+    if saved is None or saved == G:
+        return
+    what = (
+        f"The checkpoint was written with a global batch of {saved} samples per optimizer step; this run "
+        f"has {G} (world size {sampler.num_replicas} x micro batch {sampler.batch_size} x "
+        f"accumulate_grad_batches {sampler.accumulate})."
+    )
+    if not allowed:
+        raise GlobalBatchChangedError(
+            f"{what} Resuming on any world size continues the same run only with the same global batch: "
+            f"choose the micro batch and accumulate_grad_batches so that world_size x micro batch x "
+            f"accumulate_grad_batches = {saved}, or pass Trainer(allow_global_batch_change=True) to go on "
+            "from the next unseen sample with the new global batch (a different run from there on). "
+            "No step was taken."
+        )
+    rank_zero_warn(
+        f"{what} allow_global_batch_change=True: training continues from the next unseen sample of the "
+        f"epoch with {G} samples per step, so it is not the run the checkpoint came from."
+    )
 
 
 def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:

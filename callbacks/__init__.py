@@ -14,6 +14,7 @@ from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
 from callbacks.wandb_logger import WandbLogger
+from trainer.contracts import storage  # the storage layer, for loggers of your own (`from callbacks import storage`)
 
 __all__ = [
     "Callback",

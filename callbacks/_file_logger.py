@@ -12,7 +12,7 @@ from callbacks._utils import (
     _version_dir_name,
 )
 from callbacks.logger import Logger
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

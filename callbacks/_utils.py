@@ -7,7 +7,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer
@@ -27,15 +27,6 @@ class _MonitorKeyError(KeyError):
 
 
 # -- ranks ------------------------------------------------------------------------------------
-def _env_global_rank() -> int:
-    """Global rank before the Trainer has told us (loggers may be used before ``setup``)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return int(os.environ.get("RANK", 0))
-
-
 def _rank_zero_print(trainer: Trainer, message: str) -> None:
     """Print ``message`` once, from global rank 0."""
     if trainer.is_global_zero:

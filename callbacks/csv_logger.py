@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
 from callbacks._utils import _check_int, _to_float
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

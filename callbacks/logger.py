@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from callbacks._utils import _env_global_rank
+from trainer.contracts.rank import current_global_rank
 from callbacks.callback import Callback
 
 
@@ -19,7 +19,7 @@ class Logger(Callback):
     @property
     def is_global_zero(self) -> bool:
         """Whether this process writes: global rank 0 (before ``setup``: from the launch environment)."""
-        return (self._rank if self._rank is not None else _env_global_rank()) == 0
+        return (self._rank if self._rank is not None else current_global_rank()) == 0
 
     @property
     def log_dir(self) -> str | None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import _flatten_hparams, _to_float
 from callbacks.logger import Logger
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

@@ -22,7 +22,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
 from callbacks._utils import _flatten_hparams, _to_float
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter

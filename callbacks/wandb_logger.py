@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from callbacks._utils import _check_bool, _check_path, _to_float
 from callbacks.logger import Logger
-from callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer import Trainer, TrainModule

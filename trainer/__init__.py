@@ -1,46 +1,73 @@
-"""Lockstep: a PyTorch trainer whose DDP + accumulation equals one big batch, at no cost."""
-from trainer.strategies.allreduce import AllReduceStrategy
-from trainer.loops.anomaly import NonFiniteGradientError, NonFiniteLossError
-from trainer.checkpointing.checkpoint import CheckpointError
-from trainer.strategies.ddp import DDPStrategy
-from trainer.strategies.fsdp import FSDPStrategy
-from trainer.launch.failure_notes import RankFailedError
-from trainer.data.datamodule import DataModule
-from trainer.module import TrainModule
-from trainer.launch.preemption import PREEMPTION_EXIT_CODE, Preempted
-from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
-from trainer.seed import seed_everything
-from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
-from trainer.trainer import Trainer
+"""Lockstep: a PyTorch trainer whose DDP + accumulation equals one big batch, at no cost.
+
+The public names are imported on first use (PEP 562): ``import trainer.contracts`` (the floor the
+callbacks import) must not import the Trainer and, through it, the callbacks.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from trainer.launch.worker_process import adopt_launcher_from_env
 
-# Lightning's names, so a Lightning project ports by changing its imports
-LightningModule = TrainModule
-LightningDataModule = DataModule
+if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
+    from trainer.checkpointing.checkpoint import CheckpointError
+    from trainer.data.datamodule import DataModule
+    from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+    from trainer.launch.failure_notes import RankFailedError
+    from trainer.launch.preemption import PREEMPTION_EXIT_CODE, Preempted
+    from trainer.loops.anomaly import NonFiniteGradientError, NonFiniteLossError
+    from trainer.module import TrainModule
+    from trainer.seed import seed_everything
+    from trainer.strategies.allreduce import AllReduceStrategy
+    from trainer.strategies.ddp import DDPStrategy
+    from trainer.strategies.fsdp import FSDPStrategy
+    from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
+    from trainer.trainer import Trainer
 
-adopt_launcher_from_env()  # in a worker of `Trainer(devices=N)`: die with the launcher, whole lines
+    LightningModule = TrainModule
+    LightningDataModule = DataModule
+
+# Where each public name is defined; Lightning's names map to ours, so a Lightning project ports
+# by changing its imports.
+_PUBLIC = {
+    "Trainer": ("trainer.trainer", "Trainer"),
+    "TrainModule": ("trainer.module", "TrainModule"),
+    "DataModule": ("trainer.data.datamodule", "DataModule"),
+    "LightningModule": ("trainer.module", "TrainModule"),
+    "LightningDataModule": ("trainer.data.datamodule", "DataModule"),
+    "seed_everything": ("trainer.seed", "seed_everything"),
+    "Strategy": ("trainer.strategies.strategy", "Strategy"),
+    "SingleDeviceStrategy": ("trainer.strategies.strategy", "SingleDeviceStrategy"),
+    "DDPStrategy": ("trainer.strategies.ddp", "DDPStrategy"),
+    "AllReduceStrategy": ("trainer.strategies.allreduce", "AllReduceStrategy"),
+    "FSDPStrategy": ("trainer.strategies.fsdp", "FSDPStrategy"),
+    "rank_zero_only": ("trainer.distributed.rank_zero", "rank_zero_only"),
+    "rank_zero_info": ("trainer.distributed.rank_zero", "rank_zero_info"),
+    "rank_zero_warn": ("trainer.distributed.rank_zero", "rank_zero_warn"),
+    "CheckpointError": ("trainer.checkpointing.checkpoint", "CheckpointError"),
+    "NonFiniteLossError": ("trainer.loops.anomaly", "NonFiniteLossError"),
+    "NonFiniteGradientError": ("trainer.loops.anomaly", "NonFiniteGradientError"),
+    "RankFailedError": ("trainer.launch.failure_notes", "RankFailedError"),
+    "Preempted": ("trainer.launch.preemption", "Preempted"),
+    "PREEMPTION_EXIT_CODE": ("trainer.launch.preemption", "PREEMPTION_EXIT_CODE"),
+}
 
 __version__ = "0.1.0"
+__all__ = list(_PUBLIC)
 
-__all__ = [
-    "Trainer",
-    "TrainModule",
-    "DataModule",
-    "LightningModule",
-    "LightningDataModule",
-    "seed_everything",
-    "Strategy",
-    "SingleDeviceStrategy",
-    "DDPStrategy",
-    "AllReduceStrategy",
-    "FSDPStrategy",
-    "rank_zero_only",
-    "rank_zero_info",
-    "rank_zero_warn",
-    "CheckpointError",
-    "NonFiniteLossError",
-    "NonFiniteGradientError",
-    "RankFailedError",
-    "Preempted",
-    "PREEMPTION_EXIT_CODE",
-]
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    module, attr = _PUBLIC[name]
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # once: later reads are plain module attributes
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
+
+adopt_launcher_from_env()  # in a worker of `Trainer(devices=N)`: die with the launcher, whole lines

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from trainer.arguments import check_bool, check_int, check_number, check_path, check_str
+from trainer.contracts.arguments import check_bool, check_int, check_number, check_path, check_str
 from trainer.data.loaders import check_limit
 from trainer.default_callbacks import parse_duration
 from trainer.loops.optimization import lr_scale_factor

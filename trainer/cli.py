@@ -17,7 +17,8 @@ from typing import Any, Optional, Sequence
 
 from trainer.data.datamodule import DataModule
 from trainer.module import TrainModule
-from trainer.default_callbacks import Callback, storage
+from trainer.contracts import storage
+from trainer.default_callbacks import Callback
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
 

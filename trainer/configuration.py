@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
-from trainer.default_callbacks import storage
+from trainer.contracts import storage
 from trainer.distributed.rank_zero import rank_zero_info
 from trainer.profiler import make_profiler
 

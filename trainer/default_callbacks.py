@@ -16,14 +16,13 @@ from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.model_summary import ModelSummary
 from callbacks.progress_bar import ProgressBar
 from callbacks.timer import Timer, parse_duration
-from callbacks import storage  # run files: local paths or URLs, for the checkpoint writer too
 
 if TYPE_CHECKING:
     from trainer.trainer import Trainer
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
-    "parse_duration", "storage",
+    "parse_duration",
 ]
 
 

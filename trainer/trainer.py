@@ -18,7 +18,8 @@ from trainer.checks import check_call, check_trainer_arguments
 from trainer.configuration import configure
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.loaders import loader_batch_size, num_batches
-from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks, storage
+from trainer.contracts import storage
+from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
 from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions
 from trainer.hooks import HookDispatcher
 from trainer.launch.failure_notes import record_for_elastic_agent

@@ -19,7 +19,7 @@ from tests.helpers.distributed import free_port
 from tests.helpers.models import Regression
 from tests.helpers.resume_models import Noisy, make_loader
 from trainer import Trainer, seed_everything
-from callbacks import storage
+from trainer.contracts import storage
 
 fsspec = pytest.importorskip("fsspec", reason="remote storage needs the 'remote' extra (fsspec)")
 

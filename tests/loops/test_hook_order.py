@@ -781,7 +781,7 @@ def test_hook_order_matches_lightning(tmp_path):
     Needs the ``lightning`` package (the ``bench`` extra); the one deliberate difference
     (`_DIFFERENT_POSITION`) is compared by count only.
     """
-    pytest.importorskip("lightning", reason="Lightning 2.x (the `bench` extra) is not installed: nothing to compare with")
+    pytest.importorskip("lightning", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
     runs = _lightning_recording_run(tmp_path)
     for stage in ("fit", "validate", "test", "predict"):
         ours, theirs = runs[f"lockstep.{stage}"], runs[f"lightning.{stage}"]

@@ -374,7 +374,7 @@ def _names_module(base: type) -> type:
 def test_metric_names_match_lightning(tmp_path):
     """callback_metrics and what reaches the loggers have Lightning's names (and the same values)."""
     pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
-    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `bench` extra) is not installed")
+    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed")
 
     class LightningCapture(pl.loggers.Logger):
         name, version = "capture", 0

@@ -24,8 +24,8 @@ import torch
 from tests.helpers.distributed import run_ranks
 from tests.port.porting import IMPORT_RENAMES, load, ported_source
 
-pytest.importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
-pytest.importorskip("torchmetrics", reason="needs `torchmetrics` (installed with lightning, the bench extra)")
+pytest.importorskip("lightning", reason="needs `lightning` (the dev extra: pip install -e '.[dev]')")
+pytest.importorskip("torchmetrics", reason="needs `torchmetrics` (the dev extra)")
 
 EXAMPLES = ["classifier", "autoencoder", "gan"]
 # with the examples' own accelerator="cpu"

@@ -188,3 +188,11 @@ def test_ci_tests_the_torch_floor_that_pyproject_declares():
     assert floor and ci and floor.group(1) == ci.group(1)
     for doc in ("README.md", "docs/getting-started.md"):
         assert f"PyTorch >= {floor.group(1)}" in (root / doc).read_text(), doc
+
+
+def test_ci_installs_what_the_differential_tests_compare_with():
+    """The `dev` extra (what CI installs) brings Lightning: without it tests/port and the
+    hook-order and logging-parity comparisons skip, and a skipped comparison is not a passed one."""
+    text = (TESTS.parent / "pyproject.toml").read_text()
+    dev = re.search(r"^dev = \[(.*?)^\]", text, re.MULTILINE | re.DOTALL)
+    assert dev and re.search(r'^\s*"lightning[>=<\s"]', dev.group(1), re.MULTILINE), "lightning is not in dev"

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.utils.data import ConcatDataset, DataLoader, Dataset, Sampler, Subset
 
+from callbacks import Logger
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
 from trainer import DDPStrategy, Trainer, TrainModule, seed_everything
@@ -54,10 +55,23 @@ class Recorder(TrainModule):
         value = float(10 * self.global_rank + batch_idx)
         self.log("synced", value, on_step=False, on_epoch=True, sync_dist=True)
         self.log("local", value, on_step=False, on_epoch=True)
+        self.log("step_synced", value, on_step=True, on_epoch=False, sync_dist=True)
+        self.log("step_max", value, on_step=True, on_epoch=False, sync_dist=True, reduce_fx="max")
+        self.log("step_local", value, on_step=True, on_epoch=False)
         return (self.w * batch.float()).mean()
 
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class StepValues(Logger):
+    """Keeps every record the Trainer sends (global rank 0 only)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, dict[str, float]]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        self.records.append((step, dict(metrics)))
 
 
 class FirstN(Sampler):
@@ -113,10 +127,12 @@ def _data_checks(rank: int, world_size: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     # 1. shuffled training shards, and sync_dist logging
-    module = Recorder()
-    trainer = Trainer(accelerator="cpu", max_epochs=INDEX_EPOCHS, **QUIET)
+    module, step_values = Recorder(), StepValues()
+    quiet = {**QUIET, "logger": step_values}
+    trainer = Trainer(accelerator="cpu", max_epochs=INDEX_EPOCHS, log_every_n_steps=1, **quiet)
     trainer.fit(module, DataLoader(IndexData(), batch_size=INDEX_BATCH, shuffle=True))
     out["seen"] = module.seen
+    out["step_records"] = [(step, {k: v for k, v in m.items() if k.startswith("step_")}) for step, m in step_values.records]
     out["synced"] = float(trainer.callback_metrics["synced"])
     out["local"] = float(trainer.callback_metrics["local"])
 
@@ -164,6 +180,18 @@ def test_sync_dist_reduces_training_logs_across_ranks(ranks):
     # rank r logs 10 r + batch_idx for batches 0, 1 of the last epoch
     assert [r["local"] for r in ranks] == [0.5, 10.5]
     assert [r["synced"] for r in ranks] == [5.5, 5.5]
+
+
+@pytest.mark.timeout(180)
+def test_sync_dist_on_step_values_are_the_mean_across_ranks(ranks):
+    # Every step, rank r logs 10 r + batch_idx; only rank 0's loggers receive records.
+    records = [(step, m) for step, m in ranks[0]["step_records"] if m]
+    steps_per_epoch = INDEX_SAMPLES // 2 // INDEX_BATCH
+    assert [step for step, _ in records] == list(range(1, INDEX_EPOCHS * steps_per_epoch + 1))
+    for step, m in records:
+        batch_idx = (step - 1) % steps_per_epoch
+        assert m == {"step_synced": 5.0 + batch_idx, "step_max": 10.0 + batch_idx, "step_local": float(batch_idx)}
+    assert ranks[1]["step_records"] == []
 
 
 def _single_validate(dataset) -> float:

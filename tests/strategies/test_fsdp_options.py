@@ -2,6 +2,7 @@
 one process (the 2-rank behaviour is in test_fsdp_training.py)."""
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from tests.helpers.models import QUIET, Regression, loader, regression_data
+from tests.strategies import fsdp_models as fm
 from trainer import FSDPStrategy, Trainer
 from trainer.accelerators.precision import normalize_precision
 
@@ -36,10 +38,62 @@ def test_fp16_loss_scaling_is_refused_under_fsdp():
         Trainer(accelerator="cpu", strategy=FSDPStrategy(), devices=2, precision="16-mixed", **QUIET)
 
 
-def test_policies_accept_classes_callables_and_true():
-    FSDPStrategy(auto_wrap_policy={nn.Linear}, activation_checkpointing_policy=True)
-    FSDPStrategy(auto_wrap_policy=lambda m: isinstance(m, nn.Linear), activation_checkpointing_policy={nn.Linear})
-    FSDPStrategy(device_mesh=(1, 2), cpu_offload=True, reshard_after_forward=False)
+def test_mesh_offload_and_reshard_arguments_are_kept():
+    strategy = FSDPStrategy(device_mesh=(1, 2), cpu_offload=True, reshard_after_forward=False)
+    assert (strategy.device_mesh, strategy.cpu_offload, strategy.reshard_after_forward) == ((1, 2), True, False)
+    assert FSDPStrategy().reshard_after_forward is True
+
+
+class _CountingLinear(nn.Linear):
+    """Counts its forward calls: activation checkpointing runs each block's forward again in backward."""
+
+    calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        type(self).calls += 1
+        return super().forward(x)
+
+
+class _ShardProbe(fm.Blocks):
+    """After each forward (before backward): which block parameters are sharded DTensors again."""
+
+    def __init__(self) -> None:
+        super().__init__(depth=3, linear=_CountingLinear)
+        self.sharded_after_forward: list[set[bool]] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        from torch.distributed.tensor import DTensor
+
+        blocks = [m for m in self.modules() if isinstance(m, fm.Block)]
+        self.sharded_after_forward.append({isinstance(p, DTensor) for b in blocks for p in b.parameters()})
+        return loss
+
+
+def _is_block(module: nn.Module) -> bool:
+    return isinstance(module, fm.Block)
+
+
+@pytest.mark.skipif(not hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard"), reason="FSDP2 (fully_shard) needs torch >= 2.6")
+@pytest.mark.parametrize(
+    "wrap, checkpointing, reshard",
+    [({fm.Block}, True, True), (_is_block, {fm.Block}, False), ({fm.Block}, None, True)],
+    ids=["classes-true-reshard", "callable-classes-no-reshard", "classes-no-checkpointing"],
+)
+def test_policies_shard_checkpoint_and_reshard_what_they_name(wrap, checkpointing, reshard):
+    from torch.distributed.fsdp import FSDPModule
+
+    module, steps = _ShardProbe(), 2
+    _CountingLinear.calls = 0
+    strategy = FSDPStrategy(auto_wrap_policy=wrap, activation_checkpointing_policy=checkpointing, reshard_after_forward=reshard)
+    Trainer(accelerator="cpu", strategy=strategy, max_steps=steps, **QUIET).fit(module, loader(regression_data(8), 4))
+    units = [type(m).__name__ for m in module.modules() if isinstance(m, FSDPModule)]
+    assert sorted(units) == ["FSDPBlock"] * 3 + ["FSDP_ShardProbe"]  # every block its own unit, then the root
+    forwards_per_step = 2 if checkpointing else 1  # checkpointed blocks run forward again in backward
+    assert _CountingLinear.calls == 3 * steps * forwards_per_step
+    # reshard_after_forward=True frees each block's gathered parameters after its forward (only
+    # the shards remain until backward gathers them again); False keeps them gathered.
+    assert module.sharded_after_forward == [{reshard}] * steps
 
 
 class Built(Regression):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
-from trainer.default_callbacks import storage
+from trainer.contracts import storage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -38,7 +38,7 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
     file gets the mode of any new file (0o666 less the umask). An interrupt (Ctrl-C) during the
     write removes the temporary file and is raised as itself, ``path`` untouched.
 
-    A URL (``s3://...``, see `callbacks.storage`) is written with one upload, which the
+    A URL (``s3://...``, see `trainer.contracts.storage`) is written with one upload, which the
     object store makes visible only when complete.
     """
     path = storage.normalize(path, "filepath")

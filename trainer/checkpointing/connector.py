@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from trainer.default_callbacks import storage
+from trainer.contracts import storage
 from trainer.checkpointing.checkpoint import (
     FORMAT_VERSION,
     check_compatible,

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.checkpointing.checkpoint import CheckpointError, atomic_save, load_checkpoint
-from trainer.default_callbacks import storage
+from trainer.contracts import storage
 
 META_FILE = "meta.pt"
 INDEX_FILE = ".metadata"  # written by torch.distributed.checkpoint once every rank's shards are

@@ -16,13 +16,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Mapping
 
+from trainer.contracts.rank import detect_global_rank, env_int, env_str, launch_source
+
 __all__ = ["ClusterEnvironment", "detect_cluster_environment", "detect_global_rank", "expand_hostlist"]
 
-# Variables whose presence means "launched with env:// rendezvous" (torchrun and friends).
-_TORCHRUN_MARKERS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
-# SLURM gives the batch, extern and interactive steps ids from 0xFFFFFFF0 upwards; processes in
-# those steps were not started by `srun` for this program.
-_FIRST_SPECIAL_STEP_ID = 0xFFFFFFF0
 _SLURM_PORT_BASE = 15000
 _SLURM_PORT_RANGE = 20000
 
@@ -83,12 +80,12 @@ def detect_cluster_environment(environ: Mapping[str, str] = os.environ) -> Clust
     Raises ``ValueError`` naming the variable when a launch is recognised but its variables are
     missing, not integers, or inconsistent (for example ``RANK`` >= ``WORLD_SIZE``).
     """
-    source = _launch_source(environ)
+    source = launch_source(environ)
     if source == "torchrun":
         return _from_torchrun(environ)
     if source == "slurm":
         return _from_slurm(environ)
-    port = _int(environ, "MASTER_PORT") if "MASTER_PORT" in environ else 0
+    port = env_int(environ, "MASTER_PORT") if "MASTER_PORT" in environ else 0
     return ClusterEnvironment(
         global_rank=0,
         local_rank=0,
@@ -100,22 +97,6 @@ def detect_cluster_environment(environ: Mapping[str, str] = os.environ) -> Clust
         master_port=port,
         source="single",
     )
-
-
-def detect_global_rank(environ: Mapping[str, str] = os.environ) -> int:
-    """This process's global rank by the rules of `detect_cluster_environment`, reading only the
-    rank variable (``RANK`` under torchrun, ``SLURM_PROCID`` for an ``srun`` task, else 0), so
-    rank-zero helpers also work where the rest of a launch's variables are not needed or set."""
-    source = _launch_source(environ)
-    if source == "single":
-        return 0
-    return _int(environ, "RANK" if source == "torchrun" else "SLURM_PROCID")
-
-
-def _launch_source(environ: Mapping[str, str]) -> Literal["torchrun", "slurm", "single"]:
-    if any(name in environ for name in _TORCHRUN_MARKERS):
-        return "torchrun"
-    return "slurm" if _is_srun_task(environ) else "single"
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -153,11 +134,11 @@ def _from_torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
         "launch with `torchrun` or set RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, "
         "MASTER_ADDR and MASTER_PORT together."
     )
-    world_size = _int(environ, "WORLD_SIZE", minimum=1, hint=hint)
-    rank = _int(environ, "RANK", hint=hint)
-    local_world_size = _int(environ, "LOCAL_WORLD_SIZE", minimum=1, hint=hint)
-    local_rank = _int(environ, "LOCAL_RANK", hint=hint)
-    master_addr = _str(environ, "MASTER_ADDR", hint=hint)
+    world_size = env_int(environ, "WORLD_SIZE", minimum=1, hint=hint)
+    rank = env_int(environ, "RANK", hint=hint)
+    local_world_size = env_int(environ, "LOCAL_WORLD_SIZE", minimum=1, hint=hint)
+    local_rank = env_int(environ, "LOCAL_RANK", hint=hint)
+    master_addr = env_str(environ, "MASTER_ADDR", hint=hint)
     master_port = _port(environ)
     _check_below(rank, "RANK", world_size, "WORLD_SIZE")
     if local_world_size > world_size:
@@ -167,7 +148,7 @@ def _from_torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
         )
     _check_below(local_rank, "LOCAL_RANK", local_world_size, "LOCAL_WORLD_SIZE")
     if "GROUP_WORLD_SIZE" in environ:
-        num_nodes = _int(environ, "GROUP_WORLD_SIZE", minimum=1)
+        num_nodes = env_int(environ, "GROUP_WORLD_SIZE", minimum=1)
         nodes_var = "GROUP_WORLD_SIZE"
     elif world_size % local_world_size == 0:
         num_nodes = world_size // local_world_size
@@ -178,16 +159,16 @@ def _from_torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
             "and GROUP_WORLD_SIZE (the number of nodes) is not set; set GROUP_WORLD_SIZE."
         )
     if "GROUP_RANK" in environ:
-        node_rank = _int(environ, "GROUP_RANK")
+        node_rank = env_int(environ, "GROUP_RANK")
         node_var = "GROUP_RANK"
     elif "NODE_RANK" in environ:
-        node_rank = _int(environ, "NODE_RANK")
+        node_rank = env_int(environ, "NODE_RANK")
         node_var = "NODE_RANK"
     else:
         node_rank = rank // local_world_size
         node_var = "RANK // LOCAL_WORLD_SIZE"
     _check_below(node_rank, node_var, num_nodes, nodes_var)
-    restarts = _int(environ, "TORCHELASTIC_RESTART_COUNT") if (
+    restarts = env_int(environ, "TORCHELASTIC_RESTART_COUNT") if (
         "TORCHELASTIC_RESTART_COUNT" in environ
     ) else 0
     return ClusterEnvironment(
@@ -207,19 +188,12 @@ def _from_torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
 # ----------------------------------------------------------------------------------------------
 # SLURM
 # ----------------------------------------------------------------------------------------------
-def _is_srun_task(environ: Mapping[str, str]) -> bool:
-    if "SLURM_PROCID" not in environ or "SLURM_NTASKS" not in environ:
-        return False
-    step = environ.get("SLURM_STEP_ID", environ.get("SLURM_STEPID", "")).strip()
-    return step.isdigit() and int(step) < _FIRST_SPECIAL_STEP_ID
-
-
 def _from_slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
     hint = "The process was started by `srun` but SLURM's task variables are incomplete."
-    world_size = _int(environ, "SLURM_NTASKS", minimum=1, hint=hint)
-    rank = _int(environ, "SLURM_PROCID", hint=hint)
-    local_rank = _int(environ, "SLURM_LOCALID", hint=hint)
-    node_rank = _int(environ, "SLURM_NODEID", hint=hint)
+    world_size = env_int(environ, "SLURM_NTASKS", minimum=1, hint=hint)
+    rank = env_int(environ, "SLURM_PROCID", hint=hint)
+    local_rank = env_int(environ, "SLURM_LOCALID", hint=hint)
+    node_rank = env_int(environ, "SLURM_NODEID", hint=hint)
     _check_below(rank, "SLURM_PROCID", world_size, "SLURM_NTASKS")
 
     tasks_var = _first_set(
@@ -269,8 +243,8 @@ def _from_slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
             raise ValueError(
                 "SLURM_JOB_ID is not set, so no MASTER_PORT can be derived; set MASTER_PORT."
             )
-        master_port = _SLURM_PORT_BASE + _int(environ, job_var) % _SLURM_PORT_RANGE
-    restarts = _int(environ, "SLURM_RESTART_COUNT") if "SLURM_RESTART_COUNT" in environ else 0
+        master_port = _SLURM_PORT_BASE + env_int(environ, job_var) % _SLURM_PORT_RANGE
+    restarts = env_int(environ, "SLURM_RESTART_COUNT") if "SLURM_RESTART_COUNT" in environ else 0
     return ClusterEnvironment(
         global_rank=rank,
         local_rank=local_rank,
@@ -340,26 +314,8 @@ def _first_set(environ: Mapping[str, str], names: tuple[str, ...]) -> str | None
     return next((name for name in names if environ.get(name, "").strip()), None)
 
 
-def _str(environ: Mapping[str, str], name: str, hint: str = "") -> str:
-    value = environ.get(name, "").strip()
-    if not value:
-        raise ValueError(f"{name} is not set. {hint}".strip())
-    return value
-
-
-def _int(environ: Mapping[str, str], name: str, minimum: int = 0, hint: str = "") -> int:
-    raw = _str(environ, name, hint)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer. {hint}".strip()) from None
-    if value < minimum:
-        raise ValueError(f"{name}={value} must be >= {minimum}. {hint}".strip())
-    return value
-
-
 def _port(environ: Mapping[str, str]) -> int:
-    port = _int(environ, "MASTER_PORT", minimum=1)
+    port = env_int(environ, "MASTER_PORT", minimum=1)
     if port > 65535:
         raise ValueError(f"MASTER_PORT={port} is not a TCP port (1..65535).")
     return port

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.arguments import check_str
+from trainer.contracts.arguments import check_str
 from trainer.data.dali import DALILoader
 from trainer.seed import global_seed
 from trainer.launch.failure_notes import explain_failure

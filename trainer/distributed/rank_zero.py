@@ -5,19 +5,11 @@ import functools
 import warnings
 from typing import Any, Callable, TypeVar
 
-from trainer.distributed.cluster_environment import detect_global_rank
+from trainer.contracts.rank import current_global_rank
+
+__all__ = ["current_global_rank", "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def current_global_rank() -> int:
-    """This process's global rank: from the process group once it exists, else from the
-    launcher's environment by the cluster environment's rules (`detect_global_rank`)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank()
-    return detect_global_rank()
 
 
 def rank_zero_only(fn: F) -> F:

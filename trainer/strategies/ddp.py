@@ -8,7 +8,7 @@ from typing import Any, Callable, ContextManager
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer.arguments import check_bool, check_number
+from trainer.contracts.arguments import check_bool, check_number
 from trainer.distributed.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.strategies.strategy import NO_CONTEXT
 

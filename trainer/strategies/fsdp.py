@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.arguments import check_bool
+from trainer.contracts.arguments import check_bool
 from trainer.checkpointing import distributed_checkpoint as sharded
 from trainer.distributed.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.strategies.strategy import NO_CONTEXT

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from trainer.accelerators.accelerator import Accelerator
-from trainer.arguments import check_int
+from trainer.contracts.arguments import check_int
 from trainer.distributed.cluster_environment import detect_cluster_environment
 from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
 

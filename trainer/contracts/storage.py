@@ -2,7 +2,7 @@
 ``memory://``, ...).
 
 Every file operation of the Trainer, `ModelCheckpoint` and the file loggers on a run directory goes
-through here (it sits in `callbacks`, the lower layer, so both packages can use it), so a URL is never handed to ``os`` (which would make a local directory named
+through here (it sits in the contracts floor, so the trainer and the callbacks both use it), so a URL is never handed to ``os`` (which would make a local directory named
 ``s3:``). ``file://`` URLs become local paths. fsspec (extra ``remote``) is imported only when a URL
 is used; a protocol fsspec does not know is an error naming the argument.
 """

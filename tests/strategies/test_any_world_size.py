@@ -22,7 +22,7 @@ from callbacks import Callback
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, regression_data
 from trainer import FSDPStrategy, Trainer, seed_everything
-from trainer.loops.fit_loop import GlobalBatchChangedError
+from trainer import GlobalBatchChangedError
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -22,9 +22,9 @@ from trainer.checkpointing.connector import (
     restore_datamodule,
 )
 from trainer.checks import check_trainable
-from trainer.checkpointing.resume import capture_epoch_state, resumed_epoch
+from trainer.checkpointing.resume import capture_epoch_state, check_global_batch, resumed_epoch
 from trainer.data.datamodule import data_source
-from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
+from trainer.data.global_batch_sampler import global_batch_sampler
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
 from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
@@ -34,7 +34,7 @@ from trainer.loops.anomaly import NonFiniteLossCheck, check_finite_gradients
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.loss_normalization import ItemMeanNormalizer
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
-from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
+from trainer.distributed.rank_zero import rank_zero_info
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import (
     SchedulerMetrics,
@@ -279,7 +279,7 @@ class FitLoop:
         resume, self._resume_from = self._resume_from, None
         by_samples = resume is not None and sampler is not None and resume["samples_done"] is not None
         if by_samples:
-            _check_global_batch(resume["global_batch_size"], sampler, t.allow_global_batch_change)  # type: ignore[arg-type]
+            check_global_batch(resume["global_batch_size"], sampler, t.allow_global_batch_change)  # type: ignore[arg-type]
             if resume["epoch_state"] is not None:
                 sampler.start_at(resume["samples_done"])  # type: ignore[union-attr]
         self.count_training_batches()  # a sampler's length may change between epochs
@@ -522,34 +522,6 @@ class FitLoop:
             announce_preemption(preempted)
         leave_note_for_launcher(preempted)
         raise preempted
-
-
-class GlobalBatchChangedError(ValueError):
-    """A resumed run's global batch differs from its checkpoint's (raised before any step)."""
-
-
-def _check_global_batch(saved: int | None, sampler: GlobalBatchSampler, allowed: bool) -> None:
-    """The resumed epoch must have the checkpoint's global batch, unless the user allowed a change."""
-    G = sampler.global_batch_size
-    if saved is None or saved == G:
-        return
-    what = (
-        f"The checkpoint was written with a global batch of {saved} samples per optimizer step; this run "
-        f"has {G} (world size {sampler.num_replicas} x micro batch {sampler.batch_size} x "
-        f"accumulate_grad_batches {sampler.accumulate})."
-    )
-    if not allowed:
-        raise GlobalBatchChangedError(
-            f"{what} Resuming on any world size continues the same run only with the same global batch: "
-            f"choose the micro batch and accumulate_grad_batches so that world_size x micro batch x "
-            f"accumulate_grad_batches = {saved}, or pass Trainer(allow_global_batch_change=True) to go on "
-            "from the next unseen sample with the new global batch (a different run from there on). "
-            "No step was taken."
-        )
-    rank_zero_warn(
-        f"{what} allow_global_batch_change=True: training continues from the next unseen sample of the "
-        f"epoch with {G} samples per step, so it is not the run the checkpoint came from."
-    )
 
 
 def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:

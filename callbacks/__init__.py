@@ -1,35 +1,81 @@
 """Lockstep callbacks: the `Callback` protocol and the built-in callbacks and loggers."""
 from callbacks.accumulation_scheduler import GradientAccumulationScheduler
+from callbacks.backbone_finetuning import BackboneFinetuning
+from callbacks.base_finetuning import BaseFinetuning
+from callbacks.batch_size_finder import BatchSizeFinder
 from callbacks.callback import Callback
+from callbacks.checkpoint import Checkpoint
 from callbacks.csv_logger import CSVLogger
 from callbacks.early_stopping import EarlyStopping
+from callbacks.lambda_callback import LambdaCallback
 from callbacks.logger import Logger
+from callbacks.lr_finder import LearningRateFinder
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.mlflow_logger import MLFlowLogger
 from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.model_summary import ModelSummary
+from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
+from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress_bar import ProgressBar
 from callbacks.rich_progress_bar import RichProgressBar
+from callbacks.run_lock import RunLockedError
+from callbacks.service_timeout import ServiceUnreachableError
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
+from callbacks.tqdm_progress_bar import TQDMProgressBar
 from callbacks.wandb_logger import WandbLogger
 from trainer.contracts import storage  # the storage layer, for loggers of your own (`from callbacks import storage`)
 
 __all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
+    "BasePredictionWriter",
+    "BatchSizeFinder",
     "Callback",
+    "Checkpoint",
     "CSVLogger",
     "EarlyStopping",
     "GradientAccumulationScheduler",
+    "LambdaCallback",
+    "LearningRateFinder",
     "LearningRateMonitor",
     "MLFlowLogger",
     "Logger",
     "ModelCheckpoint",
     "ModelSummary",
+    "OnExceptionCheckpoint",
     "ProgressBar",
     "RichProgressBar",
+    "RunLockedError",
+    "ServiceUnreachableError",
     "TensorBoardLogger",
     "ThroughputMonitor",
     "Timer",
+    "TQDMProgressBar",
     "WandbLogger",
 ]
+
+# Lightning's callbacks and loggers that Lockstep does not provide (docs/migration.md): importing
+# one names it and says so, rather than Python's bare "cannot import name".
+NOT_PROVIDED = {
+    "StochasticWeightAveraging": "weight averaging",
+    "WeightAveraging": "weight averaging",
+    "EMAWeightAveraging": "weight averaging",
+    "ModelPruning": "pruning",
+    "SpikeDetection": "loss-spike detection",
+    "RichModelSummary": "the rich model summary (ModelSummary prints the same table)",
+    "DeviceStatsMonitor": "device statistics",
+    "CometLogger": "Comet logging",
+    "LitLogger": "Lightning's LitLogger",
+    "NeptuneLogger": "Neptune logging",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in NOT_PROVIDED:
+        raise ImportError(
+            f"callbacks.{name}: Lightning's {name} ({NOT_PROVIDED[name]}) is not provided by Lockstep; "
+            "docs/migration.md lists what is not provided and what to use instead."
+        )
+    raise AttributeError(f"module 'callbacks' has no attribute {name!r}")

@@ -5,17 +5,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from callbacks._utils import (
-    _check_path,
-    _next_version,
-    _validate_version,
-    _version_dir_name,
-)
+from callbacks._utils import _next_version, _validate_version, _version_dir_name
 from callbacks.logger import Logger
+from trainer.contracts.arguments import check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class _FileLogger(Logger):
@@ -33,7 +29,7 @@ class _FileLogger(Logger):
     ) -> None:
         _validate_version(version)
         owner = type(self).__name__
-        _check_path(owner, "save_dir", save_dir)
+        check_path(f"{owner}(save_dir)", save_dir)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
         self._save_dir = None if save_dir is None else storage.normalize(save_dir, "save_dir")
@@ -83,7 +79,7 @@ class _FileLogger(Logger):
         self._version_fixed = True
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if not self._version_fixed:
             fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
@@ -92,7 +88,7 @@ class _FileLogger(Logger):
             storage.makedirs(self.log_dir)
 
 
-def fix_log_versions(trainer: Trainer, loggers: Sequence[Logger], broadcast: bool) -> None:
+def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast: bool) -> None:
     """Fix ``save_dir`` and version of each file logger in ``loggers`` whose version is not fixed.
 
     The loggers that pick their version share one, the next number free in all their

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer
+    from trainer.contracts.protocols import TrainerView
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
@@ -27,7 +27,7 @@ class _MonitorKeyError(KeyError):
 
 
 # -- ranks ------------------------------------------------------------------------------------
-def _rank_zero_print(trainer: Trainer, message: str) -> None:
+def _rank_zero_print(trainer: TrainerView, message: str) -> None:
     """Print ``message`` once, from global rank 0."""
     if trainer.is_global_zero:
         print(message, flush=True)
@@ -59,46 +59,6 @@ def _validate_version(version: Any) -> None:
         raise TypeError(f"`version` must be None, a non-negative int or a str, got {version!r}.")
     if version < 0:
         raise ValueError(f"`version` must be None, a non-negative int or a str, got {version!r}.")
-
-
-# -- constructor arguments: a wrong type is a TypeError, a bad value a ValueError ----------------
-def _check_bool(owner: str, name: str, value: Any, allow_none: bool = False) -> None:
-    """A flag must be a real bool: ``"no"`` is truthy and would silently turn it on."""
-    if value is None and allow_none:
-        return
-    if not isinstance(value, bool):
-        expected = "None or a bool" if allow_none else "a bool (True or False)"
-        raise TypeError(f"{owner}({name}={value!r}): expected {expected}.")
-
-
-def _check_int(
-    owner: str, name: str, value: Any, minimum: int, expected: str, allow_none: bool = False
-) -> None:
-    """An int (not a bool or a float) >= ``minimum``; ``expected`` describes it in the message."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{owner}({name}={value!r}): expected {expected}.")
-    if value < minimum:
-        raise ValueError(f"{owner}({name}={value!r}): expected {expected}.")
-
-
-def _check_number(owner: str, name: str, value: Any, expected: str, allow_none: bool = False) -> None:
-    """A finite int or float (NaN compares false with everything, so it would disable a check)."""
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{owner}({name}={value!r}): expected {expected}.")
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}({name}={value!r}): expected {expected}.")
-
-
-def _check_path(owner: str, name: str, value: Any) -> None:
-    """None, a str or an ``os.PathLike`` naming a text path."""
-    if value is not None and (
-        not isinstance(value, (str, os.PathLike)) or not isinstance(os.fspath(value), str)
-    ):
-        raise TypeError(f"{owner}({name}={value!r}): expected None, a str or an os.PathLike path.")
 
 
 # -- metric values ----------------------------------------------------------------------------
@@ -163,13 +123,13 @@ class _ValidationMetricTracker:
         self.validation_ran = False
         self._before: float | None = None
 
-    def on_validation_start(self, trainer: Trainer) -> None:
+    def on_validation_start(self, trainer: TrainerView) -> None:
         if self.is_validation_metric or trainer.sanity_checking:
             return
         value = trainer.callback_metrics.get(self.monitor)
         self._before = None if value is None else _to_float(value)
 
-    def on_validation_end(self, trainer: Trainer) -> bool:
+    def on_validation_end(self, trainer: TrainerView) -> bool:
         """Record this (non sanity-check) validation run; True if the metric comes from validation."""
         if trainer.sanity_checking:
             return False
@@ -181,7 +141,7 @@ class _ValidationMetricTracker:
         self.is_validation_metric = bool(trainer.strategy.reduce_boolean_decision(changed, all=False))
         return self.is_validation_metric
 
-    def missing_is_expected(self, trainer: Trainer) -> bool:
+    def missing_is_expected(self, trainer: TrainerView) -> bool:
         """A validation metric may legitimately be absent before the first validation run."""
         if self.validation_ran:
             return False

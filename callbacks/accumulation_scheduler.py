@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Mapping
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class GradientAccumulationScheduler(Callback):
@@ -64,7 +64,7 @@ class GradientAccumulationScheduler(Callback):
             value = accumulate
         return value
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         # a value this callback set in an earlier `fit` of the same Trainer is not a conflict
         if trainer.accumulate_grad_batches not in (1, self._last_set):
             raise ValueError(
@@ -73,6 +73,6 @@ class GradientAccumulationScheduler(Callback):
                 "Trainer argument, or put its value in the schedule)."
             )
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._last_set = self.get_accumulate_grad_batches(trainer.current_epoch)
         trainer.accumulate_grad_batches = self._last_set

@@ -9,11 +9,12 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
-from callbacks._utils import _check_int, _to_float
+from callbacks._utils import _to_float
+from trainer.contracts.arguments import check_int
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class CSVLogger(_FileLogger):
@@ -43,7 +44,7 @@ class CSVLogger(_FileLogger):
         flush_every_n_rows: int = 100,
     ) -> None:
         super().__init__(save_dir=save_dir, name=name, version=version)
-        _check_int("CSVLogger", "flush_every_n_rows", flush_every_n_rows, 1, "an int >= 1")
+        check_int("CSVLogger(flush_every_n_rows)", flush_every_n_rows, 1)
         self._flush_every = flush_every_n_rows
         self._rows: list[dict[str, Any]] = []
         self._columns: list[str] = []  # columns in the file on disk
@@ -108,16 +109,16 @@ class CSVLogger(_FileLogger):
     # -- hooks ------------------------------------------------------------------------------
     # Loggers run before the other callbacks: what was logged so far is on disk for their
     # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self.save()
 
-    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self.save()
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         self.save()
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self.save()
 
     def _rewrite(self, path: str, columns: list[str]) -> None:

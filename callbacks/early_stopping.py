@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_number,
     _monitor_value,
     _rank_zero_print,
     _to_float,
@@ -17,9 +15,10 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool, check_int, check_number
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class EarlyStopping(Callback):
@@ -27,14 +26,19 @@ class EarlyStopping(Callback):
 
     Args:
         monitor: Metric to watch (a key of ``trainer.callback_metrics``).
+        min_delta: An improvement must beat the best value by more than this.
         patience: Checks without improvement before stopping. A check happens at each
             validation end when ``monitor`` is a validation metric, else at each train epoch end.
+        verbose: Print each improvement and the reason for stopping.
         mode: ``"min"`` or ``"max"``: which direction is an improvement.
-        min_delta: An improvement must beat the best value by more than this.
+        strict: Raise when ``monitor`` is missing (``False``: warn and skip the check).
         check_finite: Stop as soon as the value is NaN or infinite.
         stopping_threshold: Stop once the value is better than this.
         divergence_threshold: Stop once the value is worse than this.
-        verbose: Print each improvement and the reason for stopping (global rank 0).
+        check_on_train_epoch_end: Check at train epoch end (``True``) or at validation end
+            (``False``). ``None``: decided from where ``monitor`` is logged.
+        log_rank_zero_only: With ``verbose``, print from global rank 0 only; otherwise every rank
+            prints, its rank in front, when there are several.
 
     Every rank makes the same decision: the value is averaged over ranks before it is compared
     (so values logged without ``sync_dist`` are synced here), and the final decision is agreed
@@ -42,34 +46,42 @@ class EarlyStopping(Callback):
     a collective forever.
     """
 
+    role = "early_stopping"
+    monitors_metrics = True
+
     def __init__(
         self,
         monitor: str,
-        patience: int = 3,
-        mode: str = "min",
         min_delta: float = 0.0,
+        patience: int = 3,
+        verbose: bool = False,
+        mode: str = "min",
+        strict: bool = True,
         check_finite: bool = True,
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
-        verbose: bool = False,
+        check_on_train_epoch_end: bool | None = None,
+        log_rank_zero_only: bool = False,
     ) -> None:
         if not isinstance(monitor, str):
             raise TypeError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
         if not monitor:
             raise ValueError(f"EarlyStopping(monitor={monitor!r}): expected the name of a logged metric.")
         _validate_mode(mode, "EarlyStopping")
-        _check_int("EarlyStopping", "patience", patience, 0, "an int >= 0")
-        _check_number("EarlyStopping", "min_delta", min_delta, "a finite number >= 0")
-        if min_delta < 0:
-            raise ValueError(f"EarlyStopping(min_delta={min_delta!r}): expected a finite number >= 0.")
+        check_int("EarlyStopping(patience)", patience, 0)
+        check_number("EarlyStopping(min_delta)", min_delta, minimum=0)
         # a NaN threshold compares false with every value: the check would silently never fire
         for arg, threshold in (
             ("stopping_threshold", stopping_threshold),
             ("divergence_threshold", divergence_threshold),
         ):
-            _check_number("EarlyStopping", arg, threshold, "None or a finite number", allow_none=True)
-        _check_bool("EarlyStopping", "check_finite", check_finite)
-        _check_bool("EarlyStopping", "verbose", verbose)
+            check_number(f"EarlyStopping({arg})", threshold, allow_none=True)
+        for arg, flag in (
+            ("check_finite", check_finite), ("verbose", verbose), ("strict", strict),
+            ("log_rank_zero_only", log_rank_zero_only),
+        ):
+            check_bool(f"EarlyStopping({arg})", flag)
+        check_bool("EarlyStopping(check_on_train_epoch_end)", check_on_train_epoch_end, allow_none=True)
         self.monitor = monitor
         self.patience = patience
         self.mode = mode
@@ -78,6 +90,9 @@ class EarlyStopping(Callback):
         self.stopping_threshold = stopping_threshold
         self.divergence_threshold = divergence_threshold
         self.verbose = verbose
+        self.strict = strict
+        self.check_on_train_epoch_end = check_on_train_epoch_end
+        self.log_rank_zero_only = log_rank_zero_only
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score: float = _worst(mode)
@@ -90,25 +105,30 @@ class EarlyStopping(Callback):
         return f"EarlyStopping{{monitor={self.monitor!r}, mode={self.mode!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = True
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if self._in_fit and not trainer.sanity_checking and self._tracker.on_validation_end(trainer):
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
+        if not self._in_fit or trainer.sanity_checking:
+            return
+        from_validation = self._tracker.on_validation_end(trainer)
+        if self.check_on_train_epoch_end is False or (self.check_on_train_epoch_end is None and from_validation):
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if not self._in_fit or self._tracker.is_validation_metric:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+        if not self._in_fit or self.check_on_train_epoch_end is False:
+            return
+        if self.check_on_train_epoch_end is None and self._tracker.is_validation_metric:
             return
         if self.monitor not in trainer.callback_metrics and self._tracker.missing_is_expected(trainer):
             return  # a validation metric before the first validation run
@@ -132,10 +152,19 @@ class EarlyStopping(Callback):
         self.patience = int(state_dict.get("patience", self.patience))
 
     # -- decision ---------------------------------------------------------------------------
-    def _check(self, trainer: Trainer) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         import torch
 
         # same key set on every rank (same logging code), so every rank raises together
+        if not self.strict and self.monitor not in trainer.callback_metrics:
+            available = ", ".join(sorted(trainer.callback_metrics)) or "(none)"
+            warnings.warn(
+                f"EarlyStopping(monitor={self.monitor!r}, strict=False): {self.monitor!r} is not in the "
+                f"logged metrics (available: {available}); this check is skipped.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
         value = _monitor_value(trainer.callback_metrics, self.monitor, "EarlyStopping")
         local = (
             value.detach().float().reshape(())
@@ -152,7 +181,10 @@ class EarlyStopping(Callback):
             self.stopped_epoch = trainer.current_epoch
             self.stopping_reason = reason or "another rank decided to stop"
         if self.verbose and reason:
-            _rank_zero_print(trainer, f"EarlyStopping: {reason}")
+            if self.log_rank_zero_only or trainer.world_size == 1:
+                _rank_zero_print(trainer, f"EarlyStopping: {reason}")
+            else:
+                print(f"[rank: {trainer.global_rank}] EarlyStopping: {reason}", flush=True)
 
     def _evaluate(self, current: float) -> tuple[bool, str | None]:
         better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)

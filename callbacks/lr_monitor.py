@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class LearningRateMonitor(Callback):
@@ -23,6 +23,8 @@ class LearningRateMonitor(Callback):
     for. A second optimizer of the same class gets a ``-1`` suffix (``lr-Adam-1``). Global rank 0.
     """
 
+    role = "lr_monitor"
+
     def __init__(self, logging_interval: str | None = None) -> None:
         if logging_interval is not None and not isinstance(logging_interval, str):
             raise TypeError(
@@ -36,13 +38,13 @@ class LearningRateMonitor(Callback):
         self.lrs: dict[str, list[float]] = {}
         self._last_step_logged = -1
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if not trainer.loggers:
             raise ValueError("LearningRateMonitor needs a logger: the Trainer has none (logger=False).")
         self.lrs = {name: [] for name, _, _ in self._groups(trainer)}
         self._last_step_logged = -1
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
         step = trainer.global_step
@@ -52,11 +54,11 @@ class LearningRateMonitor(Callback):
         self._last_step_logged = step
         self._log(trainer, interval="step")
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self.logging_interval != "step":
             self._log(trainer, interval="epoch")
 
-    def _log(self, trainer: Trainer, interval: str) -> None:
+    def _log(self, trainer: TrainerView, interval: str) -> None:
         if not trainer.is_global_zero:
             return
         stats: dict[str, float] = {}
@@ -72,7 +74,7 @@ class LearningRateMonitor(Callback):
             logger.log_metrics(stats, step=trainer.global_step)
 
     @staticmethod
-    def _groups(trainer: Trainer) -> list[tuple[str, dict[str, Any], str]]:
+    def _groups(trainer: TrainerView) -> list[tuple[str, dict[str, Any], str]]:
         """``(metric name, param group, interval)`` for every param group of every optimizer."""
         intervals: dict[int, str] = {}
         for config in trainer.lr_scheduler_configs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -9,10 +10,11 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import _flatten_hparams, _to_float
 from callbacks.logger import Logger
+from callbacks.service_timeout import check_timeout_args, http_problem, unreachable
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 _BATCH = 1000  # MLflow's limit of metrics (and 100 of params) per log_batch request
 _PARAM_BATCH = 100
@@ -31,6 +33,12 @@ class MLFlowLogger(Logger):
             kept (its top k and ``last``) are uploaded as artifacts under ``checkpoints/``.
         run_id: Log into this existing run instead of creating one.
         artifact_location: Where a new experiment stores artifacts (the server's default if None).
+        timeout: Seconds an HTTP tracking server has to answer: once before the first request,
+            and then for each of MLflow's requests (``MLFLOW_HTTP_REQUEST_TIMEOUT``, with two
+            retries, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, unless those are set already).
+        on_unreachable: ``"raise"``: a server that does not answer in time fails the run
+            (`ServiceUnreachableError`, naming the URI); ``"warn"``: a
+            warning, and the run trains on without this logger.
 
     The run is created at the first thing logged. Its id is saved in every checkpoint, so a fit
     resumed from one (``ckpt_path=...``) with a new ``MLFlowLogger()`` appends to the same run;
@@ -47,6 +55,8 @@ class MLFlowLogger(Logger):
         log_model: bool = False,
         run_id: str | None = None,
         artifact_location: str | None = None,
+        timeout: float = 30.0,
+        on_unreachable: str = "raise",
     ) -> None:
         try:
             import mlflow  # noqa: F401 - fail at construction, not at the first log
@@ -62,6 +72,10 @@ class MLFlowLogger(Logger):
         self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self.log_model = log_model
         self.artifact_location = artifact_location
+        self.timeout = check_timeout_args("MLFlowLogger", timeout, on_unreachable)
+        self.on_unreachable = on_unreachable
+        self._checked = False  # whether the server was asked (once, before MLflow's first request)
+        self._unreachable = False  # the server did not answer ("warn"): nothing more is sent
         self._run_id = run_id
         self._experiment_id: str | None = None
         self._client: Any = None
@@ -76,6 +90,31 @@ class MLFlowLogger(Logger):
 
             self._client = MlflowClient(tracking_uri=self.tracking_uri)
         return self._client
+
+    def _check_server(self) -> None:
+        """One bounded request to an HTTP tracking server before MLflow's own (which retry for minutes)."""
+        import mlflow
+
+        self._checked = True
+        uri = self.tracking_uri or mlflow.get_tracking_uri()
+        if not uri.startswith(("http://", "https://")):
+            return  # a local store or a database: no server to wait for
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(self.timeout))))
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        problem = http_problem(uri.rstrip("/") + "/health", self.timeout)
+        if problem is not None:
+            self._unreachable = True
+            unreachable("MLFlowLogger", f"the tracking server {uri}", self.timeout, problem, self.on_unreachable,
+                        "Training goes on without MLflow logging.")
+
+    @property
+    def _sends(self) -> bool:
+        """Whether this process logs: global rank 0, while the server answers."""
+        if not self.is_global_zero:
+            return False
+        if not self._checked:
+            self._check_server()
+        return not self._unreachable
 
     @property
     def run_id(self) -> str:
@@ -97,7 +136,7 @@ class MLFlowLogger(Logger):
     # -- Logger API -------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Log each metric at ``step`` (a dict of scalars as ``key/sub_key``)."""
-        if not self.is_global_zero:
+        if not self._sends:
             return
         from mlflow.entities import Metric
 
@@ -114,7 +153,7 @@ class MLFlowLogger(Logger):
 
     def log_hyperparams(self, params: Any) -> None:
         """Log ``params`` as MLflow parameters (flattened, as strings)."""
-        if not self.is_global_zero:
+        if not self._sends:
             return
         from mlflow.entities import Param
 
@@ -125,13 +164,13 @@ class MLFlowLogger(Logger):
 
     def log_text(self, tag: str, text: str) -> None:
         """Store ``text`` as the artifact ``<tag>.txt``."""
-        if not self.is_global_zero:
+        if not self._sends:
             return
         self.experiment.log_text(self.run_id, text, f"{tag.replace(os.sep, '_')}.txt")
 
     def finalize(self, status: str) -> None:
         """Mark the run ``FINISHED`` or ``FAILED`` (a later call of the Trainer reopens it)."""
-        if not self.is_global_zero or self._run_id is None:
+        if not self.is_global_zero or self._run_id is None or self._unreachable:
             return
         self.experiment.set_terminated(self._run_id, "FINISHED" if status == "success" else "FAILED")
 
@@ -150,11 +189,11 @@ class MLFlowLogger(Logger):
         return {**self.__dict__, "_client": None}
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
-        if not self.log_model or not trainer.is_global_zero:
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
+        if not self.log_model or not trainer.is_global_zero or not self._sends:
             return
         for cb in trainer.checkpoint_callbacks:
             paths = [*getattr(cb, "best_k_models", {}), getattr(cb, "last_model_path", "")]

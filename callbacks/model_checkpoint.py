@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
 import os
 import re
+import shutil
 import tempfile
+import time
 import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import (
-    _check_bool,
-    _check_int,
-    _check_path,
     _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
@@ -21,38 +22,61 @@ from callbacks._utils import (
     _ValidationMetricTracker,
     _worst,
 )
-from callbacks.callback import Callback
+from callbacks.checkpoint import Checkpoint
+from callbacks import run_lock
+from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 # "{name}" or "{name:fmt}" in a filename template
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")
 
 
-class ModelCheckpoint(Callback):
+class ModelCheckpoint(Checkpoint):
     """Saves checkpoints during ``fit`` and keeps the ``save_top_k`` best ones.
+
+    Lightning's arguments, names and saving schedule.
 
     Args:
         dirpath: Directory for the checkpoints. Default: ``<trainer.log_dir>/checkpoints``, or
             ``<default_root_dir>/checkpoints`` when the Trainer has no logger.
-        filename: Template of the file name without ``.ckpt``. ``{epoch}``, ``{step}`` and any
-            logged metric can appear, with an optional format spec: ``"{epoch}-{val_loss:.2f}"``
-            gives ``epoch=3-val_loss=0.12.ckpt``.
+        filename: Template of the file name without ``.ckpt`` (default ``"{epoch}-{step}"``).
+            ``{epoch}``, ``{step}`` and any logged metric can appear, with an optional format spec:
+            ``"{epoch}-{val_loss:.2f}"`` gives ``epoch=3-val_loss=0.12.ckpt``. A ``/`` in a metric
+            name (``{val/loss}``) makes a sub-directory, as in Lightning.
         monitor: Metric (a key of ``trainer.callback_metrics``) that ranks checkpoints. ``None``:
             the latest checkpoint is the best one.
-        mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
+        verbose: Print a line for each save decision (global rank 0).
+        save_last: Also write ``last.ckpt`` whenever a checkpoint is saved (``True``), or make it
+            a symbolic link to the newest checkpoint (``"link"``, local directories only).
         save_top_k: How many checkpoints to keep (``-1``: all, ``0``: none but ``last``). Files
             that fall out of the top k are deleted. Without ``monitor`` only -1, 0 and 1 make sense.
-        save_last: Also write ``last.ckpt`` at every save.
-        every_n_train_steps: Also save every this many optimizer steps (``None``/``0``: off).
-        every_n_epochs: Save every this many epochs (``0``: only on the step schedule).
+        save_on_exception: Save a checkpoint when fit raises (from ``on_exception``).
+        save_weights_only: Write only the weights, the position and the hyperparameters: the file
+            loads with ``load_from_checkpoint`` (and ``validate(ckpt_path=...)``) but cannot resume
+            a fit (``fit(ckpt_path=...)`` refuses it).
+        mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
+        auto_insert_metric_name: Write ``name=`` before each value in the file name.
+        every_n_train_steps: Save every this many optimizer steps (``None``/``0``: off).
+        train_time_interval: Save when this much time passed since the last save by time
+            (checked after each training batch; global rank 0's clock decides).
+        every_n_epochs: Save every this many epochs (``0``: off). When none of the three
+            schedules is given, every epoch; they exclude each other.
         save_on_train_epoch_end: Force saving at train epoch end (``True``) or at validation end
             (``False``). ``None``: at validation end when ``monitor`` is a validation metric,
             otherwise at train epoch end.
-        auto_insert_metric_name: Write ``name=`` before each value in the file name.
-        verbose: Print a line for each save decision (global rank 0).
+        enable_version_counter: A run never overwrites a checkpoint it did not write: with
+            ``True`` a name taken by an earlier run's file gets a ``-v<n>`` suffix
+            (``last-v1.ckpt``); with ``False`` a fit whose directory holds another run's
+            checkpoints refuses to start, naming them. A run resumed from a checkpoint goes on
+            writing the files it wrote before.
+
+    One run at a time per directory: global rank 0 holds a lock file (``.lockstep-run.lock``,
+    naming the run id, host and pid) for the whole fit, and a second run that finds it held by a
+    live run refuses to start (`RunLockedError`). A lock left by a run that
+    died, or by this job before its restart, is taken over.
 
     Checkpoints are written by ``trainer.save_checkpoint``, which every rank calls and global
     rank 0 writes atomically (temporary file, fsync, rename). Under ``strategy="fsdp"`` each
@@ -63,57 +87,90 @@ class ModelCheckpoint(Callback):
     rank by the global value.
     """
 
+    role = "checkpoint"
+    monitors_metrics = True
+
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
 
     def __init__(
         self,
         dirpath: str | os.PathLike[str] | None = None,
-        filename: str | None = "{epoch}-{step}",
+        filename: str | None = None,
         monitor: str | None = None,
-        mode: str = "min",
-        save_top_k: int = 1,
-        save_last: bool = False,
-        every_n_train_steps: int | None = None,
-        every_n_epochs: int = 1,
-        save_on_train_epoch_end: bool | None = None,
-        auto_insert_metric_name: bool = True,
         verbose: bool = False,
+        save_last: bool | str | None = None,
+        save_top_k: int = 1,
+        save_on_exception: bool = False,
+        save_weights_only: bool = False,
+        mode: str = "min",
+        auto_insert_metric_name: bool = True,
+        every_n_train_steps: int | None = None,
+        train_time_interval: datetime.timedelta | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
-        _check_path("ModelCheckpoint", "dirpath", dirpath)
+        check_path("ModelCheckpoint(dirpath)", dirpath)
         if monitor is not None and not isinstance(monitor, str):
             raise TypeError(
                 f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
             )
-        keep = "an int >= -1 (-1 keeps every checkpoint, 0 keeps none)"
-        _check_int("ModelCheckpoint", "save_top_k", save_top_k, -1, keep)
+        check_int("ModelCheckpoint(save_top_k)", save_top_k, -1)
         if monitor is None and save_top_k not in (-1, 0, 1):
             raise ValueError(
                 f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): there is no metric to rank "
                 "checkpoints by. Set `monitor`, or use save_top_k=1 (latest), -1 (all) or 0 (none)."
             )
         for arg, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            _check_int("ModelCheckpoint", arg, value, 0, "None or an int >= 0", allow_none=True)
-        _check_bool("ModelCheckpoint", "save_last", save_last)
-        _check_bool("ModelCheckpoint", "auto_insert_metric_name", auto_insert_metric_name)
-        _check_bool("ModelCheckpoint", "verbose", verbose)
-        _check_bool("ModelCheckpoint", "save_on_train_epoch_end", save_on_train_epoch_end, allow_none=True)
+            check_int(f"ModelCheckpoint({arg})", value, 0, allow_none=True)
+        if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
+            raise TypeError(
+                f"ModelCheckpoint(train_time_interval={train_time_interval!r}): expected None or a datetime.timedelta."
+            )
+        if save_last is not None and save_last != "link" and not isinstance(save_last, bool):
+            raise TypeError(f"ModelCheckpoint(save_last={save_last!r}): expected None, a bool or 'link'.")
+        for arg, value in (
+            ("auto_insert_metric_name", auto_insert_metric_name),
+            ("verbose", verbose),
+            ("save_weights_only", save_weights_only),
+            ("save_on_exception", save_on_exception),
+            ("enable_version_counter", enable_version_counter),
+        ):
+            check_bool(f"ModelCheckpoint({arg})", value)
+        check_bool("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
+        # Lightning's triggers: none given means every epoch; given ones exclude each other
+        if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
+            every_n_epochs = 1
+        triggers = (every_n_train_steps or 0) >= 1, (every_n_epochs or 0) >= 1, train_time_interval is not None
+        if sum(triggers) > 1:
+            raise ValueError(
+                f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs={every_n_epochs}, "
+                f"train_time_interval={train_time_interval}): these are mutually exclusive; use one "
+                "ModelCheckpoint per schedule."
+            )
         self.dirpath: str | None = (
             None if dirpath is None else storage.normalize(os.path.expanduser(os.fspath(dirpath)), "dirpath")
         )
+        if save_last == "link" and self.dirpath is not None and storage.is_url(self.dirpath):
+            raise ValueError(f"ModelCheckpoint(save_last='link') needs a local dirpath, got {self.dirpath!r}.")
         self.filename = filename or "{epoch}-{step}"
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
         self.save_last = save_last
+        self.save_on_exception = save_on_exception
+        self.save_weights_only = save_weights_only
         self.every_n_train_steps = every_n_train_steps or 0
         self.every_n_epochs = every_n_epochs or 0
+        self.train_time_interval = train_time_interval
         self.save_on_train_epoch_end = save_on_train_epoch_end
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.enable_version_counter = enable_version_counter
 
         self.best_k_models: dict[str, float] = {}
         self.kth_best_model_path = ""
@@ -123,8 +180,12 @@ class ModelCheckpoint(Callback):
         self.current_score: float | None = None
         self.last_model_path = ""
         self._last_global_step_saved = -1
+        self._last_checkpoint_saved = ""  # the newest file written: what save_last="link" points to
+        self._last_time_checked: float | None = None
+        self._missing_fields_warned: set[str] = set()
         self._in_fit = False
         self._pending_state: dict[str, Any] | None = None
+        self._lock: run_lock.RunLock | None = None  # its directory's lock, held during fit (global rank 0)
         self._tracker = _ValidationMetricTracker(monitor) if monitor is not None else None
 
     @property
@@ -133,11 +194,13 @@ class ModelCheckpoint(Callback):
         return f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, filename={self.filename!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         # after every `setup`: the logger has fixed its version, so `trainer.log_dir` is final
         self._in_fit = True
         if self.dirpath is None:
             self.dirpath = self._default_dirpath(trainer)
+        if self.save_last == "link" and storage.is_url(self.dirpath):
+            raise ValueError(f"ModelCheckpoint(save_last='link') needs a local dirpath, got {self.dirpath!r}.")
         # an unwritable directory fails the fit now, not at the first save an epoch later
         problem = None
         if trainer.is_global_zero:
@@ -152,41 +215,90 @@ class ModelCheckpoint(Callback):
         if self._pending_state is not None:
             self._apply_state(self._pending_state)
             self._pending_state = None
-        if (
-            trainer.is_global_zero
-            and storage.isdir(self.dirpath)
-            and storage.listdir(self.dirpath)
-            and not self.best_k_models
-        ):
-            warnings.warn(
-                f"Checkpoint directory {self.dirpath} exists and is not empty: existing files are kept "
-                "and new names get a -v<n> suffix on collision.",
-                stacklevel=2,
-            )
+        refusal = self._claim_directory(trainer) if trainer.is_global_zero else None
+        if trainer.world_size > 1:
+            refusal = trainer.strategy.broadcast(refusal, src=0)
+        if refusal is not None:
+            kind, message = refusal
+            raise (run_lock.RunLockedError if kind == "locked" else FileExistsError)(message)
 
-    def on_fit_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def _claim_directory(self, trainer: TrainerView) -> tuple[str, str] | None:
+        """Global rank 0: take the run lock, and refuse or warn about an earlier run's files."""
+        assert self.dirpath is not None
+        lock = run_lock.RunLock(self.dirpath)
+        try:
+            taken_over = lock.acquire()
+        except run_lock.RunLockedError as err:
+            return "locked", str(err)
+        self._lock = lock
+        if taken_over is not None:
+            warnings.warn(taken_over, stacklevel=3)
+        mine = set(self.best_k_models) | {self.last_model_path}
+        foreign = sorted(
+            name for name in storage.listdir(self.dirpath)
+            if name.endswith(self.FILE_EXTENSION) and storage.join(self.dirpath, name) not in mine
+        )
+        if not foreign:
+            return None
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        if not self.enable_version_counter:
+            self._release()
+            return "exists", (
+                f"ModelCheckpoint(enable_version_counter=False): {self.dirpath!r} holds checkpoints of "
+                f"another run ({shown}), which this run could overwrite. Use another dirpath, delete "
+                "them, resume from one (ckpt_path=...), or enable the version counter."
+            )
+        warnings.warn(
+            f"Checkpoint directory {self.dirpath} holds checkpoints of another run ({shown}): they are "
+            "kept, and this run's names that collide with them get a -v<n> suffix (last-v1.ckpt).",
+            stacklevel=3,
+        )
+        return None
+
+    def _release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._in_fit = False
         if stage == "fit":
+            self._release()
             # a later `fit` counts steps from 0 again (or from its checkpoint, restored before it)
             self._last_global_step_saved = -1
 
+    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
+        self._last_time_checked = time.monotonic()
+
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        n = self.every_n_train_steps
         step = trainer.global_step
         # with accumulation several micro batches share one global step: save once
-        if n and self._in_fit and step > 0 and step % n == 0 and step != self._last_global_step_saved:
-            self._save(trainer)
+        if not self._in_fit or step == 0 or step == self._last_global_step_saved:
+            return
+        n = self.every_n_train_steps
+        due_by_steps = bool(n) and step % n == 0
+        due_by_time = False
+        if self.train_time_interval is not None:
+            now = time.monotonic()
+            last = self._last_time_checked
+            due_by_time = last is not None and now - last >= self.train_time_interval.total_seconds()
+            if trainer.world_size > 1:  # clocks differ between ranks: rank 0 decides
+                due_by_time = trainer.strategy.broadcast(due_by_time, src=0)
+            if due_by_time:
+                self._last_time_checked = now
+        if due_by_steps or due_by_time:
+            self._save(trainer, top_k=True, last="always")
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._tracker is not None and self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit or trainer.sanity_checking:
             return
         from_validation = self._tracker.on_validation_end(trainer) if self._tracker is not None else False
@@ -195,10 +307,9 @@ class ModelCheckpoint(Callback):
                 return
         elif self.save_on_train_epoch_end:
             return
-        if self._epoch_due(trainer):
-            self._save(trainer)
+        self._save_at_epoch_end(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._in_fit:
             return
         if self.save_on_train_epoch_end is None:
@@ -206,16 +317,44 @@ class ModelCheckpoint(Callback):
                 return
         elif not self.save_on_train_epoch_end:
             return
-        if self._epoch_due(trainer):
-            self._save(trainer)
+        self._save_at_epoch_end(trainer)
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
         # max_steps stopped the run inside an epoch: the epoch is not over, so its end hooks did
         # not run. Without a monitor, save what that epoch end would have (the latest state; it
         # resumes at the next batch). A monitored metric's epoch value is not final there.
-        loop = trainer.fit_loop
-        if self.monitor is None and loop.batches_done and not loop.epoch_finished:
+        position = trainer.fit_progress
+        if self.monitor is None and position.batches_done and not position.epoch_finished:
             self.on_train_epoch_end(trainer, module)
+        if self.save_last and not self._last_checkpoint_saved and trainer.global_step > 0:
+            self._save(trainer, top_k=False, last="always")  # as Lightning: save_last always leaves one
+
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+        if (
+            not self.save_on_exception
+            or not self._in_fit
+            or trainer.sanity_checking
+            or trainer.global_step == self._last_global_step_saved
+        ):
+            return
+        path = self.format_checkpoint_name(self._metrics(trainer))
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self._last_checkpoint_saved = path
+        if self.save_last:
+            self._write_last(trainer, self.last_checkpoint_path())
+        _rank_zero_print(
+            trainer, f"A {type(exception).__name__} was raised ({exception}): saved a checkpoint to {path}"
+        )
+
+    def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
+        """Write ``best_k_models`` (path: score) as YAML, by default to ``<dirpath>/best_k_models.yaml``."""
+        if filepath is None:
+            if not self.dirpath:
+                raise ValueError("ModelCheckpoint.to_yaml(): no dirpath yet (it is set at fit start); pass filepath.")
+            filepath = storage.join(self.dirpath, "best_k_models.yaml")
+        # JSON strings are YAML strings; YAML spells infinities and NaN its own way
+        lines = [f"{json.dumps(path)}: {_yaml_float(score)}\n" for path, score in self.best_k_models.items()]
+        storage.write_bytes(os.fspath(filepath), ("".join(lines) or "{}\n").encode("utf-8"))
 
     # -- checkpoint state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -261,53 +400,79 @@ class ModelCheckpoint(Callback):
         self.best_model_path = state.get("best_model_path", self.best_model_path)
 
     # -- names ------------------------------------------------------------------------------
-    def format_checkpoint_name(self, metrics: Mapping[str, Any], ver: int | None = None) -> str:
-        """The checkpoint path for ``metrics`` (must hold every field of ``filename``).
+    def format_checkpoint_name(
+        self,
+        metrics: Mapping[str, Any],
+        filename: str | None = None,
+        ver: int | None = None,
+        prefix: str | None = None,
+    ) -> str:
+        """The checkpoint path for ``metrics`` from ``filename`` (default: the callback's template).
 
         ``{"epoch": 3, "val_loss": 0.1234}`` with ``"{epoch}-{val_loss:.2f}"`` gives
-        ``<dirpath>/epoch=3-val_loss=0.12.ckpt``; ``ver=1`` appends ``-v1``.
+        ``<dirpath>/epoch=3-val_loss=0.12.ckpt``; ``ver=1`` appends ``-v1``, ``prefix`` goes in
+        front with a ``-``. As in Lightning, a ``/`` in a metric name (``{val/loss}``) makes a
+        sub-directory, and a field missing from ``metrics`` is written as 0 (with a warning).
         """
 
         def replace(match: re.Match[str]) -> str:
             name, spec = match.group(1).strip(), match.group(2)
-            if name not in metrics:
-                available = ", ".join(sorted(metrics)) or "(none)"
-                raise _MonitorKeyError(
-                    f"ModelCheckpoint(filename={self.filename!r}) refers to {name!r}, which is not in the "
-                    f"logged metrics. Available keys: {available}."
-                )
-            value = metrics[name]
-            value = int(_to_float(value)) if name in ("epoch", "step") else _to_float(value)
+            if name in metrics:
+                value = metrics[name]
+                value = int(_to_float(value)) if name in ("epoch", "step") else _to_float(value)
+            else:
+                value = 0
+                if name not in self._missing_fields_warned:
+                    self._missing_fields_warned.add(name)
+                    available = ", ".join(sorted(metrics)) or "(none)"
+                    warnings.warn(
+                        f"ModelCheckpoint(filename={template!r}) refers to {name!r}, which is not in the "
+                        f"logged metrics (available: {available}): it is written as 0.",
+                        stacklevel=2,
+                    )
             text = ("{0" + spec + "}").format(value)
-            # a "/" in a metric name would make a sub-directory
-            return f"{name.replace('/', '_')}={text}" if self.auto_insert_metric_name else text
+            return f"{name}={text}" if self.auto_insert_metric_name else text
 
-        name = _FIELD.sub(replace, self.filename)
+        template = filename or self.filename
+        name = _FIELD.sub(replace, template)
+        if prefix:
+            name = f"{prefix}-{name}"
         if ver is not None:
             name = f"{name}-v{ver}"
         return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
 
     # -- saving -----------------------------------------------------------------------------
-    def _default_dirpath(self, trainer: Trainer) -> str:
+    def _default_dirpath(self, trainer: TrainerView) -> str:
         log_dir = trainer.log_dir if trainer.loggers else None
         base = log_dir if log_dir is not None else trainer.default_root_dir
         return storage.join(os.fspath(base), "checkpoints")
 
-    def _epoch_due(self, trainer: Trainer) -> bool:
-        n = self.every_n_epochs
-        return (
-            bool(n)
-            and (trainer.current_epoch + 1) % n == 0
-            and trainer.global_step != self._last_global_step_saved
-        )
+    def _metrics(self, trainer: TrainerView) -> dict[str, Any]:
+        metrics: dict[str, Any] = dict(trainer.callback_metrics)
+        metrics["epoch"] = trainer.current_epoch
+        metrics["step"] = trainer.global_step
+        return metrics
 
-    def _save(self, trainer: Trainer) -> None:
-        """Decide on rank 0, agree by broadcast, then save on all ranks (rank 0 writes)."""
+    def _save_at_epoch_end(self, trainer: TrainerView) -> None:
+        if trainer.global_step == self._last_global_step_saved:
+            return  # this step is saved already (by the step schedule, or another hook)
+        n = self.every_n_epochs
+        due = bool(n) and (trainer.current_epoch + 1) % n == 0
+        if due or (self.save_last == "link" and self._last_checkpoint_saved):
+            # as Lightning: last.ckpt follows a top-k save (or re-links to the newest file)
+            self._save(trainer, top_k=due, last="if_saved")
+
+    def _save(self, trainer: TrainerView, top_k: bool, last: str) -> None:
+        """Decide on rank 0, agree by broadcast, then save on all ranks (rank 0 writes).
+
+        ``top_k``: consider a top-k checkpoint; ``last``: write ``last.ckpt`` ``"always"`` (when
+        ``save_last``) or ``"if_saved"`` (only when this call wrote a checkpoint, or links).
+        """
         decision: dict[str, Any] | None = None
         error: BaseException | None = None
         if trainer.is_global_zero:
             try:
-                decision = self._decide(trainer)
+                decision = self._decide(trainer, top_k, last)
             except Exception as exc:  # noqa: BLE001 - must reach the other ranks before raising
                 error = exc
                 decision = {"error": (type(exc).__name__, str(exc))}
@@ -323,11 +488,9 @@ class ModelCheckpoint(Callback):
             )
         self._apply_decision(trainer, decision)
 
-    def _decide(self, trainer: Trainer) -> dict[str, Any]:
+    def _decide(self, trainer: TrainerView, top_k: bool, last: str) -> dict[str, Any]:
         """Rank 0: which files to write and delete, and the bookkeeping after this save."""
-        metrics: dict[str, Any] = dict(trainer.callback_metrics)
-        metrics["epoch"] = trainer.current_epoch
-        metrics["step"] = trainer.global_step
+        metrics = self._metrics(trainer)
         state = self._bookkeeping()
         best_k = state["best_k_models"]
         save_path: str | None = None
@@ -335,7 +498,7 @@ class ModelCheckpoint(Callback):
         message = ""
 
         score: float | None = None
-        if self.monitor is not None:
+        if self.monitor is not None and top_k:
             if (
                 self.monitor not in metrics
                 and self._tracker is not None
@@ -348,7 +511,7 @@ class ModelCheckpoint(Callback):
                     score = _worst(self.mode)
                 state["current_score"] = score
 
-        if self.save_top_k != 0 and (self.monitor is None or score is not None):
+        if top_k and self.save_top_k != 0 and (self.monitor is None or score is not None):
             if self.monitor is None:
                 evict = [p for p in best_k if self.save_top_k == 1]
                 save_path = self._unique_path(metrics, best_k, evict[0] if evict else None)
@@ -379,22 +542,27 @@ class ModelCheckpoint(Callback):
             else:
                 message = f"{self.monitor!r} was not in top {self.save_top_k}"
 
-        last_path = storage.join(self.dirpath or "", self.CHECKPOINT_NAME_LAST + self.FILE_EXTENSION)
-        if self.save_last:
+        last_path = self.last_checkpoint_path(best_k)
+        newest = save_path or self._last_checkpoint_saved
+        link = self.save_last == "link" and bool(newest) and self.save_top_k != 0
+        write_last = bool(self.save_last) and (last == "always" or save_path is not None or link)
+        if write_last:
             state["last_model_path"] = last_path
         return {
             "save_path": save_path,
-            "last_path": last_path if self.save_last else None,
+            "last_path": last_path if write_last else None,
+            "link_to": newest if write_last and link else None,
             "delete": delete,
             "state": state,
             "message": message,
         }
 
-    def _apply_decision(self, trainer: Trainer, decision: Mapping[str, Any]) -> None:
+    def _apply_decision(self, trainer: TrainerView, decision: Mapping[str, Any]) -> None:
         before = self._bookkeeping()
         # bookkeeping first: the checkpoint being written records itself as saved
         self._set_bookkeeping(decision["state"])
-        self._last_global_step_saved = trainer.global_step
+        if decision["save_path"] is not None or decision["last_path"] is not None:
+            self._last_global_step_saved = trainer.global_step
         if self.verbose and decision["message"]:
             _rank_zero_print(
                 trainer,
@@ -403,19 +571,28 @@ class ModelCheckpoint(Callback):
             )
         try:
             if decision["save_path"] is not None:
-                trainer.save_checkpoint(decision["save_path"])
+                trainer.save_checkpoint(decision["save_path"], weights_only=self.save_weights_only)
+                self._last_checkpoint_saved = decision["save_path"]
         except BaseException:
             # the write failed: keep pointing at the files that exist
             self._set_bookkeeping(before)
             raise
-        if decision["last_path"] is not None:
-            trainer.save_checkpoint(decision["last_path"])
+        if decision["link_to"] is not None:
+            if trainer.is_global_zero:
+                _link(decision["link_to"], decision["last_path"])
+        elif decision["last_path"] is not None:
+            self._write_last(trainer, decision["last_path"])
         if decision["delete"]:
             trainer.strategy.wait_for_checkpoint()  # an asynchronous save must be on disk first
         if trainer.is_global_zero:
             # only after the new file is safely on disk
             for path in decision["delete"]:
                 storage.remove(path)
+
+    def _write_last(self, trainer: TrainerView, path: str) -> None:
+        self.last_model_path = path
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self._last_checkpoint_saved = path
 
     def _bookkeeping(self) -> dict[str, Any]:
         return {
@@ -437,21 +614,59 @@ class ModelCheckpoint(Callback):
         self.kth_value = state["kth_value"]
         self.last_model_path = state["last_model_path"]
 
+    def last_checkpoint_path(self, taken: Mapping[str, Any] | None = None) -> str:
+        """Where this run writes its last checkpoint: the one it wrote (or resumed) before, else
+        ``last.ckpt``, versioned (``last-v1.ckpt``) when an earlier run's file has that name."""
+        if self.last_model_path:
+            return self.last_model_path
+        if not self.enable_version_counter:  # the fit refused to start beside another run's files
+            return self._named(self.CHECKPOINT_NAME_LAST)
+        return self._unique_path({}, self.best_k_models if taken is None else taken, None, self.CHECKPOINT_NAME_LAST)
+
+    def _named(self, name: str, ver: int | None = None) -> str:
+        name = name if ver is None else f"{name}-v{ver}"
+        return storage.join(self.dirpath or "", name + self.FILE_EXTENSION)
+
     def _unique_path(
-        self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None
+        self, metrics: Mapping[str, Any], taken: Mapping[str, Any], replaceable: str | None, fixed: str | None = None
     ) -> str:
-        """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...)."""
-        path = self.format_checkpoint_name(metrics)
-        version = 0
+        """A path for this save that clobbers no kept or foreign file (``-v1``, ``-v2``, ...);
+        ``fixed`` is a file name used instead of the ``filename`` template."""
+        def name(ver: int | None) -> str:
+            return self._named(fixed, ver) if fixed else self.format_checkpoint_name(metrics, ver=ver)
+
+        path, version = name(None), 0
         while path != replaceable and (path in taken or storage.exists(path)):
             version += 1
-            path = self.format_checkpoint_name(metrics, ver=version)
+            path = name(version)
         return path
 
     def _better(self, score: float | None, reference: float) -> bool:
         if score is None:
             return False
         return score < reference if self.mode == "min" else score > reference
+
+
+def _link(target: str, link: str) -> None:
+    """``link`` as a relative symbolic link to ``target`` (a copy where links are not allowed)."""
+    if os.path.abspath(target) == os.path.abspath(link):
+        return
+    if os.path.islink(link) or os.path.isfile(link):
+        os.remove(link)
+    elif os.path.isdir(link):
+        shutil.rmtree(link)
+    try:
+        os.symlink(os.path.relpath(target, os.path.dirname(link)), link)
+    except OSError:  # Windows without the privilege to create links
+        (shutil.copytree if os.path.isdir(target) else shutil.copy)(target, link)
+
+
+def _yaml_float(value: float) -> str:
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    return repr(float(value))
 
 
 def _unwritable(dirpath: str) -> str | None:

@@ -9,7 +9,7 @@ from torch import nn
 from callbacks.callback import Callback
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 def summarize(module: nn.Module, max_depth: int = 1) -> str:
@@ -100,6 +100,8 @@ class ModelSummary(Callback):
     submodule, 0 prints nothing.
     """
 
+    role = "model_summary"
+
     def __init__(self, max_depth: int = 1) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int):
             raise TypeError(f"ModelSummary max_depth must be an int, got {max_depth!r}")
@@ -107,6 +109,6 @@ class ModelSummary(Callback):
             raise ValueError(f"ModelSummary max_depth must be >= -1, got {max_depth}")
         self.max_depth = max_depth
 
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self.max_depth != 0 and trainer.is_global_zero:
             print(summarize(module, self.max_depth), flush=True)

@@ -7,11 +7,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
-from callbacks._utils import _check_bool, _check_int, _check_number, _format_duration, _to_float
+from callbacks._utils import _format_duration, _to_float
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool, check_int, check_number
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 # with no known total, a non-terminal stream gets a line this often
 _UNKNOWN_TOTAL_LINE_INTERVAL_S = 30.0
@@ -38,6 +39,8 @@ class ProgressBar(Callback):
         leave: Keep each finished epoch's bar on screen.
     """
 
+    role = "progress_bar"
+
     def __init__(
         self,
         refresh_rate: int = 1,
@@ -46,18 +49,12 @@ class ProgressBar(Callback):
         file: TextIO | None = None,
         leave: bool = True,
     ) -> None:
-        _check_int("ProgressBar", "refresh_rate", refresh_rate, 0, "an int >= 0 (0 disables the bar)")
-        _check_number("ProgressBar", "min_interval_s", min_interval_s, "a number >= 0")
-        if min_interval_s < 0:
-            raise ValueError(f"ProgressBar(min_interval_s={min_interval_s!r}): expected a number >= 0.")
-        _check_number("ProgressBar", "line_every_percent", line_every_percent, "0 < value <= 100")
-        if not 0 < line_every_percent <= 100:
-            raise ValueError(
-                f"ProgressBar(line_every_percent={line_every_percent!r}): expected 0 < value <= 100."
-            )
+        check_int("ProgressBar(refresh_rate)", refresh_rate, 0)
+        check_number("ProgressBar(min_interval_s)", min_interval_s, minimum=0)
+        check_number("ProgressBar(line_every_percent)", line_every_percent, above=0, maximum=100)
         if file is not None and not callable(getattr(file, "write", None)):
             raise TypeError(f"ProgressBar(file={file!r}): expected None or a text stream with write().")
-        _check_bool("ProgressBar", "leave", leave)
+        check_bool("ProgressBar(leave)", leave)
         self.refresh_rate = refresh_rate
         self.min_interval_s = float(min_interval_s)
         self.line_every_percent = float(line_every_percent)
@@ -79,12 +76,12 @@ class ProgressBar(Callback):
         """True on global rank 0 once set up, unless ``refresh_rate == 0``."""
         return self._enabled
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._enabled = trainer.is_global_zero and self.refresh_rate > 0
         self._val_metrics = {}
 
     # -- training ---------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self._enabled:
             return
         self._close_train_bar()
@@ -96,7 +93,7 @@ class ProgressBar(Callback):
         )
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         bar = self._train_bar
         if bar is None:
@@ -105,16 +102,16 @@ class ProgressBar(Callback):
             bar.start_at(batch_idx)
         bar.advance(1, self.refresh_rate, lambda: self._train_postfix(trainer))
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         # runs after the epoch's validation: the final line shows the validation metrics too
         self._close_train_bar(trainer)
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
         # max_steps inside an epoch leaves it unfinished (no epoch end): show where it stopped
         self._close_train_bar(trainer)
 
     # -- evaluation -------------------------------------------------------------------------
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         counts = trainer.num_val_batches
         if trainer.sanity_checking:
             cap = trainer.num_sanity_val_steps
@@ -123,8 +120,8 @@ class ProgressBar(Callback):
 
     def on_validation_batch_end(
         self,
-        trainer: Trainer,
-        module: TrainModule,
+        trainer: TrainerView,
+        module: ModuleView,
         outputs: Any,
         batch: Any,
         batch_idx: int,
@@ -132,19 +129,19 @@ class ProgressBar(Callback):
     ) -> None:
         self._advance_eval(trainer)
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         # the sanity check only proves the loop runs: no line for it in logs
         metrics = self._end_eval(trainer, print_line=not trainer.sanity_checking)
         if metrics is not None and not trainer.sanity_checking:
             self._val_metrics = metrics
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._start_eval("Testing", getattr(trainer, "num_test_batches", None))
 
     def on_test_batch_end(
         self,
-        trainer: Trainer,
-        module: TrainModule,
+        trainer: TrainerView,
+        module: ModuleView,
         outputs: Any,
         batch: Any,
         batch_idx: int,
@@ -152,16 +149,16 @@ class ProgressBar(Callback):
     ) -> None:
         self._advance_eval(trainer)
 
-    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._end_eval(trainer)
 
-    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._start_eval("Predicting", getattr(trainer, "num_predict_batches", None))
 
     def on_predict_batch_end(
         self,
-        trainer: Trainer,
-        module: TrainModule,
+        trainer: TrainerView,
+        module: ModuleView,
         outputs: Any,
         batch: Any,
         batch_idx: int,
@@ -169,14 +166,14 @@ class ProgressBar(Callback):
     ) -> None:
         self._advance_eval(trainer)
 
-    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._end_eval(trainer)
 
     # -- failures ---------------------------------------------------------------------------
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         self._close_all()
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._close_all()
 
     def print(self, *args: Any, sep: str = " ", end: str = "\n") -> None:
@@ -217,18 +214,18 @@ class ProgressBar(Callback):
         # evaluation lines are printed once at the end, not every few percent
         self._eval_bar.periodic_lines = False
 
-    def _advance_eval(self, trainer: Trainer) -> None:
+    def _advance_eval(self, trainer: TrainerView) -> None:
         if self._eval_bar is not None:
             self._eval_bar.advance(1, self.refresh_rate, lambda: self._metrics_postfix(trainer))
 
-    def _end_eval(self, trainer: Trainer, print_line: bool = True) -> dict[str, float] | None:
+    def _end_eval(self, trainer: TrainerView, print_line: bool = True) -> dict[str, float] | None:
         """Close the evaluation bar; return the metrics it showed, if it read them."""
         bar, self._eval_bar = self._eval_bar, None
         if bar is None:
             return None
         return bar.close(lambda: self._metrics_postfix(trainer), print_line=print_line)
 
-    def _close_train_bar(self, trainer: Trainer | None = None) -> None:
+    def _close_train_bar(self, trainer: TrainerView | None = None) -> None:
         bar, self._train_bar = self._train_bar, None
         if bar is not None:
             bar.close(None if trainer is None else lambda: self._train_postfix(trainer))
@@ -244,11 +241,11 @@ class ProgressBar(Callback):
         if bar is not None:
             bar.close(None)
 
-    def _train_postfix(self, trainer: Trainer) -> dict[str, float]:
+    def _train_postfix(self, trainer: TrainerView) -> dict[str, float]:
         return {**self._val_metrics, **self._metrics_postfix(trainer)}
 
     @staticmethod
-    def _metrics_postfix(trainer: Trainer) -> dict[str, float]:
+    def _metrics_postfix(trainer: TrainerView) -> dict[str, float]:
         # reading `progress_bar_metrics` syncs with the device: only when the text is redrawn
         out: dict[str, float] = {}
         for key, value in trainer.progress_bar_metrics.items():

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from callbacks.progress_bar import ProgressBar, _Bar, _isatty
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class RichProgressBar(ProgressBar):
@@ -66,11 +66,11 @@ class RichProgressBar(ProgressBar):
             self._progress.stop()
             self._progress = None
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         super().on_exception(trainer, module, exception)
         self._stop_live()
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         super().teardown(trainer, module, stage)
         self._stop_live()
 

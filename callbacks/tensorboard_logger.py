@@ -13,7 +13,7 @@ from trainer.contracts import storage
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class _NoOpExperiment:
@@ -136,16 +136,16 @@ class TensorBoardLogger(_FileLogger):
     # -- hooks ------------------------------------------------------------------------------
     # Loggers run before the other callbacks: what was logged so far is on disk for their
     # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._flush()
 
-    def on_validation_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._flush()
 
-    def on_exception(self, trainer: Trainer, module: TrainModule, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         self._close()
 
-    def teardown(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._flush()
 
     def _flush(self) -> None:

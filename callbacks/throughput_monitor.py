@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from callbacks._utils import _check_int
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_int
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class ThroughputMonitor(Callback):
@@ -33,7 +33,7 @@ class ThroughputMonitor(Callback):
 
     def __init__(self, log_every_n_steps: int | None = None) -> None:
         expected = "None or an int >= 1"
-        _check_int("ThroughputMonitor", "log_every_n_steps", log_every_n_steps, 1, expected, allow_none=True)
+        check_int("ThroughputMonitor(log_every_n_steps)", log_every_n_steps, 1, allow_none=True)
         self.log_every_n_steps = log_every_n_steps
         self.last_metrics: dict[str, float] = {}
         self._reset_interval(time.perf_counter(), step=0)
@@ -49,23 +49,23 @@ class ThroughputMonitor(Callback):
         self._excluded = 0.0
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._reset_interval(time.perf_counter(), trainer.global_step)
         self._batch_end = None
 
-    def on_train_epoch_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         # the first batch's wait includes creating the epoch's data iterator (worker start-up)
         self._batch_end = time.perf_counter()
 
-    def on_train_batch_start(self, trainer: Trainer, module: TrainModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self._batch_end is not None:
             self._wait += time.perf_counter() - self._batch_end
             self._batch_end = None
 
     def on_train_batch_end(
-        self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        size = trainer.metric_logger.train.batch_size  # the size `self.log` weights this batch by
+        size = trainer.train_batch_size  # the size `self.log` weights this batch by
         self._samples += size if size is not None else trainer.micro_batch_size or 0
         self._batches += 1
         step = trainer.global_step
@@ -75,10 +75,10 @@ class ThroughputMonitor(Callback):
             self._log(trainer, now, step)
         self._batch_end = time.perf_counter()
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._validation_start = time.perf_counter()
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if self._validation_start is not None:
             self._excluded += time.perf_counter() - self._validation_start
             self._validation_start = None
@@ -86,7 +86,7 @@ class ThroughputMonitor(Callback):
             self._batch_end = time.perf_counter()  # validation is not waiting for training data
 
     # -- internals --------------------------------------------------------------------------
-    def _log(self, trainer: Trainer, now: float, step: int) -> None:
+    def _log(self, trainer: TrainerView, now: float, step: int) -> None:
         elapsed = max(now - self._interval_start - self._excluded, 1e-9)
         steps = step - self._interval_step
         metrics = {

@@ -2,49 +2,16 @@
 from __future__ import annotations
 
 import datetime
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
 from callbacks.callback import Callback
+from trainer.contracts.duration import parse_duration
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 _STAGES = ("train", "validate", "test", "predict")
-_DURATION_KEYS = ("days", "hours", "minutes", "seconds", "milliseconds", "microseconds", "weeks")
-
-
-def parse_duration(name: str, value: Any) -> datetime.timedelta | None:
-    """A duration from ``"DD:HH:MM:SS"``, a dict of `datetime.timedelta` keywords or a timedelta.
-
-    ``None`` stays ``None``. A wrong type is a `TypeError`, a bad value a `ValueError`, both naming
-    ``name``.
-    """
-    if value is None or isinstance(value, datetime.timedelta):
-        duration = value
-    elif isinstance(value, str):
-        match = re.fullmatch(r"(\d+):(\d{1,2}):(\d{1,2}):(\d{1,2})", value.strip())
-        if match is None:
-            raise ValueError(f"{name} as a string must be 'DD:HH:MM:SS' (e.g. '00:12:00:00'), got {value!r}")
-        days, hours, minutes, seconds = map(int, match.groups())
-        duration = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    elif isinstance(value, dict):
-        unknown = sorted(str(k) for k in value if k not in _DURATION_KEYS)
-        if unknown:
-            raise ValueError(f"{name} as a dict takes the keys {list(_DURATION_KEYS)}, got unknown {unknown}")
-        for key, amount in value.items():
-            if isinstance(amount, bool) or not isinstance(amount, (int, float)):
-                raise TypeError(f"{name}[{key!r}] must be a number, got {amount!r}")
-        duration = datetime.timedelta(**value)
-    else:
-        raise TypeError(
-            f"{name} must be None, a 'DD:HH:MM:SS' string, a dict like {{'hours': 1}} or a "
-            f"datetime.timedelta, got {value!r}"
-        )
-    if duration is not None and duration < datetime.timedelta(0):
-        raise ValueError(f"{name} must not be negative, got {duration}")
-    return duration
 
 
 class Timer(Callback):
@@ -56,6 +23,8 @@ class Timer(Callback):
     when any rank's clock is up, every rank stops at the same step. Its ``state_dict`` holds the
     elapsed training time, so a resumed run continues the budget.
     """
+
+    role = "timer"
 
     def __init__(
         self, duration: str | datetime.timedelta | dict[str, int] | None = None, interval: str = "step", verbose: bool = True
@@ -103,48 +72,46 @@ class Timer(Callback):
     def _finish(self, stage: str) -> None:
         self._end[stage] = self._now()
 
-    def on_train_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._begin("train")
 
-    def on_train_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._finish("train")
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._begin("validate")
 
-    def on_validation_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._finish("validate")
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._begin("test")
 
-    def on_test_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_test_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._finish("test")
 
-    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._begin("predict")
 
-    def on_predict_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_predict_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._finish("predict")
 
-    def on_train_batch_end(self, trainer: Trainer, module: TrainModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.interval == "step" and self.duration is not None:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: Trainer, module: TrainModule) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if self.interval == "epoch" and self.duration is not None:
             self._check(trainer)
 
-    def _check(self, trainer: Trainer) -> None:
+    def _check(self, trainer: TrainerView) -> None:
         up = self.time_elapsed("train") >= self.duration.total_seconds()  # type: ignore[union-attr]
         # every rank takes the same decision, so they all stop at the same step
         if trainer.world_size > 1:
             up = bool(trainer.strategy.reduce_boolean_decision(up, all=False))
         if not up:
             return
-        trainer.should_stop = True
-        if trainer.world_size > 1:
-            trainer.fit_loop.agree_on_stop()  # a stop every rank agreed on may end the epoch early
+        trainer.request_stop()  # every rank is here: the agreed stop may end the epoch early
         if self.verbose and trainer.is_global_zero:
             print(f"[lockstep] Timer: max_time {self.duration} reached, stopping training.", flush=True)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from callbacks._utils import _check_bool, _check_path, _to_float
+from callbacks._utils import _to_float
 from callbacks.logger import Logger
+from callbacks.service_timeout import check_timeout_args, unreachable
+from trainer.contracts.arguments import check_bool, check_path
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
-    from trainer import Trainer, TrainModule
+    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class WandbLogger(Logger):
@@ -26,6 +28,10 @@ class WandbLogger(Logger):
         id: Resume the W&B run with this id (a new run when ``None``).
         entity: W&B team or user.
         tags: Tags of the run.
+        timeout: Seconds W&B has to start the run (``wandb.Settings(init_timeout=...)``).
+        on_unreachable: ``"raise"``: a W&B server that does not answer in time fails the run
+            (`ServiceUnreachableError`); ``"warn"``: a warning, and
+            the run is logged offline instead (``wandb sync`` uploads it later).
 
     The run starts at the first thing logged. Its id is saved in every checkpoint, so a fit
     resumed from one with a new ``WandbLogger`` continues the same run (``resume="allow"``).
@@ -42,18 +48,22 @@ class WandbLogger(Logger):
         id: str | None = None,
         entity: str | None = None,
         tags: Sequence[str] | None = None,
+        timeout: float = 90.0,
+        on_unreachable: str = "raise",
     ) -> None:
         try:
             import wandb  # noqa: F401 - fail at construction, not at the first log
         except ImportError:
             raise ImportError("WandbLogger needs wandb: pip install 'lockstep-trainer[wandb]'.") from None
-        _check_path("WandbLogger", "save_dir", save_dir)
-        _check_bool("WandbLogger", "offline", offline)
+        check_path("WandbLogger(save_dir)", save_dir)
+        check_bool("WandbLogger(offline)", offline)
         self.project = project
         self.name = name
         self.offline = offline
         self.entity = entity
         self.tags = list(tags) if tags else None
+        self.timeout = check_timeout_args("WandbLogger", timeout, on_unreachable)
+        self.on_unreachable = on_unreachable
         if save_dir is not None and "://" in os.fspath(save_dir):
             raise ValueError(
                 f"WandbLogger(save_dir={os.fspath(save_dir)!r}): W&B keeps its run files on a local disk; "
@@ -86,11 +96,21 @@ class WandbLogger(Logger):
             import wandb
 
             os.makedirs(self.save_dir, exist_ok=True)
-            self._run = wandb.init(
-                project=self.project, name=self.name, dir=self.save_dir, id=self._id, entity=self.entity,
-                tags=self.tags, resume="allow" if self._id is not None else None,
-                mode="offline" if self.offline else None, reinit="create_new",
-            )
+            kwargs = {
+                "project": self.project, "name": self.name, "dir": self.save_dir, "id": self._id,
+                "entity": self.entity, "tags": self.tags, "resume": "allow" if self._id is not None else None,
+                "reinit": "create_new", "settings": wandb.Settings(init_timeout=self.timeout),
+            }
+            if self.offline:
+                self._run = wandb.init(mode="offline", **kwargs)
+            else:
+                try:
+                    self._run = wandb.init(**kwargs)
+                except wandb.errors.Error as err:  # not answering within init_timeout, or refused
+                    problem = str(err).splitlines()[0]
+                    unreachable("WandbLogger", "the W&B server", self.timeout, problem, self.on_unreachable,
+                                f"Logging offline to {self.save_dir} instead (`wandb sync` uploads it later).")
+                    self._run = wandb.init(mode="offline", **kwargs)
             self._id = self._run.id
         return self._run
 
@@ -141,7 +161,7 @@ class WandbLogger(Logger):
         return {**self.__dict__, "_run": None}  # each spawned worker starts (or resumes) its own
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if self._save_dir is None and not storage.is_url(trainer.default_root_dir):
             self._save_dir = os.fspath(trainer.default_root_dir)  # a URL root: the current directory

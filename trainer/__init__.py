@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
     from trainer.launch.failure_notes import RankFailedError
     from trainer.launch.preemption import PREEMPTION_EXIT_CODE, Preempted
-    from trainer.loops.anomaly import NonFiniteGradientError, NonFiniteLossError
+    from trainer.contracts.errors import NonFiniteGradientError, NonFiniteLossError
     from trainer.module import TrainModule
     from trainer.seed import seed_everything
     from trainer.strategies.allreduce import AllReduceStrategy
@@ -50,8 +50,8 @@ _PUBLIC = {
     "CheckpointError": ("trainer.checkpointing.checkpoint", "CheckpointError"),
     "GlobalBatchChangedError": ("trainer.checkpointing.resume", "GlobalBatchChangedError"),
     "GlobalBatchSampler": ("trainer.data.global_batch_sampler", "GlobalBatchSampler"),
-    "NonFiniteLossError": ("trainer.loops.anomaly", "NonFiniteLossError"),
-    "NonFiniteGradientError": ("trainer.loops.anomaly", "NonFiniteGradientError"),
+    "NonFiniteLossError": ("trainer.contracts.errors", "NonFiniteLossError"),
+    "NonFiniteGradientError": ("trainer.contracts.errors", "NonFiniteGradientError"),
     "RankFailedError": ("trainer.launch.failure_notes", "RankFailedError"),
     "Preempted": ("trainer.launch.preemption", "Preempted"),
     "PREEMPTION_EXIT_CODE": ("trainer.launch.preemption", "PREEMPTION_EXIT_CODE"),

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from trainer.contracts.arguments import check_bool, check_int, check_number, check_path, check_str
 from trainer.data.loaders import check_limit
-from trainer.default_callbacks import parse_duration
+from trainer.contracts.duration import parse_duration
 from trainer.loops.optimization import lr_scale_factor
 from trainer.profiler import make_profiler
 from trainer.module import TrainModule
@@ -36,6 +36,9 @@ def check_trainer_arguments(args: Mapping[str, Any]) -> None:
     check_int("max_steps", args["max_steps"], minimum=-1)
     if args["max_epochs"] is not None:
         check_int("max_epochs", args["max_epochs"], minimum=-1)
+    for name in ("min_epochs", "min_steps"):
+        if args[name] is not None:
+            check_int(name, args[name], minimum=0)
     check_int("accumulate_grad_batches", args["accumulate_grad_batches"], minimum=1)
     check_int("log_every_n_steps", args["log_every_n_steps"], minimum=1)
     check_int("num_sanity_val_steps", args["num_sanity_val_steps"], minimum=-1)
@@ -103,14 +106,3 @@ def check_module(model: Any, training: bool, stage: str = "fit") -> None:
             raise NotImplementedError(
                 f"{type(model).__name__} does not define {name}(), which trainer.{stage}() needs."
             )
-
-
-def check_trainable(model: TrainModule) -> None:
-    """Before any step: a model with nothing to train fails later with a misleading message."""
-    params = list(model.parameters())
-    if not any(p.requires_grad for p in params):
-        what = f"all {len(params)} of its parameters have requires_grad=False" if params else "it has none"
-        raise ValueError(
-            f"No parameter of {type(model).__name__} requires grad ({what}): there is nothing to train. "
-            "Unfreeze the parameters to train (p.requires_grad_(True)) before trainer.fit."
-        )

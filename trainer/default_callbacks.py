@@ -1,28 +1,32 @@
-"""The one place the trainer imports the `callbacks` package: defaults, roles and base types.
+"""The one place the trainer imports the `callbacks` package: the default callbacks and loggers.
 
-Callbacks depend on the trainer's public types (for annotations only), never the reverse at
-import time of a callback; the trainer reaches callbacks through this module alone.
+Callbacks depend on the contracts floor only (`trainer.contracts`); the trainer reaches callbacks
+through this module alone, and finds them by the role a callback declares (``Callback.role``),
+not by class: a callback of role "checkpoint" is a checkpoint callback everywhere.
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import fix_log_versions
+from trainer.contracts import storage
+from callbacks.batch_size_finder import scale_batch_size
+from callbacks.lr_finder import LRFinder, lr_find
 from callbacks.callback import Callback
-from callbacks.early_stopping import EarlyStopping
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_checkpoint import ModelCheckpoint
 from callbacks.model_summary import ModelSummary
 from callbacks.progress_bar import ProgressBar
-from callbacks.timer import Timer, parse_duration
+from callbacks.timer import Timer
 
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
-    "parse_duration",
+    "with_module_callbacks", "LRFinder", "lr_find", "scale_batch_size",
 ]
 
 
@@ -52,24 +56,56 @@ def make_callbacks(callbacks: Any, loggers: list[Logger], args: Mapping[str, Any
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be Callback instances; got {type(cb).__name__}")
 
-    def has(kind: type) -> bool:
-        return any(isinstance(cb, kind) for cb in given)
+    def has(role: str) -> bool:
+        return any(cb.role == role for cb in given)
 
-    if loggers and not has(LearningRateMonitor):  # learning rates belong in every log
+    if loggers and not has("lr_monitor"):  # learning rates belong in every log
         given.append(LearningRateMonitor())
-    if args["enable_progress_bar"] and not has(ProgressBar):
+    if args["enable_progress_bar"] and not has("progress_bar"):
         given.append(ProgressBar())
-    if args["enable_model_summary"] and not has(ModelSummary):
+    if args["enable_model_summary"] and not has("model_summary"):
         given.append(ModelSummary())
-    if args["max_time"] is not None and not has(Timer):
+    if args["max_time"] is not None and not has("timer"):
         given.append(Timer(args["max_time"], interval="step"))
     if args["fast_dev_run"]:
-        given = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]
-    elif args["enable_checkpointing"] and not has(ModelCheckpoint):
-        given.append(ModelCheckpoint())
+        given = [cb for cb in given if cb.role != "checkpoint"]
+    elif args["enable_checkpointing"] and not has("checkpoint"):
+        # a last.ckpt (a link to the newest file: no second write) so that ckpt_path="last" resumes
+        root = args["default_root_dir"]
+        remote = root is not None and storage.is_url(storage.normalize(os.fspath(root)))
+        given.append(ModelCheckpoint(save_last=True if remote else "link"))
     # Checkpoint callbacks run last so they save state every other callback already updated.
-    ordinary = [cb for cb in given if not isinstance(cb, ModelCheckpoint)]
+    ordinary = [cb for cb in given if cb.role != "checkpoint"]
     return [*loggers, *ordinary, *checkpoint_callbacks(given)]
+
+
+def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callback]:
+    """The Trainer's callbacks merged with ``module.configure_callbacks()``, as Lightning merges them.
+
+    A module callback replaces the Trainer's callbacks of its type (or a base type of it);
+    checkpoint callbacks stay last. The module's hook is called only when overridden.
+    """
+    from trainer.module import TrainModule
+
+    if type(module).configure_callbacks is TrainModule.configure_callbacks:
+        return callbacks
+    extra = module.configure_callbacks()
+    if not extra:
+        return callbacks
+    extra = list(extra) if isinstance(extra, (list, tuple)) else [extra]
+    for cb in extra:
+        if not isinstance(cb, Callback):
+            raise TypeError(f"configure_callbacks must return Callback instances; got {type(cb).__name__}")
+    kinds = {type(cb) for cb in callbacks} - {Callback}
+    replaced = {kind for new in extra for kind in kinds if issubclass(type(new), kind)}
+    if replaced:
+        from trainer.distributed.rank_zero import rank_zero_info
+
+        names = ", ".join(sorted(k.__name__ for k in replaced))
+        rank_zero_info(f"[lockstep] {type(module).__name__}.configure_callbacks replaces the Trainer's {names}")
+    merged = [cb for cb in callbacks if type(cb) not in replaced] + extra
+    ordinary = [cb for cb in merged if not isinstance(cb, ModelCheckpoint)]
+    return [*ordinary, *checkpoint_callbacks(merged)]
 
 
 def first_log_dir(loggers: list[Logger], default: str) -> str:
@@ -81,25 +117,8 @@ def first_log_dir(loggers: list[Logger], default: str) -> str:
 
 
 def checkpoint_callbacks(callbacks: list[Callback]) -> list[ModelCheckpoint]:
-    """Every `ModelCheckpoint` (subclasses included) among ``callbacks``, in order."""
-    return [cb for cb in callbacks if isinstance(cb, ModelCheckpoint)]
-
-
-def monitors_metrics(callback: Callback) -> bool:
-    """Whether ``callback`` acts on monitored metrics (checkpointing, early stopping).
-
-    These run their ``on_train_epoch_end`` after the module's, so they see what it logs there.
-    """
-    return isinstance(callback, (ModelCheckpoint, EarlyStopping))
-
-
-def print_above_progress(trainer: Trainer | None, *args: Any, **kwargs: Any) -> None:
-    """``print``, through the run's progress bar when it has one (a line above a drawn bar)."""
-    bars = [cb for cb in (trainer.callbacks if trainer is not None else []) if isinstance(cb, ProgressBar)]
-    if bars and bars[0].is_enabled and "file" not in kwargs:
-        bars[0].print(*args, **kwargs)
-    else:
-        print(*args, **kwargs)
+    """Every callback of role "checkpoint" (`ModelCheckpoint` and its subclasses) among ``callbacks``, in order."""
+    return [cb for cb in callbacks if cb.role == "checkpoint"]  # type: ignore[misc]
 
 
 def share_log_versions(trainer: Trainer) -> None:

@@ -11,50 +11,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-if TYPE_CHECKING:
-    from trainer.default_callbacks import Callback
-    from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+from trainer.contracts.hook_names import CALLBACK_HOOKS
 
-# Every hook a callback may implement, by name (`Callback` defines each; a test checks both agree).
-CALLBACK_HOOKS = (
-    "setup",
-    "teardown",
-    "on_fit_start",
-    "on_fit_end",
-    "on_sanity_check_start",
-    "on_sanity_check_end",
-    "on_train_start",
-    "on_train_end",
-    "on_train_epoch_start",
-    "on_train_epoch_end",
-    "on_train_batch_start",
-    "on_train_batch_end",
-    "on_before_backward",
-    "on_after_backward",
-    "on_before_optimizer_step",
-    "on_before_zero_grad",
-    "on_validation_start",
-    "on_validation_end",
-    "on_validation_epoch_start",
-    "on_validation_epoch_end",
-    "on_validation_batch_start",
-    "on_validation_batch_end",
-    "on_test_start",
-    "on_test_end",
-    "on_test_epoch_start",
-    "on_test_epoch_end",
-    "on_test_batch_start",
-    "on_test_batch_end",
-    "on_predict_start",
-    "on_predict_end",
-    "on_predict_epoch_start",
-    "on_predict_epoch_end",
-    "on_predict_batch_start",
-    "on_predict_batch_end",
-    "on_exception",
-    "on_save_checkpoint",
-    "on_load_checkpoint",
+if TYPE_CHECKING:
+    from trainer.contracts.protocols import CallbackView
+    from trainer.module import TrainModule
+    from trainer.contracts.protocols import TrainerInternals as Trainer
+
+__all__ = ["CALLBACK_HOOKS", "HookDispatcher"]
+
+# The module's hooks that callbacks do not have (Lightning's): each is looked up once per run
+# (`module_override`) and called only when the module overrides it, or its default runs inline.
+MODULE_ONLY_HOOKS = (
+    "configure_model",
+    "configure_callbacks",
+    "backward",
+    "optimizer_step",
+    "optimizer_zero_grad",
+    "lr_scheduler_step",
+    "configure_gradient_clipping",
+    "on_before_batch_transfer",
+    "transfer_batch_to_device",
+    "on_after_batch_transfer",
+    "on_validation_model_zero_grad",
+    "on_validation_model_eval",
+    "on_validation_model_train",
+    "on_test_model_eval",
+    "on_test_model_train",
+    "on_predict_model_eval",
+    "on_predict_model_train",
 )
 
 
@@ -65,9 +50,8 @@ class HookDispatcher:
     """
 
     def __init__(
-        self, trainer: Trainer, module: TrainModule | None, callbacks: list[Callback], callback_base: type
+        self, trainer: Trainer, module: TrainModule | None, callbacks: list[CallbackView], callback_base: type
     ) -> None:
-        from trainer.default_callbacks import monitors_metrics
         from trainer.module import TrainModule
 
         self._module: dict[str, list[Callable[..., Any]]] = {}
@@ -90,7 +74,7 @@ class HookDispatcher:
             ]
             for monitoring in (False, True):
                 self._by_role[name, monitoring] = [
-                    fn for cb, fn in zip(own_cbs, self._callbacks[name]) if monitors_metrics(cb) == monitoring
+                    fn for cb, fn in zip(own_cbs, self._callbacks[name]) if cb.monitors_metrics == monitoring
                 ]
             self._all[name] = self._callbacks[name] + self._module[name]
 
@@ -108,6 +92,36 @@ class HookDispatcher:
         """Run only the callbacks' hooks: all, or only those that do (not) monitor metrics."""
         for fn in self._callbacks[name] if monitoring is None else self._by_role[name, monitoring]:
             fn(*args)
+
+
+def module_override(trainer: Trainer, module: TrainModule, name: str) -> Callable[..., Any] | None:
+    """The module's ``name`` if its class overrides `TrainModule`'s (timed by the profiler), else None.
+
+    Looked up once per run, so a hook left alone costs nothing per step.
+    """
+    from trainer.module import TrainModule
+
+    if getattr(type(module), name, None) is getattr(TrainModule, name, None):
+        return None
+    return _timed(trainer, "Module", module, name, getattr(module, name))
+
+
+def takes_batch_idx(step: Callable[..., Any]) -> bool:
+    """Whether a step method takes ``batch_idx`` after ``batch`` (Lightning's rule: a parameter of
+    that name, ``*args``, or a second positional parameter); ``training_step(self, batch)`` does not."""
+    import inspect
+
+    step = getattr(step, "__wrapped__", step)
+    try:
+        params = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable: pass it, as before
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return (
+        any(p.name == "batch_idx" for p in params)
+        or any(p.kind is p.VAR_POSITIONAL for p in params)
+        or len(positional) >= 2
+    )
 
 
 def _with_context(fn: Callable[..., Any], trainer: Trainer, module: TrainModule | None) -> Callable[..., Any]:

@@ -2,6 +2,8 @@
 and rebuilding an object from the ones a checkpoint saved."""
 from __future__ import annotations
 
+import argparse
+import copy
 import inspect
 from typing import Any, Mapping
 
@@ -35,8 +37,26 @@ class HyperparametersMixin:
     def hparams(self, value: Mapping[str, Any]) -> None:
         self._hparams = AttributeDict(value)
 
-    def save_hyperparameters(self, *names: str, ignore: str | list[str] | None = None) -> None:
-        """Record the calling ``__init__``'s arguments in ``self.hparams`` (logged and checkpointed)."""
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of what ``save_hyperparameters`` recorded, unchanged by later edits of ``hparams``."""
+        return AttributeDict(self.__dict__.get("_hparams_initial") or {})
+
+    def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, **_: Any) -> None:
+        """Record the calling ``__init__``'s arguments in ``self.hparams`` (logged and checkpointed).
+
+        As Lightning: ``save_hyperparameters("lr", "depth")`` keeps some, ``ignore=`` drops some, and
+        one dict or ``argparse.Namespace`` (``save_hyperparameters(hparams)``) becomes the hparams.
+        """
+        if len(names) == 1 and not isinstance(names[0], str):
+            given = vars(names[0]) if isinstance(names[0], argparse.Namespace) else names[0]
+            if not isinstance(given, Mapping):
+                raise TypeError(
+                    "save_hyperparameters takes argument names, or one dict or argparse.Namespace; "
+                    f"got {type(names[0]).__name__}."
+                )
+            self._set_hparams(dict(given), ignore)
+            return
         frame = inspect.currentframe()
         caller = frame.f_back if frame is not None else None
         if caller is None or caller.f_code.co_name != "__init__":
@@ -53,9 +73,17 @@ class HyperparametersMixin:
             if unknown:
                 raise ValueError(f"save_hyperparameters: {unknown} are not arguments of __init__ ({list(hparams)})")
             hparams = {n: hparams[n] for n in names}
+        self._set_hparams(hparams, ignore)
+
+    def _set_hparams(self, hparams: dict[str, Any], ignore: str | list[str] | None) -> None:
         for n in [ignore] if isinstance(ignore, str) else ignore or ():
             hparams.pop(n, None)
         self.hparams = AttributeDict(hparams)
+        try:
+            initial = copy.deepcopy(hparams)
+        except Exception:  # an argument that does not copy (a lock, an open file): keep the object itself
+            initial = dict(hparams)
+        self.__dict__["_hparams_initial"] = initial
 
 
 def instantiate(cls: type, saved: Mapping[str, Any], overrides: Mapping[str, Any], path: str) -> Any:

@@ -13,8 +13,7 @@ from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
 
 if TYPE_CHECKING:
-    from trainer.loops.manual import ManualOptimization
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 _M = TypeVar("_M", bound="TrainModule")
@@ -34,6 +33,8 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     _trainer: Trainer | None = None
     #: ``False``: the module steps its optimizers itself in ``training_step`` (docs/train-module.md)
     automatic_optimization: bool = True
+    #: an input for the model summary's output shapes, ``to_torchscript(method="trace")`` and ``to_onnx``
+    example_input_array: Any = None
 
     # -- required ---------------------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any]:
@@ -168,6 +169,75 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         """After the step, before gradients are cleared."""
 
+    def on_validation_model_zero_grad(self) -> None:
+        """Inside fit, before a validation run that follows an optimizer step: release the gradients."""
+        self.zero_grad()
+
+    def on_validation_model_eval(self) -> None:
+        """Before validation: put the module in eval mode (Lightning's default)."""
+        self.eval()
+
+    def on_validation_model_train(self) -> None:
+        """After validation: put the module back in train mode (Lightning's default)."""
+        self.train()
+
+    def on_test_model_eval(self) -> None:
+        """Before testing: put the module in eval mode."""
+        self.eval()
+
+    def on_test_model_train(self) -> None:
+        """After testing: back to train mode."""
+        self.train()
+
+    def on_predict_model_eval(self) -> None:
+        """Before predicting: put the module in eval mode."""
+        self.eval()
+
+    def on_predict_model_train(self) -> None:
+        """After predicting: back to train mode (Lightning defines it; its loop never calls it)."""
+        self.train()
+
+    # -- the optimization step (automatic optimization; Lightning's signatures and defaults) ----
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward of one micro batch's loss (already divided for accumulation, scaled under fp16)."""
+        loss.backward(*args, **kwargs)
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Callable[[], Any] | None = None,
+    ) -> None:
+        """Step at a window's end. ``optimizer_closure`` runs the window's last ``training_step`` and
+        backward; ``optimizer.step(closure=optimizer_closure)`` runs it, then clipping and the step."""
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Clear the gradients. Overridden, it runs as in Lightning: in each window's first micro
+        batch, after ``training_step`` and before ``backward``."""
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step one scheduler when its interval and frequency say so; ``metric`` is a monitored value or None."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip after ``on_before_optimizer_step`` (gradients unscaled); by default the Trainer's setting."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks the module brings: added to the Trainer's at each run, replacing ones of the same type."""
+        return []
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add entries to a checkpoint being saved."""
 
@@ -251,9 +321,12 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         """``print`` on global rank 0 only, written above the progress bar when one is drawn."""
         if self.global_rank != 0:
             return
-        from trainer.default_callbacks import print_above_progress
-
-        print_above_progress(self._trainer, *args, **kwargs)
+        callbacks = self._trainer.callbacks if self._trainer is not None else []
+        bars = [cb for cb in callbacks if cb.role == "progress_bar"]  # the role a progress bar declares
+        if bars and bars[0].is_enabled and "file" not in kwargs:
+            bars[0].print(*args, **kwargs)
+        else:
+            print(*args, **kwargs)
 
     # -- checkpoints ------------------------------------------------------------------------
     @classmethod
@@ -310,20 +383,37 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        """Clip ``optimizer``'s gradients by global norm (default) or by value, unscaled first under fp16."""
-        self._manual("clip_gradients").clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        """Clip ``optimizer``'s gradients by global norm (default) or by value, unscaled first under fp16.
+
+        Manual optimization: before ``opt.step()``. Automatic: from ``configure_gradient_clipping``
+        (``None`` takes the Trainer's ``gradient_clip_val`` / ``gradient_clip_algorithm``).
+        """
+        loop = self.trainer.fit_loop
+        optimization = loop.manual if loop.manual is not None else loop.automatic
+        if optimization is None:
+            raise RuntimeError("self.clip_gradients() is called during fit, from training_step or configure_gradient_clipping.")
+        optimization.clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Only ``optimizer``'s parameters require grad until `untoggle_optimizer` (as in Lightning)."""
-        from trainer.loops.manual import toggle
-
-        toggle(self, optimizer, self._toggled_state())
+        target, saved = _unwrap(optimizer), self._toggled_state()
+        for opt in self.trainer.optimizers:
+            for param in _parameters(opt):
+                if param not in saved:
+                    saved[param] = param.requires_grad
+                    param.requires_grad = False
+        for param in _parameters(target):
+            param.requires_grad = saved[param]
 
     def untoggle_optimizer(self, optimizer: Any) -> None:
         """Give the other optimizers' parameters back the ``requires_grad`` they had at `toggle_optimizer`."""
-        from trainer.loops.manual import untoggle
-
-        untoggle(self, optimizer, self._toggled_state())
+        target, saved = _unwrap(optimizer), self._toggled_state()
+        for opt in self.trainer.optimizers:
+            if opt is not target:
+                for param in _parameters(opt):
+                    if param in saved:
+                        param.requires_grad = saved[param]
+        saved.clear()
 
     @contextlib.contextmanager
     def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
@@ -340,7 +430,7 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
             state = self.__dict__["_param_requires_grad_state"] = {}
         return state
 
-    def _manual(self, what: str) -> ManualOptimization:
+    def _manual(self, what: str) -> Any:  # the loop's ManualOptimization
         manual = self.trainer.fit_loop.manual
         if manual is None:
             raise RuntimeError(
@@ -349,13 +439,101 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
             )
         return manual
 
+    # -- the module's own API (Lightning's) --------------------------------------------------
+    def freeze(self: _M) -> _M:
+        """No parameter requires grad, and eval mode; returns the module."""
+        for param in self.parameters():
+            param.requires_grad = False
+        return self.eval()
+
+    def unfreeze(self: _M) -> _M:
+        """Every parameter requires grad, and train mode; returns the module."""
+        for param in self.parameters():
+            param.requires_grad = True
+        return self.train()
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Every rank's tensors (in ``data``: a tensor or a container of them) stacked on a new first
+        dimension of size W; one process: ``data`` with that dimension added. ``sync_grads=True``
+        lets gradients flow back to every rank's input."""
+        from trainer.data.batch import apply_to_tensors
+
+        if group is not None:
+            raise ValueError("all_gather(group=...) is not supported: Lockstep gathers over the whole run.")
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if strategy is None or strategy.world_size == 1:
+            return apply_to_tensors(data, lambda t: t.unsqueeze(0))
+        if sync_grads:
+            from torch.distributed.nn.functional import all_gather as differentiable_all_gather
+
+            return apply_to_tensors(data, lambda t: torch.stack(differentiable_all_gather(t.contiguous())))
+        return apply_to_tensors(data, strategy.all_gather)
+
+    @torch.no_grad()
+    def to_torchscript(
+        self,
+        file_path: str | os.PathLike[str] | None = None,
+        method: str = "script",
+        example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The module compiled by ``torch.jit.script`` (or ``method="trace"`` on ``example_inputs``,
+        default ``self.example_input_array``), in eval mode; saved to ``file_path`` when given."""
+        if method not in ("script", "trace"):
+            raise ValueError(f"to_torchscript(method=...) is 'script' or 'trace', got {method!r}.")
+        inputs = example_inputs if example_inputs is not None else self.example_input_array
+        if method == "trace" and inputs is None:
+            raise ValueError("to_torchscript(method='trace') needs example_inputs or self.example_input_array.")
+        mode = self.training
+        self.__dict__["_scripting"] = True  # torch.jit reads every attribute: `trainer` must not raise
+        try:
+            if method == "script":
+                compiled = torch.jit.script(self.eval(), **kwargs)
+            else:
+                compiled = torch.jit.trace(self.eval(), example_inputs=self._example_on_device(inputs), **kwargs)
+        finally:
+            self.__dict__.pop("_scripting")
+            self.train(mode)
+        if file_path is not None:
+            torch.jit.save(compiled, os.fspath(file_path))
+        return compiled
+
+    @torch.no_grad()
+    def to_onnx(self, file_path: str | os.PathLike[str], input_sample: Any = None, **kwargs: Any) -> None:
+        """Export to ONNX with ``torch.onnx.export`` (needs the ``onnx`` package), on ``input_sample``
+        (default ``self.example_input_array``)."""
+        inputs = input_sample if input_sample is not None else self.example_input_array
+        if inputs is None:
+            raise ValueError("to_onnx needs input_sample or self.example_input_array.")
+        mode = self.training
+        torch.onnx.export(self.eval(), self._example_on_device(inputs), os.fspath(file_path), **kwargs)
+        self.train(mode)
+
+    def _example_on_device(self, inputs: Any) -> Any:
+        from trainer.accelerators.accelerator import move_to_device
+
+        return move_to_device(inputs, self.device)
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the module's parameters are on a CUDA device."""
+        return self.device.type == "cuda"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point dtype of the module's parameters (``torch.float32`` when it has none)."""
+        for p in self.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return torch.get_default_dtype()
+
     # -- where am I -------------------------------------------------------------------------
     @property
     def trainer(self) -> Trainer:
         """The Trainer running this module."""
-        if self._trainer is None:
+        if self._trainer is None and not self.__dict__.get("_scripting"):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer")
-        return self._trainer
+        return self._trainer  # type: ignore[return-value]
 
     @trainer.setter
     def trainer(self, trainer: Trainer | None) -> None:
@@ -364,11 +542,14 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
 
     @property
     def device(self) -> torch.device:
-        """The device the module's parameters live on (the strategy's device during a run)."""
+        """The device the module's parameters live on (after ``.to(...)`` too); during a run, before
+        they exist or while they are on the meta device, the strategy's device."""
+        for p in self.parameters():
+            if p.device.type != "meta":
+                return p.device
+            break
         if self._trainer is not None:
             return self._trainer.strategy.root_device
-        for p in self.parameters():
-            return p.device
         return torch.device("cpu")
 
     @property
@@ -400,3 +581,22 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     def global_step(self) -> int:
         """Optimizer steps taken so far."""
         return self._trainer.global_step if self._trainer is not None else 0
+
+
+# torch.jit.script compiles properties and annotated attributes unless listed here: the
+# Trainer-facing ones are not TorchScript
+_NOT_SCRIPTED = [
+    *(n for cls in TrainModule.__mro__ for n, v in vars(cls).items() if isinstance(v, property)),
+    *(n for cls in TrainModule.__mro__ if cls is not nn.Module for n in vars(cls).get("__annotations__", {})),
+]
+TrainModule.__jit_unused_properties__ = [*getattr(nn.Module, "__jit_unused_properties__", ()), *_NOT_SCRIPTED]
+TrainModule.__jit_ignored_attributes__ = list(_NOT_SCRIPTED)
+
+
+def _unwrap(optimizer: Any) -> torch.optim.Optimizer:
+    """The torch optimizer behind ``optimizer`` (manual optimization hands out wrappers)."""
+    return optimizer if isinstance(optimizer, torch.optim.Optimizer) else optimizer.optimizer
+
+
+def _parameters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from trainer.loops.evaluation_loop import EvaluationLoop
 
 
 class Stage(str, enum.Enum):
@@ -28,7 +26,7 @@ class TrainerState:
 
     stage: Stage | None = None
     failing: bool = False  # the run raised (set before on_exception, kept until the next run)
-    evaluation: EvaluationLoop | None = None  # the latest evaluation run (errors name its batch)
+    evaluation: Any = None  # the latest EvaluationLoop (errors name its batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +44,8 @@ class EvaluationSettings:
     batch_end: str
     epoch_end: str
     end: str
+    model_eval: str  # the module hook that puts it in eval mode before the run
+    model_train: str | None  # the one that undoes it (None: the module's modes are restored)
 
 
 _VALIDATION = EvaluationSettings(
@@ -60,6 +60,8 @@ _VALIDATION = EvaluationSettings(
     batch_end="on_validation_batch_end",
     epoch_end="on_validation_epoch_end",
     end="on_validation_end",
+    model_eval="on_validation_model_eval",
+    model_train="on_validation_model_train",  # as in Lightning
 )
 
 EVALUATION: dict[Stage, EvaluationSettings] = {
@@ -77,6 +79,8 @@ EVALUATION: dict[Stage, EvaluationSettings] = {
         batch_end="on_test_batch_end",
         epoch_end="on_test_epoch_end",
         end="on_test_end",
+    model_eval="on_test_model_eval",
+    model_train="on_test_model_train",  # as in Lightning
     ),
     Stage.PREDICT: EvaluationSettings(
         name="predict",
@@ -90,5 +94,7 @@ EVALUATION: dict[Stage, EvaluationSettings] = {
         batch_end="on_predict_batch_end",
         epoch_end="on_predict_epoch_end",
         end="on_predict_end",
+    model_eval="on_predict_model_eval",
+    model_train=None,  # Lightning never calls on_predict_model_train
     ),
 }

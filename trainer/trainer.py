@@ -14,32 +14,32 @@ import torch
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
-from trainer.checks import check_call, check_trainer_arguments
-from trainer.configuration import configure
+from trainer.checks import check_call
+from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
-from trainer.data.loaders import loader_batch_size, num_batches
-from trainer.contracts import storage
+from trainer.data.batch_counts import BatchCounts
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
-from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions
+from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
+from trainer.metrics.results_table import print_results
+from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
-from trainer.loops.optimization import LRSchedulerConfig
+from trainer.loops.progress import FitProgress
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
-from trainer.profiler import Profiler
+from trainer.profiler import Profiler, make_profiler
+from trainer.run_state import RunState, RunStateFields
 from trainer.seed import use_deterministic_algorithms
 from trainer.stage import Stage, TrainerState
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer:
-    """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks.
-
-    See ``docs/trainer.md`` for every argument. Arguments are checked here, before any work.
-    """
+class Trainer(TrainerSettings, RunStateFields, BatchCounts):
+    """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
+    every argument, checked before any work; each is then a read-only setting, `TrainerConfig`)."""
 
     def __init__(
         self,
@@ -82,10 +82,12 @@ class Trainer:
         enable_model_summary: bool = True,
         reload_dataloaders_every_n_epochs: int = 0,
         profiler: str | Profiler | None = None,
+        min_epochs: int | None = None,
+        min_steps: int | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)
-        check_trainer_arguments(args)
-        configure(self, args)  # the plain settings, as fast_dev_run / overfit_batches adjust them
+        self.config = TrainerConfig.from_arguments(args)  # checked once; fast_dev_run / overfit_batches applied
+        self.profiler = make_profiler(profiler)
 
         self.precision = normalize_precision(precision)
         self._strategy = select_strategy(
@@ -103,14 +105,7 @@ class Trainer:
         self.loggers: list[Logger] = make_loggers(False if self.fast_dev_run else logger, self.default_root_dir)
         self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, args)
         self.state = TrainerState()
-        self.should_stop = False  # set by a callback or the module: the loop stops at the next agreement point
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
-        self.train_dataloader: Any = None
-        self.val_dataloaders: list[Any] = []
-        self.datamodule: DataModule | None = None  # the current (or last) run's
-        self.num_test_batches: list[int | None] = []
-        self.num_predict_batches: list[int | None] = []
+        self.run = RunState(accumulate_grad_batches)  # what changes during a run: should_stop, optimizers, loaders
         self.fit_loop = FitLoop(self, detect_non_finite_loss)
         self.metric_logger = MetricLogger(self.loggers)  # where `self.log` records; what reaches the loggers
         self._module: TrainModule | None = None
@@ -175,6 +170,11 @@ class Trainer:
         return self.fit_loop.progress.global_step
 
     @property
+    def fit_progress(self) -> FitProgress:
+        """Where the fit stands: epoch, global step, batches done in the epoch (callbacks only read it)."""
+        return self.fit_loop.progress
+
+    @property
     def num_training_batches(self) -> int | None:
         """This epoch's training batches (after ``limit_train_batches``), as every rank agreed."""
         return self.fit_loop.num_training_batches
@@ -210,22 +210,6 @@ class Trainer:
         return self.loggers[0] if self.loggers else None
 
     @property
-    def micro_batch_size(self) -> int | None:
-        """b: samples per rank per forward (from the train loader)."""
-        return loader_batch_size(self.train_dataloader) if self.train_dataloader is not None else None
-
-    @property
-    def global_batch_size(self) -> int | None:
-        """W * b * A: samples per optimizer step over all ranks."""
-        b = self.micro_batch_size
-        return None if b is None else self.world_size * b * self.accumulate_grad_batches
-
-    @property
-    def num_val_batches(self) -> list[int | None]:
-        """Batches per validation loader of ``fit`` or the last ``validate`` (after ``limit_val_batches``)."""
-        return [num_batches(dl, self.limit_val_batches, "val") for dl in self.val_dataloaders]
-
-    @property
     def checkpoint_callback(self) -> ModelCheckpoint | None:
         """The first ModelCheckpoint (or subclass), if any."""
         return next(iter(self.checkpoint_callbacks), None)
@@ -241,75 +225,81 @@ class Trainer:
         model: TrainModule,
         train_dataloaders: Any = None,
         val_dataloaders: Any = None,
+        datamodule: DataModule | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
-        datamodule: DataModule | None = None,
     ) -> None:
         """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
-        A restarted run (``restart_count`` > 0 in the cluster environment: torch's elastic agent
-        restarting the worker group, or SLURM requeueing the job) resumes from the last checkpoint
-        when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with arbitrary
-        pickled objects: only for files you trust.
+        A restarted run (torch's elastic agent restarting the worker
+        group on any node, or SLURM requeueing the job; `Strategy.is_restart`) resumes from the last
+        checkpoint when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with
+        arbitrary pickled objects: only for files you trust.
         """
         check_call(model, Stage.FIT, ckpt_path, weights_only)
         train_dataloaders, datamodule = attach_datamodule(self, Stage.FIT, train_dataloaders, datamodule, val_dataloaders)
-        self._run(
-            Stage.FIT,
-            model,
-            lambda: self.fit_loop.fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only),
-            (model, train_dataloaders, val_dataloaders, ckpt_path, weights_only, datamodule),
-        )
+        args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)
+        body = lambda: self.fit_loop.fit(model, train_dataloaders, val_dataloaders, ckpt_path, weights_only)  # noqa: E731
+        self._run(Stage.FIT, model, body, args)
 
     def validate(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
-        weights_only: bool = True,
+        verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
         """Run ``validation_step`` over the loaders (or a ``datamodule``'s); one metric dict per loader.
 
-        ``ckpt_path`` loads the weights first; ``weights_only=False`` allows checkpoints with
-        arbitrary pickled objects: only for files you trust.
-        """
-        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule)
+        ``ckpt_path`` loads the weights first (``weights_only=False``: any pickled object, for files
+        you trust); ``verbose``: global rank 0 prints the results table."""
+        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
 
     def test(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
         ckpt_path: str | os.PathLike[str] | None = None,
-        weights_only: bool = True,
+        verbose: bool = True,
         datamodule: DataModule | None = None,
+        weights_only: bool = True,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over the test data; one metric dict per loader (see `validate`)."""
-        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule)
+        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
 
     def predict(
         self,
         model: TrainModule | None = None,
         dataloaders: Any = None,
+        datamodule: DataModule | None = None,
+        return_predictions: bool | None = None,
         ckpt_path: str | os.PathLike[str] | None = None,
         weights_only: bool = True,
-        datamodule: DataModule | None = None,
-    ) -> list[Any]:
-        """Run ``predict_step`` and return its outputs (a list per loader when several; see `validate`)."""
-        return self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule)
+    ) -> list[Any] | None:
+        """Run ``predict_step``; its outputs (a list per loader when several), None if ``return_predictions=False``."""
+        result = self._evaluate(Stage.PREDICT, model, dataloaders, ckpt_path, weights_only, datamodule, False)
+        return None if return_predictions is False else result
 
-    def save_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
+    def request_stop(self) -> None:
+        """Set ``should_stop``; with several processes every rank calls it, and the agreed stop may end the epoch early."""
+        self.should_stop = True
+        if self.world_size > 1:
+            self.fit_loop.agree_on_stop()
+
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
         """Write a checkpoint of the run. Call it on every rank; global rank 0 writes, atomically
         (under FSDP every rank writes its shards into the directory ``filepath``: docs/checkpointing.md).
+        ``weights_only=True``: no optimizer, scheduler or callback state (loads, cannot resume).
 
         Raises `NonFiniteLossError` instead when a training loss since the last check was not
         finite: the weights that follow it are never saved.
 
-        While a run with several processes is failing (from ``on_exception``), the other ranks may
-        be gone, so no collective runs: global rank 0 checks its own losses and writes its own
-        state (the other ranks' ``rank_states`` are None); every other rank returns without writing.
+        While a run with several processes is failing (from ``on_exception``) no collective runs:
+        global rank 0 writes its own state (the others' ``rank_states`` are None), other ranks nothing.
         """
-        save_checkpoint(self, filepath)
+        save_checkpoint(self, filepath, weights_only)
 
     def adopt_spawned_run(self, model: TrainModule | None, outcome: dict[str, Any]) -> None:
         """Take rank 0's final state from spawned workers (`SpawnLauncher`), as if run here."""
@@ -323,6 +313,7 @@ class Trainer:
 
     # -- the run --------------------------------------------------------------------------------
     def _run(self, stage: Stage, model: TrainModule, body: Callable[[], Any], args: tuple[Any, ...] = ()) -> Any:
+        check_supported(model)  # a Lightning hook Lockstep does not call fails here, by name
         self.state = TrainerState()
         if self._strategy.launcher is not None:
             # spawned workers inherit the loggers: one version for every call of this Trainer
@@ -332,12 +323,14 @@ class Trainer:
         self._module = model
         model.trainer = self
         self.should_stop = False
+        self.callbacks = with_module_callbacks(self.callbacks, model)  # kept, as in Lightning
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
         self.profiler.start(stage.value)
         try:
             self._strategy.setup_environment()
             prepare_and_set_up_data(self, model, stage)
             self.hooks.call("setup", stage.value)
+            self.metric_logger.start_run()
             result = body()
         except BaseException as exc:
             self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
@@ -345,6 +338,8 @@ class Trainer:
             record_for_elastic_agent(clearer or exc, self.global_rank)
             try:
                 self.hooks.call_callbacks("on_exception", exc)
+                if self.datamodule is not None:  # as Lightning: after the callbacks
+                    self.datamodule.on_exception(exc)
             finally:  # a callback that raises must not keep this rank in the group
                 self._finish(stage, "failed")
             if clearer is not None:
@@ -377,7 +372,7 @@ class Trainer:
             self._strategy.teardown()
 
     def _evaluate(
-        self, stage: Stage, model: TrainModule | None, loaders: Any, ckpt_path: Any, weights_only: bool, datamodule: Any
+        self, stage: Stage, model: Any, loaders: Any, ckpt_path: Any, weights_only: bool, datamodule: Any, verbose: bool
     ) -> Any:
         if model is None:
             if self._module is None:
@@ -390,4 +385,9 @@ class Trainer:
             loop = EvaluationLoop(self, stage)
             return loop.run(loop.setup(model, loaders, ckpt_path, weights_only))
 
-        return self._run(stage, model, body, (model, loaders, ckpt_path, weights_only, datamodule))
+        predict = stage == Stage.PREDICT  # spawned workers get the entry point's arguments; this process prints
+        args = (model, loaders, datamodule, True) if predict else (model, loaders, ckpt_path, False, datamodule)
+        results = self._run(stage, model, body, (*args, *((ckpt_path,) if predict else ()), weights_only))
+        if verbose and self.is_global_zero:
+            print_results(results, stage.value)
+        return results

@@ -1,4 +1,5 @@
-"""A callback's role is its class: a `ModelCheckpoint` subclass works everywhere the built-in one does."""
+"""A callback's role is what it declares (`Callback.role`): a `ModelCheckpoint` subclass, or any
+callback of role "checkpoint", works everywhere the built-in one does."""
 from __future__ import annotations
 
 import os
@@ -7,7 +8,7 @@ import signal
 import pytest
 import torch
 
-from callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar
+from callbacks import Callback, LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Preempted, Trainer
 
@@ -69,3 +70,25 @@ def test_best_last_and_preemption_go_through_a_subclass(tmp_path):
 
 def test_quiet_settings_still_add_no_checkpoint_callback():
     assert Trainer(accelerator="cpu", **QUIET).checkpoint_callbacks == []
+
+
+class OwnBar(Callback):
+    """Not a ProgressBar subclass: it declares the role, and the default bar is not added."""
+
+    role = "progress_bar"
+    is_enabled = False
+
+    def print(self, *args, **kwargs):
+        raise AssertionError("a disabled bar is not printed through")
+
+
+class OwnCheckpoint(Callback):
+    role = "checkpoint"
+
+
+def test_the_trainer_finds_callbacks_by_their_declared_role(tmp_path):
+    bar, ckpt = OwnBar(), OwnCheckpoint()
+    trainer = Trainer(accelerator="cpu", callbacks=[ckpt, bar], default_root_dir=tmp_path, logger=False)
+    assert not any(isinstance(cb, ProgressBar) for cb in trainer.callbacks)  # the declared bar stands in
+    assert not any(isinstance(cb, ModelCheckpoint) for cb in trainer.callbacks)
+    assert trainer.checkpoint_callbacks == [ckpt] and trainer.callbacks[-1] is ckpt  # checkpoints run last

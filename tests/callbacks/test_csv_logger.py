@@ -69,7 +69,7 @@ def test_nonzero_rank_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_bad_flush_every(tmp_path):
-    with pytest.raises(ValueError, match=r"CSVLogger\(flush_every_n_rows=0\): expected an int >= 1"):
+    with pytest.raises(ValueError, match=r"CSVLogger\(flush_every_n_rows\) must be an int >= 1, got 0"):
         CSVLogger(tmp_path, flush_every_n_rows=0)
 
 

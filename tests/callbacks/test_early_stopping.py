@@ -98,10 +98,10 @@ def test_state_dict_round_trip():
             {"monitor": "x", "mode": "lowest"},
             r"EarlyStopping\(mode='lowest'\) is not supported: use 'min' or 'max'",
         ),
-        ({"monitor": "x", "patience": -1}, r"EarlyStopping\(patience=-1\): expected an int >= 0"),
+        ({"monitor": "x", "patience": -1}, r"EarlyStopping\(patience\) must be an int >= 0, got -1"),
         (
             {"monitor": "x", "min_delta": -0.1},
-            r"EarlyStopping\(min_delta=-0.1\): expected a finite number >= 0",
+            r"EarlyStopping\(min_delta\) must be a finite number >= 0, got -0.1",
         ),
     ],
 )

@@ -44,18 +44,22 @@ def test_format_checkpoint_name(tmp_path):
     assert (
         os.path.basename(ckpt.format_checkpoint_name({"step": 40, "val/acc": 0.91})) == "model-00040-0.9.ckpt"
     )
-    ckpt = ModelCheckpoint(dirpath=tmp_path, filename="{val/acc:.1f}")
-    assert os.path.basename(ckpt.format_checkpoint_name({"val/acc": 0.91})) == "val_acc=0.9.ckpt"
+    # as Lightning: a "/" in a metric name makes a sub-directory
+    ckpt = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}-{val/acc:.1f}")
+    assert ckpt.format_checkpoint_name({"epoch": 1, "val/acc": 0.91}) == os.path.join(
+        str(tmp_path), "epoch=1-val", "acc=0.9.ckpt"
+    )
+    assert ckpt.format_checkpoint_name({"epoch": 1}, filename="{epoch:03d}", prefix="run") == os.path.join(
+        str(tmp_path), "run-epoch=001.ckpt"
+    )
 
 
 def test_filename_field_missing_from_metrics(tmp_path):
+    # as Lightning: written as 0, here with a warning that names the field
     ckpt = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}-{val_acc:.2f}")
-    with pytest.raises(
-        KeyError,
-        match=r"refers to 'val_acc', which is not in the logged metrics\. "
-        r"Available keys: epoch, step, val_loss\.",
-    ):
-        ckpt.format_checkpoint_name({"epoch": 1, "step": 2, "val_loss": 0.5})
+    with pytest.warns(UserWarning, match=r"refers to 'val_acc', which is not in the logged metrics \(available: epoch, step, val_loss\)"):
+        path = ckpt.format_checkpoint_name({"epoch": 1, "step": 2, "val_loss": 0.5})
+    assert os.path.basename(path) == "epoch=1-val_acc=0.00.ckpt"
 
 
 @pytest.mark.parametrize(
@@ -66,11 +70,11 @@ def test_filename_field_missing_from_metrics(tmp_path):
             ValueError,
             r"ModelCheckpoint\(mode='best'\) is not supported: use 'min' or 'max'",
         ),
-        ({"save_top_k": -2}, ValueError, r"save_top_k=-2\): expected an int >= -1"),
-        ({"save_top_k": 1.5}, TypeError, r"save_top_k=1.5\): expected an int >= -1"),
+        ({"save_top_k": -2}, ValueError, r"save_top_k\) must be an int >= -1, got -2"),
+        ({"save_top_k": 1.5}, TypeError, r"save_top_k\) must be an int >= -1, got 1.5"),
         ({"save_top_k": 3}, ValueError, r"save_top_k=3, monitor=None\): there is no metric to rank"),
-        ({"every_n_train_steps": -1}, ValueError, r"every_n_train_steps=-1\): expected None or an int >= 0"),
-        ({"every_n_epochs": -2}, ValueError, r"every_n_epochs=-2\): expected None or an int >= 0"),
+        ({"every_n_train_steps": -1}, ValueError, r"every_n_train_steps\) must be None or an int >= 0, got -1"),
+        ({"every_n_epochs": -2}, ValueError, r"every_n_epochs\) must be None or an int >= 0, got -2"),
         ({"filename": 3}, TypeError, r"filename=3\): expected a str template"),
     ],
 )
@@ -166,14 +170,19 @@ def test_default_callback_keeps_latest_in_log_dir(tmp_path):
     assert isinstance(ckpt, ModelCheckpoint)
     directory = os.path.join(trainer.log_dir, "checkpoints")
     assert ckpt.dirpath == directory and trainer.log_dir.endswith(os.path.join("logs", "version_0"))
-    assert _files(directory) == ["epoch=1-step=4.ckpt"]
+    # last.ckpt: a link to the newest file (no second write), so that ckpt_path="last" resumes
+    assert _files(directory) == ["epoch=1-step=4.ckpt", "last.ckpt"]
+    assert os.readlink(os.path.join(directory, "last.ckpt")) == "epoch=1-step=4.ckpt"
     assert ckpt.best_model_path == os.path.join(directory, "epoch=1-step=4.ckpt")
+    again = Trainer(accelerator="cpu", max_epochs=3, default_root_dir=tmp_path, enable_progress_bar=False)
+    again.fit(Scripted(), loader(*TRAIN), ckpt_path="last")
+    assert again.global_step == 6 and again.log_dir.endswith("version_1")
 
 
 def test_without_logger_saves_under_root(tmp_path):
     trainer = Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, logger=False, enable_progress_bar=False)
     trainer.fit(Scripted(), loader(*TRAIN))
-    assert _files(os.path.join(str(tmp_path), "checkpoints")) == ["epoch=0-step=2.ckpt"]
+    assert _files(os.path.join(str(tmp_path), "checkpoints")) == ["epoch=0-step=2.ckpt", "last.ckpt"]
 
 
 def test_every_n_train_steps(tmp_path):

@@ -98,9 +98,9 @@ def test_default_bar_goes_to_stdout(capsys):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"refresh_rate": -1}, r"ProgressBar\(refresh_rate=-1\): expected an int >= 0"),
-        ({"min_interval_s": -0.5}, r"ProgressBar\(min_interval_s=-0.5\): expected a number >= 0"),
-        ({"line_every_percent": 0}, r"ProgressBar\(line_every_percent=0\): expected 0 < value <= 100"),
+        ({"refresh_rate": -1}, r"ProgressBar\(refresh_rate\) must be an int >= 0, got -1"),
+        ({"min_interval_s": -0.5}, r"ProgressBar\(min_interval_s\) must be a finite number >= 0, got -0.5"),
+        ({"line_every_percent": 0}, r"ProgressBar\(line_every_percent\) must be a finite number in \(0, 100\], got 0"),
     ],
 )
 def test_bad_arguments(kwargs, message):

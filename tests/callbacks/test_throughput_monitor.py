@@ -77,6 +77,6 @@ def test_data_wait_is_measured():
 
 def test_bad_argument():
     with pytest.raises(
-        ValueError, match=r"ThroughputMonitor\(log_every_n_steps=0\): expected None or an int >= 1"
+        ValueError, match=r"ThroughputMonitor\(log_every_n_steps\) must be None or an int >= 1, got 0"
     ):
         ThroughputMonitor(log_every_n_steps=0)

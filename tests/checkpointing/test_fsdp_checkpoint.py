@@ -19,7 +19,7 @@ from tests.helpers.resume_models import Noisy, make_loader
 from trainer import FSDPStrategy, Trainer, seed_everything
 from trainer.checkpointing.checkpoint import CheckpointError
 from trainer.launch.preemption import Preempted
-from trainer.checkpointing.distributed_checkpoint import META_FILE, consolidate_checkpoint, consolidated
+from trainer.checkpointing.distributed_checkpoint import MANIFEST_FILE, META_FILE, consolidate_checkpoint, consolidated
 
 STOP_STEP = 9  # epoch 1, mid-epoch
 PREEMPT_STEP = 11  # the pre-emption signalled after step 9 is agreed at step 11's end
@@ -184,7 +184,7 @@ def test_resume_at_the_same_world_size_is_bitwise(run):
 def test_a_sharded_checkpoint_is_one_directory_of_every_ranks_shards(run):
     tmp, _ = run
     path = os.path.join(tmp, "mid.ckpt")
-    assert sorted(os.listdir(path)) == sorted([".metadata", "__0_0.distcp", "__1_0.distcp", META_FILE])
+    assert sorted(os.listdir(path)) == sorted([".metadata", "__0_0.distcp", "__1_0.distcp", META_FILE, MANIFEST_FILE])
     meta = torch.load(os.path.join(path, META_FILE), weights_only=True)
     assert meta["global_step"] == STOP_STEP and meta["world_size"] == 2 and len(meta["rank_states"]) == 2
     assert not [name for name in os.listdir(tmp) if name.startswith(".")]  # no temporary left
@@ -258,13 +258,25 @@ def _same_optimizer_state(a, b):
     ) and [g["lr"] for g in a["param_groups"]] == [g["lr"] for g in b["param_groups"]]
 
 
-def _resume_elsewhere(rank, world_size, tmp, full):
+def _resume_elsewhere(rank, world_size, tmp, full, corrupt=None):
     """Resume the W=2 checkpoint at this world size for 2 steps; at W=1 also the reference: one
-    process without FSDP from the consolidated file, from the same seed."""
+    process without FSDP from the consolidated file, from the same seed. With ``corrupt`` (a
+    copy with flipped bytes in one shard) first a fit from it, which must fail before loading."""
     torch.set_num_threads(1)
     # b=4, A=2 on another world size: another global batch than the checkpoint's (continued, warned)
     kw = {"max_steps": STOP_STEP + 2, "accumulate_grad_batches": 2, "accelerator": "cpu",
           "allow_global_batch_change": True, **QUIET}
+    refused = None
+    if corrupt is not None:
+        seed_everything(5)
+        model = Logged()
+        before = [p.detach().clone() for p in model.parameters()]
+        try:
+            Trainer(strategy=_strategy(), **kw).fit(model, make_loader(), ckpt_path=corrupt)
+        except CheckpointError as err:
+            # at W=1 a rank's shard is the whole parameter: the model must be as it was made
+            local = [p.to_local() if hasattr(p, "to_local") else p for p in model.parameters()]
+            refused = {"error": str(err), "unchanged": all(torch.equal(a, b) for a, b in zip(local, before))}
     seed_everything(5)
     record = Record()
     trainer = Trainer(strategy=_strategy(), callbacks=[record], **kw)
@@ -272,7 +284,7 @@ def _resume_elsewhere(rank, world_size, tmp, full):
         warnings.simplefilter("always")
         trainer.fit(Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt"))
     out = {"start": record.at["start"], "optimizer": record.at["optimizer"], "end": record.at["end"],
-           "steps": trainer.global_step, "warnings": [str(w.message) for w in caught]}
+           "steps": trainer.global_step, "warnings": [str(w.message) for w in caught], "refused": refused}
     # an ordinary single-file checkpoint (here the consolidated one) into the shards
     record = Record()
     Trainer(strategy=_strategy(), callbacks=[record], **{**kw, "max_steps": STOP_STEP}).fit(
@@ -301,10 +313,13 @@ def full_file(run, tmp_path_factory):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("world_size", [1, 4])
-def test_resume_reshards_to_another_world_size(run, full_file, world_size):
+def test_resume_reshards_to_another_world_size(run, full_file, world_size, tmp_path):
     tmp, results = run
     saved, saved_optimizer = results[0]["saved"], results[0]["saved_optimizer"]
-    outs = run_ranks(_resume_elsewhere, world_size=world_size, args=(tmp, full_file), init_group=False, timeout=150)
+    corrupt = None
+    if world_size == 1:
+        corrupt = _corrupt_copy(os.path.join(tmp, "mid.ckpt"), tmp_path / "flipped.ckpt", "__1_0.distcp", "flip")
+    outs = run_ranks(_resume_elsewhere, world_size=world_size, args=(tmp, full_file, corrupt), init_group=False, timeout=150)
     for out in outs:
         # every rank's new shards hold exactly the saved module and optimizer states
         assert all(torch.equal(a, b) for a, b in zip(out["start"], saved))
@@ -317,7 +332,11 @@ def test_resume_reshards_to_another_world_size(run, full_file, world_size):
             assert _same_optimizer_state(out["hsdp"]["optimizer"], saved_optimizer)
         assert all(torch.isfinite(p).all() and not torch.equal(p, q) for p, q in zip(out["end"], saved))
     assert any("made with world size 2" in w for w in outs[0]["warnings"])
-    if world_size == 1:  # two more steps from those states: as one process without FSDP takes them
+    if world_size == 1:  # the corrupt copy: refused before the module or the optimizer was touched
+        refused = outs[0]["refused"]
+        assert refused is not None and refused["unchanged"], refused
+        assert "shard __1_0.distcp (written by rank 1) does not match its checksum" in refused["error"]
+        assert "flipped.ckpt" in refused["error"]  # two more steps from those states: as one process without FSDP takes them
         for a, b in zip(outs[0]["end"], outs[0]["reference"]):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 
@@ -396,3 +415,82 @@ def test_a_crafted_index_is_refused_and_not_executed(run, tmp_path):
     with pytest.raises(CheckpointError, match=r"Refused to load sharded checkpoint .*evil.ckpt.*posix.system.*weights_only=False"):
         Logged.load_from_checkpoint(path)
     assert not marker.exists()
+
+
+def _corrupt_copy(src, dst, shard, how):
+    """A copy of the sharded checkpoint ``src`` whose ``shard`` is truncated or has flipped bytes."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    file = os.path.join(dst, shard)
+    data = bytearray(open(file, "rb").read())
+    if how == "truncate":
+        data = data[: len(data) // 2]
+    else:  # the same size: only a checksum can tell
+        data[len(data) // 2] ^= 0xFF
+    with open(file, "wb") as f:
+        f.write(data)
+    return str(dst)
+
+
+@pytest.mark.parametrize(
+    ("shard", "how", "message"),
+    [
+        ("__0_0.distcp", "truncate", r"shard __0_0.distcp \(written by rank 0\) has \d+ bytes, \d+ expected"),
+        ("__1_0.distcp", "flip", r"shard __1_0.distcp \(written by rank 1\) does not match its checksum"),
+    ],
+)
+def test_a_corrupt_shard_is_refused_naming_the_checkpoint_and_the_shard(run, tmp_path, shard, how, message):
+    tmp, _ = run
+    path = _corrupt_copy(os.path.join(tmp, "mid.ckpt"), tmp_path / "bad.ckpt", shard, how)
+    with pytest.raises(CheckpointError, match=r"Sharded checkpoint '.*bad.ckpt' \(read on rank 0\): " + message):
+        consolidated(path)
+    model = Logged()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(CheckpointError, match=message):
+        Trainer(accelerator="cpu", **QUIET).validate(model, make_loader(), ckpt_path=path)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+
+
+def test_a_truncated_shard_of_an_old_checkpoint_is_found_from_the_index_sizes(run, tmp_path):
+    tmp, _ = run  # a checkpoint without shards.json (written before it existed): the index's sizes
+    path = _corrupt_copy(os.path.join(tmp, "mid.ckpt"), tmp_path / "old.ckpt", "__1_0.distcp", "truncate")
+    os.remove(os.path.join(path, MANIFEST_FILE))
+    with pytest.raises(CheckpointError, match=r"shard __1_0.distcp \(written by rank 1\) has \d+ bytes"):
+        consolidated(path)
+
+
+def test_torchs_checkpoint_exception_becomes_a_checkpoint_error_and_is_reported(tmp_path, monkeypatch):
+    """torch's CheckpointException is a BaseException: converted, and reported to the agent."""
+    import json
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from trainer.checkpointing.distributed_checkpoint import _named_errors
+    from trainer.launch.failure_notes import record_for_elastic_agent
+
+    raw = CheckpointException("save failed", {1: (OSError(28, "No space left on device"), None)})
+    with pytest.raises(CheckpointError, match=r"Could not save sharded checkpoint 'x.ckpt' \(on rank 0\): rank 1: OSError: .*No space left"):
+        with _named_errors("x.ckpt", 0, "save"):
+            raise raw
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
+    record_for_elastic_agent(raw, 0)
+    assert "CheckpointException" in json.loads((tmp_path / "error.json").read_text())["message"]["message"]
+
+
+def test_a_crafted_index_never_imports_the_module_it_names(tmp_path, monkeypatch):
+    """The module of a refused global is not imported: its import-time code does not run."""
+    marker = tmp_path / "imported"
+    (tmp_path / "lockstep_evil_index.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\nclass Payload:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "crafted.ckpt"
+    path.mkdir()
+    torch.save({"state_dict": {}, "optimizer_states": []}, path / META_FILE)
+    # Payload() pickled by hand (GLOBAL, EMPTY_TUPLE, NEWOBJ, STOP): nothing imports the module here
+    (path / ".metadata").write_bytes(b"\x80\x02clockstep_evil_index\nPayload\n)\x81.")
+    with pytest.raises(CheckpointError, match=r"Refused to load sharded checkpoint .*crafted.ckpt.*lockstep_evil_index.Payload"):
+        Logged.load_from_checkpoint(path)
+    assert not marker.exists()
+    assert "lockstep_evil_index" not in __import__("sys").modules

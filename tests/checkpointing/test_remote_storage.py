@@ -52,7 +52,7 @@ def test_file_url_is_the_local_path(tmp_path):
     trainer = Trainer(accelerator="cpu", **_quiet(max_epochs=1, logger=False), default_root_dir=f"file://{tmp_path}/run")
     assert trainer.default_root_dir == f"{tmp_path}/run"
     trainer.fit(Regression(), make_loader())
-    assert os.listdir(tmp_path / "run" / "checkpoints") == ["epoch=0-step=24.ckpt"]
+    assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["epoch=0-step=24.ckpt", "last.ckpt"]
     assert "file:" not in os.listdir(tmp_path)
 
 

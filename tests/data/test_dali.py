@@ -51,6 +51,12 @@ def samples(file_root: str, shard_id: int, num_shards: int, shuffle: bool = Fals
     )
 
 
+@pipeline_def(batch_size=BATCH, num_threads=1, seed=7)
+def gpu_samples(file_root: str, shard_id: int, num_shards: int) -> Any:
+    """`samples`, its batches copied to the GPU by DALI (``device_id`` given by the loader)."""
+    return samples.__wrapped__(file_root, shard_id, num_shards).gpu()
+
+
 @pipeline_def(batch_size=BATCH, num_threads=1, device_id=None)
 def unsharded(file_root: str, shard_id: int, num_shards: int) -> Any:
     return fn.readers.numpy(file_root=file_root, pad_last_batch=True)

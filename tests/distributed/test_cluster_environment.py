@@ -11,6 +11,7 @@ from trainer.distributed.cluster_environment import (
     expand_hostlist,
 )
 from trainer.distributed.rank_zero import current_global_rank
+from callbacks import Logger
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -213,6 +214,8 @@ def test_rank_zero_helpers_read_the_rank_as_the_cluster_environment_does(
         monkeypatch.setenv(name, value)
     assert current_global_rank() == detect_cluster_environment().global_rank == rank
     assert detect_global_rank() == rank
+    # a logger before the Trainer's setup: the same rank (it writes files on rank 0 only)
+    assert Logger().is_global_zero == (rank == 0)
     caplog.set_level("INFO")
     rank_zero_info("epoch 0 done")
     # one behaviour: printed to stdout on rank 0 only, nothing sent to `logging`

@@ -15,18 +15,19 @@ PATH = re.compile(r"(?<![\w/.])((?:trainer|callbacks|tests|examples|benchmarks|d
 # Dotted names in code spans: the packages' modules and attributes, or a Trainer's (`trainer.global_step`).
 NAME = re.compile(r"`((?:trainer|callbacks)(?:\.\w+)+)")
 # Written by a run, not part of the repository (git-ignored), or a placeholder in a table.
-NOT_IN_THE_REPOSITORY = {"benchmarks/results/latest.json"}
+NOT_IN_THE_REPOSITORY = {"benchmarks/results/latest.json", "benchmarks/results/gpu_check.md"}
 PLACEHOLDERS = {"callbacks.X"}
 
 
 def _attribute_chain(obj: object, parts: list[str]) -> bool:
+    """Whether ``obj.<parts...>`` can be read. A property that raises is a broken name: a page may
+    only point at what a reader can read (an attribute that needs a running fit is documented on
+    an object that has one)."""
     try:
         for part in parts:
             obj = getattr(obj, part)
-    except AttributeError:
+    except Exception:  # noqa: BLE001 - AttributeError, or any error a property raises
         return False
-    except Exception:  # a property that needs a running fit (`trainer.strategy` before fit) exists
-        return True
     return True
 
 
@@ -62,3 +63,20 @@ def test_the_dotted_names_on_the_pages_exist(tmp_path):
         if name not in PLACEHOLDERS and not _resolves(name, trainer)
     ]
     assert not missing, "pages name attributes that do not exist:\n" + "\n".join(missing)
+
+
+class _Raising:
+    @property
+    def broken(self) -> int:
+        raise RuntimeError("needs a running fit")
+
+    @property
+    def fine(self) -> int:
+        return 1
+
+
+def test_a_property_that_raises_is_not_a_valid_reference():
+    assert _attribute_chain(_Raising(), ["fine", "real"])  # int.real
+    assert not _attribute_chain(_Raising(), ["broken"])
+    assert not _attribute_chain(_Raising(), ["missing"])
+    assert not _attribute_chain(_Raising(), ["fine", "missing"])

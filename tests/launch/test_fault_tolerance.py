@@ -22,11 +22,11 @@ SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
 pytestmark = pytest.mark.timeout(240)
 
 
-def _launch(tmp_path, name, *args, torchrun_args=()):
+def _launch(tmp_path, name, *args, torchrun_args=(), **kw):
     out = tmp_path / name
     out.mkdir()
     proc = run_script([SCRIPT, "--root", str(tmp_path / "run"), *args], env={"LOCKSTEP_TEST_OUT": str(out)},
-                      torchrun_args=torchrun_args, timeout=150)
+                      torchrun_args=torchrun_args, timeout=150, **kw)
     return proc, out
 
 
@@ -65,6 +65,25 @@ def test_killed_worker_is_restarted_by_the_agent_and_resumes_from_last(tmp_path,
     assert "failed (exitcode: -9)" in proc.stderr  # the agent saw the SIGKILL and restarted the group
     restarted = read_rank_results(out)
     assert all(_same(r, s) for r, s in zip(restarted, straight))
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+@pytest.mark.parametrize("killed", [1, 0], ids=["worker-on-node-1", "worker-on-node-0"])
+def test_a_worker_killed_on_one_node_restarts_every_node_from_the_same_checkpoint(tmp_path, straight, killed):
+    """Two torchrun agents (two "nodes", one worker each, dynamic rendezvous): torch raises the
+    restart count only on the node whose worker died, yet every node's restarted worker joins
+    the same new group and resumes from the same checkpoint; the run ends as the straight one."""
+    proc, out = _launch(tmp_path, "out", "--mode", "kill", "--rank", str(killed), nproc=1, nnodes=2,
+                        rendezvous="c10d", torchrun_args=["--max-restarts", "1"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "failed (exitcode: -9)" in proc.stderr
+    restarted = read_rank_results(out)
+    assert [r["start_step"] for r in restarted] == [6, 6]  # step 7 killed: last.ckpt of step 6, on both
+    for r, s in zip(restarted, straight):
+        assert r["step"] == s["step"]
+        for a, b in zip(r["params"], s["params"]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
 class _SignalAt(Callback):

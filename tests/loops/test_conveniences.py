@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Subset
 
 from callbacks import ModelCheckpoint, ModelSummary, Timer
 from callbacks.model_summary import summarize
-from callbacks.timer import parse_duration
+from trainer.contracts.duration import parse_duration
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 from trainer import Trainer

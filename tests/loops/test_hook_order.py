@@ -18,7 +18,7 @@ from callbacks.callback import Callback
 from callbacks.early_stopping import EarlyStopping
 from tests.helpers.models import QUIET
 from trainer import Trainer, TrainModule
-from trainer.hooks import CALLBACK_HOOKS, HookDispatcher
+from trainer.hooks import CALLBACK_HOOKS, MODULE_ONLY_HOOKS, HookDispatcher
 
 
 def _loader(n: int) -> DataLoader:
@@ -475,6 +475,10 @@ def test_recorders_cover_every_hook():
         "optimizers", "lr_schedulers", "manual_backward", "no_backward_sync", "clip_gradients",
         "toggle_optimizer", "untoggle_optimizer", "toggled_optimizer",
     }
+    not_hooks |= {"freeze", "unfreeze", "all_gather", "to_torchscript", "to_onnx"}  # the module's API
+    # module-only hooks with Lightning's defaults: their calls, arguments and order are compared
+    # with Lightning's in tests/loops/test_lightning_hooks.py
+    not_hooks |= set(MODULE_ONLY_HOOKS)
     for name in module_methods:
         if name not in not_hooks:
             assert getattr(RecordingModule, name) is not getattr(TrainModule, name), name

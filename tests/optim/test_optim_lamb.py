@@ -267,13 +267,13 @@ def test_state_dict_round_trip():
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        (dict(lr=-1e-3), ValueError, r"lr must be >= 0, got -0.001"),
-        (dict(lr=1e-3, betas=(1.0, 0.999)), ValueError, r"betas\[0\] must be in \[0, 1\), got 1.0"),
-        (dict(lr=1e-3, betas=(0.9, -0.1)), ValueError, r"betas\[1\] must be in \[0, 1\), got -0.1"),
+        (dict(lr=-1e-3), ValueError, r"lr must be a finite number >= 0, got -0.001"),
+        (dict(lr=1e-3, betas=(1.0, 0.999)), ValueError, r"betas\[0\] must be a finite number in \[0, 1\), got 1.0"),
+        (dict(lr=1e-3, betas=(0.9, -0.1)), ValueError, r"betas\[1\] must be a finite number in \[0, 1\), got -0.1"),
         (dict(lr=1e-3, betas=(0.9,)), ValueError, r"betas must be a pair"),
-        (dict(lr=1e-3, eps=0.0), ValueError, r"eps must be > 0"),
-        (dict(lr=1e-3, weight_decay=-0.01), ValueError, r"weight_decay must be >= 0"),
-        (dict(lr=torch.tensor(1e-3)), TypeError, r"lr must be a real number, got Tensor"),
+        (dict(lr=1e-3, eps=0.0), ValueError, r"eps must be a finite number > 0"),
+        (dict(lr=1e-3, weight_decay=-0.01), ValueError, r"weight_decay must be a finite number >= 0"),
+        (dict(lr=torch.tensor(1e-3)), TypeError, r"lr must be a finite number >= 0, got tensor\(0.0010\)"),
     ],
 )
 def test_bad_arguments(kwargs, error, message):

@@ -310,16 +310,16 @@ def test_sparse_gradients_are_rejected():
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        (dict(lr=-0.1), ValueError, r"lr must be >= 0, got -0.1"),
-        (dict(lr=float("nan")), ValueError, r"lr must be finite"),
-        (dict(lr="0.1"), TypeError, r"lr must be a real number, got str"),
-        (dict(lr=0.1, momentum=1.0), ValueError, r"momentum must be in \[0, 1\), got 1.0"),
-        (dict(lr=0.1, momentum=-0.5), ValueError, r"momentum must be in \[0, 1\)"),
-        (dict(lr=0.1, weight_decay=-1e-4), ValueError, r"weight_decay must be >= 0"),
-        (dict(lr=0.1, trust_coefficient=0.0), ValueError, r"trust_coefficient must be > 0, got 0.0"),
-        (dict(lr=0.1, trust_coefficient=-0.001), ValueError, r"trust_coefficient must be > 0"),
-        (dict(lr=0.1, eps=-1e-8), ValueError, r"eps must be >= 0"),
-        (dict(lr=0.1, clip="yes"), TypeError, r"clip must be a bool, got str"),
+        (dict(lr=-0.1), ValueError, r"lr must be a finite number >= 0, got -0.1"),
+        (dict(lr=float("nan")), ValueError, r"lr must be a finite number >= 0, got nan"),
+        (dict(lr="0.1"), TypeError, r"lr must be a finite number >= 0, got '0.1'"),
+        (dict(lr=0.1, momentum=1.0), ValueError, r"momentum must be a finite number in \[0, 1\), got 1.0"),
+        (dict(lr=0.1, momentum=-0.5), ValueError, r"momentum must be a finite number in \[0, 1\)"),
+        (dict(lr=0.1, weight_decay=-1e-4), ValueError, r"weight_decay must be a finite number >= 0"),
+        (dict(lr=0.1, trust_coefficient=0.0), ValueError, r"trust_coefficient must be a finite number > 0, got 0.0"),
+        (dict(lr=0.1, trust_coefficient=-0.001), ValueError, r"trust_coefficient must be a finite number > 0"),
+        (dict(lr=0.1, eps=-1e-8), ValueError, r"eps must be a finite number >= 0"),
+        (dict(lr=0.1, clip="yes"), TypeError, r"clip must be a bool \(True or False\), got 'yes'"),
         (dict(lr=0.1, exclude=3), TypeError, r"exclude must be None, a callable"),
         (dict(lr=0.1, exclude=["bias", ""]), ValueError, r"exclude name substrings must be non-empty"),
     ],
@@ -331,7 +331,7 @@ def test_bad_arguments(kwargs, error, message):
 
 def test_bad_group_hyperparameters():
     p, q = nn.Parameter(torch.zeros(2, 2)), nn.Parameter(torch.zeros(2, 2))
-    with pytest.raises(ValueError, match="trust_coefficient must be > 0"):
+    with pytest.raises(ValueError, match="trust_coefficient must be a finite number > 0"):
         LARS([{"params": [p]}, {"params": [q], "trust_coefficient": 0.0}], lr=0.1)
     with pytest.raises(ValueError, match=r"group\['excluded'\] must be a bool or a list of bools"):
         LARS([{"params": [p, q], "excluded": [True]}], lr=0.1)

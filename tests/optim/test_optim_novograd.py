@@ -238,12 +238,12 @@ def test_state_dict_round_trip():
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        (dict(lr=-0.01), ValueError, r"lr must be >= 0, got -0.01"),
-        (dict(lr=0.01, betas=(0.95, 1.0)), ValueError, r"betas\[1\] must be in \[0, 1\), got 1.0"),
-        (dict(lr=0.01, betas=(-0.5, 0.98)), ValueError, r"betas\[0\] must be in \[0, 1\)"),
-        (dict(lr=0.01, eps=-1.0), ValueError, r"eps must be > 0"),
-        (dict(lr=0.01, weight_decay=-1.0), ValueError, r"weight_decay must be >= 0"),
-        (dict(lr=0.01, grad_averaging=1), TypeError, r"grad_averaging must be a bool, got int"),
+        (dict(lr=-0.01), ValueError, r"lr must be a finite number >= 0, got -0.01"),
+        (dict(lr=0.01, betas=(0.95, 1.0)), ValueError, r"betas\[1\] must be a finite number in \[0, 1\), got 1.0"),
+        (dict(lr=0.01, betas=(-0.5, 0.98)), ValueError, r"betas\[0\] must be a finite number in \[0, 1\)"),
+        (dict(lr=0.01, eps=-1.0), ValueError, r"eps must be a finite number > 0"),
+        (dict(lr=0.01, weight_decay=-1.0), ValueError, r"weight_decay must be a finite number >= 0"),
+        (dict(lr=0.01, grad_averaging=1), TypeError, r"grad_averaging must be a bool \(True or False\), got 1"),
     ],
 )
 def test_bad_arguments(kwargs, error, message):

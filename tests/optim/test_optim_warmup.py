@@ -204,7 +204,7 @@ def test_scaling_twice_composes_and_never_touches_param_groups():
     assert sched.base_lrs == pytest.approx([3 * b for b in BASES])
     assert sched.after.base_lrs == pytest.approx([3 * b for b in BASES])
     assert [g["initial_lr"] for g in opt.param_groups] == pytest.approx(list(BASES))
-    with pytest.raises(ValueError, match="factor must be > 0, got 0.0"):
+    with pytest.raises(ValueError, match="factor must be a finite number > 0, got 0.0"):
         scale_scheduler_base_lrs(sched, 0.0)
 
 
@@ -249,11 +249,11 @@ def test_linear_warmup_class_matches_the_function():
 @pytest.mark.parametrize(
     "steps, factor, error, message",
     [
-        (-1, SF, ValueError, r"warmup_steps must be >= 0, got -1"),
-        (2.5, SF, TypeError, r"warmup_steps must be an int, got float"),
-        (W, 0.0, ValueError, r"start_factor must be in \(0, 1\], got 0.0"),
-        (W, 1.5, ValueError, r"start_factor must be in \(0, 1\], got 1.5"),
-        (W, -0.1, ValueError, r"start_factor must be in \(0, 1\], got -0.1"),
+        (-1, SF, ValueError, r"warmup_steps must be an int >= 0, got -1"),
+        (2.5, SF, TypeError, r"warmup_steps must be an int >= 0, got 2.5"),
+        (W, 0.0, ValueError, r"start_factor must be a finite number in \(0, 1\], got 0.0"),
+        (W, 1.5, ValueError, r"start_factor must be a finite number in \(0, 1\], got 1.5"),
+        (W, -0.1, ValueError, r"start_factor must be a finite number in \(0, 1\], got -0.1"),
     ],
 )
 def test_bad_arguments(steps, factor, error, message):

@@ -155,3 +155,15 @@ def test_peers_are_optional_variants():
         assert all(v.script for v in scenarios(device="cuda")[0].variants)
     assert {s.device for s in scenarios(device="cuda")} == {"cuda"}
     assert Path(report.__file__).parent.joinpath("handwritten", "ddp_ga.py").exists()
+
+
+def test_gpu_check_without_cuda_says_so_and_fails(tmp_path):
+    # CUDA_VISIBLE_DEVICES="" hides every GPU, so this is the no-CUDA path on any machine.
+    report = tmp_path / "gpu.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--report", str(report)],
+        cwd=REPO_ROOT, env={**bench_env(), "CUDA_VISIBLE_DEVICES": ""}, capture_output=True, text=True, timeout=100,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "no CUDA device is visible" in proc.stderr and "nothing was checked" in proc.stderr
+    assert not report.exists()

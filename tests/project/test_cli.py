@@ -56,7 +56,7 @@ def test_a_yaml_config_trains_and_a_flag_overrides_it(tmp_path, config):
     done = _cli(tmp_path, "fit", "--config", config, "--model.lr", "0.01", "--trainer.max_steps", "5")
     assert done.returncode == 0, done.stderr[-3000:]
     log_dir = tmp_path / "run" / "logs" / "version_0"
-    assert os.listdir(log_dir / "checkpoints") == ["epoch=0-step=5.ckpt"]  # max_steps=5 won over 8 batches
+    assert sorted(os.listdir(log_dir / "checkpoints")) == ["epoch=0-step=5.ckpt", "last.ckpt"]  # max_steps=5 won over 8 batches
     checkpoint = load_checkpoint(log_dir / "checkpoints" / "epoch=0-step=5.ckpt")
     assert checkpoint["hyper_parameters"]["lr"] == 0.01 and checkpoint["global_step"] == 5
     saved = (log_dir / "config.yaml").read_text()

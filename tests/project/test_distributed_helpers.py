@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tests.helpers.distributed import free_port, read_rank_results, run_ranks, run_script
+from tests.helpers.distributed import descendants, free_port, read_rank_results, run_ranks, run_script
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "report_cluster_env.py")
 
@@ -44,6 +44,25 @@ def _hang(rank, world_size):
     time.sleep(600)
 
 
+def _running_children() -> set[int]:
+    """This process's live descendants (a zombie has finished), but multiprocessing's resource
+    tracker and run_ranks' fork server (not the ranks forked from it), which the first launch
+    starts and which stay for the life of the test process."""
+    alive = set()
+    for pid in descendants(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        server = b"resource_tracker" in command or (b"forkserver" in command and int(ppid) == os.getpid())
+        if state != "Z" and not server:
+            alive.add(pid)
+    return alive
+
+
 @pytest.mark.timeout(60)
 def test_results_come_back_in_rank_order():
     results = run_ranks(_report, args=(10,))
@@ -67,12 +86,16 @@ def test_a_raising_rank_fails_with_its_number_and_traceback():
     assert "_rank1_raises" in str(info.value)  # the traceback, not just the message
 
 
-@pytest.mark.timeout(40)
+@pytest.mark.timeout(120)
 def test_a_hang_is_killed_at_the_timeout():
+    # Checked: it waited for the timeout, said why, and left no process behind. How soon after
+    # the timeout it returns depends on the machine's load (the test's own timeout bounds it).
+    before = _running_children()
     start = time.monotonic()
-    with pytest.raises(AssertionError, match=r"rank\(s\) \[0, 1\] did not finish within timeout=10s"):
-        run_ranks(_hang, timeout=10)
-    assert time.monotonic() - start < 20
+    with pytest.raises(AssertionError, match=r"rank\(s\) \[0, 1\] did not finish within timeout=5s"):
+        run_ranks(_hang, timeout=5)
+    assert time.monotonic() - start >= 5
+    assert _running_children() - before == set()
 
 
 def test_bad_arguments():
@@ -117,12 +140,12 @@ def test_run_script_python(tmp_path):
     assert result["env"]["source"] == "single" and result["sum"] is None
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(120)
 def test_run_script_kills_a_hanging_script():
-    start = time.monotonic()
+    before = _running_children()
     with pytest.raises(subprocess.TimeoutExpired):
         run_script(["-c", "import time; time.sleep(300)"], launcher="python", timeout=3)
-    assert time.monotonic() - start < 15
+    assert _running_children() - before == set()
 
 
 def test_read_rank_results_reports_missing_ranks(tmp_path):

@@ -1,48 +1,37 @@
-"""`import trainer` stays cheap: no tensorboard / torchvision / tqdm at import time."""
+"""`import trainer` stays cheap: no tensorboard / torchvision / tqdm, no third-party package at all,
+and few modules on top of torch.
+
+Counted, not timed: a shared or loaded machine makes any time bound either flaky or meaningless.
+The import time itself is a benchmark figure (`python -m benchmarks.run`, its "startup" scenario).
+"""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
-import pytest
-
 from tests.helpers.distributed import REPO_ROOT
 
-
-def _seconds_after_torch() -> float:
-    """Import time of `trainer` and `callbacks` in a process that has already imported torch."""
-    out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import torch; import trainer, callbacks"],
-        capture_output=True, text=True, check=True, cwd=REPO_ROOT,
-    ).stderr
-    total, after_torch = 0, False
-    for line in out.splitlines():
-        parts = line.split("|")
-        if len(parts) != 3 or not parts[1].strip().isdigit():
-            continue
-        name = parts[2]
-        if name.strip() == "torch" and not name.startswith("  "):
-            after_torch = True
-            continue
-        if after_torch and not name.startswith("  "):  # a top-level import: its cumulative time
-            total += int(parts[1])
-    return total / 1e6
+# `import trainer, callbacks` imports about 80 modules beyond torch today (its own, and two
+# stdlib ones); a heavy dependency pulled in by accident brings hundreds.
+MAX_NEW_MODULES = 200
 
 
-@pytest.mark.timeout(120)
-def test_import_trainer_adds_little_over_torch():
-    # In one process, so torch's own (noisy) import time does not enter the difference; the best
-    # of three runs, because the machine is shared.
-    extra = min(_seconds_after_torch() for _ in range(3))
-    assert extra < 0.3, extra
-
-
-def test_no_heavy_imports():
-    # Some torch releases import tqdm themselves: only count what `trainer` adds to `import torch`.
+def _modules_added_to_torch() -> list[str]:
     code = (
-        "import sys, torch; before = set(sys.modules); import trainer, callbacks; "
-        "heavy = ('tensorboard', 'torchvision', 'tqdm', 'torch.utils.tensorboard'); "
-        "print(sorted(m for m in heavy if m in sys.modules and m not in before))"
+        "import json, sys, torch; before = set(sys.modules); import trainer, callbacks; "
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
-    assert out.stdout.strip() == "[]"
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_trainer_adds_only_its_own_modules_and_the_standard_library():
+    added = _modules_added_to_torch()
+    assert "trainer" in added and "callbacks" in added  # not vacuous: the imports happened here
+    heavy = {"tensorboard", "torchvision", "tqdm", "torch.utils.tensorboard"}
+    assert sorted(heavy & set(added)) == []  # torch may import tqdm itself: only what trainer adds counts
+    packages = {name.split(".")[0] for name in added}
+    foreign = sorted(packages - {"trainer", "callbacks"} - set(sys.stdlib_module_names))
+    assert foreign == [], f"import trainer pulls in third-party packages: {foreign}"
+    assert len(added) <= MAX_NEW_MODULES, f"{len(added)} modules on top of torch: {added}"

@@ -14,14 +14,12 @@ import re
 import secrets
 import zipfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from trainer.contracts import storage
 
-if TYPE_CHECKING:
-    from trainer.module import TrainModule
 
 FORMAT_VERSION = 2
 
@@ -215,7 +213,7 @@ def weights_only_loadable(value: Any) -> Any:
 
 
 def check_compatible(
-    checkpoint: dict[str, Any], path: str, module: TrainModule, optimizers: list[Any], schedulers: list[Any]
+    checkpoint: dict[str, Any], path: str, module: torch.nn.Module, optimizers: list[Any], schedulers: list[Any]
 ) -> None:
     """Refuse a checkpoint that does not fit, before anything is loaded (no half-loaded model)."""
     expected = module.state_dict()

@@ -14,21 +14,20 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainer.contracts import storage
+
 from trainer.checkpointing.checkpoint import (
     FORMAT_VERSION,
     check_compatible,
     weights_only_loadable,
 )
-from trainer.checkpointing.distributed_checkpoint import is_sharded_checkpoint
+from trainer.checkpointing.checkpoint_paths import read_checkpoint
 from trainer.checkpointing.from_checkpoint import (
     DATAMODULE_HPARAMS_KEY,
     DATAMODULE_STATE_KEY,
     MODULE_HPARAMS_KEY,
 )
 from trainer.checkpointing.resume import (
-    capture_generators,
-    capture_loader_position,
-    capture_rng_state,
+    gather_rank_states,
     restore_generators,
     restore_loader_position,
     restore_rng_state,
@@ -38,74 +37,56 @@ from trainer.data.global_batch_sampler import global_batch_sampler
 from trainer.distributed.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
-def dump_checkpoint(trainer: Trainer, gather: bool = True) -> dict[str, Any]:
+def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = False) -> dict[str, Any]:
     """Everything needed to continue ``trainer``'s run exactly (a collective: all ranks call it).
 
     ``gather=False``: no collective; ``rank_states`` holds only this rank's entry.
+    ``weights_only=True``: the module, the position and the hyperparameters only (no collective);
+    such a file loads with ``load_from_checkpoint`` but cannot resume a fit.
     """
     module, loop, strategy = trainer.module, trainer.fit_loop, trainer.strategy
     checkpoint: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
         "state_dict": strategy.module_state(module),
-        "optimizer_states": [strategy.optimizer_state(opt) for opt in trainer.optimizers],
-        "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
-        "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
-        "precision": trainer.precision_plugin.state_dict(),
-        **loop.progress.state_dict(),
-        "rank_states": gather_rank_states(trainer, gather),
-        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        # the loop's state (position, lr_scaled); a weights-only file keeps the position alone
+        **(loop.progress.state_dict() if weights_only else loop.state_dict()),
         MODULE_HPARAMS_KEY: weights_only_loadable(dict(module.hparams)),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
-        "lr_scaled": loop.lr_scaled,
     }
+    if not weights_only:
+        checkpoint.update({
+            "optimizer_states": [strategy.optimizer_state(opt) for opt in trainer.optimizers],
+            "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
+            "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
+            "precision": trainer.precision_plugin.state_dict(),
+            "rank_states": gather_rank_states(trainer, gather),
+            "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        })
     datamodule = trainer.datamodule
     if datamodule is not None:
         checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
         checkpoint[DATAMODULE_HPARAMS_KEY] = weights_only_loadable(dict(datamodule.hparams))
-    trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
+    if not weights_only:  # as Lightning: the callbacks add nothing to a weights-only file
+        trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning
     return checkpoint
 
 
-def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str]) -> None:
+def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:
     """`Trainer.save_checkpoint`: check the losses, dump on every rank, write (the strategy decides how)."""
     loss_check, strategy = trainer.fit_loop.loss_check, trainer.strategy
     path = storage.normalize(filepath, "filepath")
     if trainer.state.failing and trainer.world_size > 1:
         if trainer.is_global_zero:  # the peers may be gone: no collective
             loss_check.check_before_save(strategy, agree=False)
-            strategy.write_checkpoint(dump_checkpoint(trainer, gather=False), path, alone=True)
+            strategy.write_checkpoint(dump_checkpoint(trainer, gather=False, weights_only=weights_only), path, alone=True)
         return
     loss_check.check_before_save(strategy)
-    strategy.write_checkpoint(dump_checkpoint(trainer), path)
-
-
-def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
-    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run;
-    ``gather=False``: none, and only this rank's entry unless the fit loop has every rank's)."""
-    strategy = trainer.strategy
-    if gather and strategy.in_group:
-        return strategy.all_gather_object(_rank_state(trainer))
-    if trainer.fit_loop.rank_states_at_end is not None:
-        return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
-    # Outside any fit (the group is gone) or while the run fails, only this rank's state is
-    # known; the others resume with the RNG states they have.
-    mine = _rank_state(trainer)
-    return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
-
-
-def _rank_state(trainer: Trainer) -> dict[str, Any]:
-    return {
-        "epoch_state": trainer.fit_loop.epoch_state,
-        "rng": capture_rng_state(),
-        # what decides the next epoch's order when the checkpoint is at an epoch boundary
-        "generators": capture_generators(trainer.train_dataloader),
-        "loader": capture_loader_position(trainer.train_dataloader),
-    }
+    strategy.write_checkpoint(dump_checkpoint(trainer, weights_only=weights_only), path)
 
 
 def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
@@ -118,6 +99,17 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) 
     _restore_position(trainer, checkpoint)
 
 
+def refuse_weights_only(checkpoint: dict[str, Any], path: str) -> None:
+    """A weights-only checkpoint cannot resume a fit: say so, and what it is good for."""
+    if "optimizer_states" not in checkpoint:
+        raise ValueError(
+            f"fit(ckpt_path={path!r}): this checkpoint holds only the model's weights (written with "
+            "ModelCheckpoint(save_weights_only=True) or trainer.save_checkpoint(..., weights_only=True)), "
+            "so it cannot resume training. Load it with YourModule.load_from_checkpoint(path) and call "
+            "fit without ckpt_path, or resume from a full checkpoint."
+        )
+
+
 def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:
     """Load the module's weights and the DataModule's state from ``ckpt_path`` (validate, test, predict)."""
     path, checkpoint = read_checkpoint(trainer, ckpt_path, weights_only)
@@ -125,12 +117,6 @@ def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) ->
     trainer.strategy.load_module_state(trainer.module, checkpoint["state_dict"])
     restore_datamodule(trainer, checkpoint)
     return checkpoint
-
-
-def read_checkpoint(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> tuple[str, dict[str, Any]]:
-    """Resolve ``ckpt_path`` on global rank 0 and read it on every rank: (path, checkpoint)."""
-    path = trainer.strategy.broadcast(resolve_checkpoint_path(trainer, ckpt_path))
-    return path, trainer.strategy.read_checkpoint(path, weights_only)
 
 
 def restore_datamodule(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
@@ -158,7 +144,6 @@ def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     for cfg, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         cfg.scheduler.load_state_dict(state)
     trainer.precision_plugin.load_state_dict(checkpoint.get("precision", {}))
-    trainer.fit_loop.lr_scaled = bool(checkpoint.get("lr_scaled", False))  # the saved LRs are final: never rescale
 
 
 def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
@@ -168,8 +153,8 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     any world size: the data order continues at the next unseen sample. Rank ``r`` takes the
     saved random states of rank ``r`` (rank 0's when the saved run had fewer ranks).
     """
+    trainer.fit_loop.load_state_dict(checkpoint)
     progress = trainer.fit_loop.progress
-    progress.load_state_dict(checkpoint)
     finished, batches_done = progress.epoch_finished, progress.batches_done
     samples_done, saved_batch = progress.samples_done, progress.global_batch_size
     by_samples = samples_done is not None and global_batch_sampler(trainer.train_dataloader) is not None
@@ -229,45 +214,3 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
         start, mine["epoch_state"], mine["rng"],
         samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
     )
-
-
-def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
-    """A path, or ``"last"`` / ``"best"`` resolved through the checkpoint callbacks and the disk."""
-    if ckpt_path == "best":
-        cb = trainer.checkpoint_callback
-        path = cb.best_model_path if cb is not None else None
-        if not path:
-            raise ValueError("ckpt_path='best' but no ModelCheckpoint has a best checkpoint yet.")
-        return str(path)
-    if ckpt_path == "last":
-        path = find_last_checkpoint(trainer)
-        if path is None:
-            raise ValueError(
-                f"ckpt_path='last' but there is no last checkpoint under {trainer.default_root_dir!r} or "
-                "in a ModelCheckpoint's dirpath (save_last=True writes one; so does a pre-emption)."
-            )
-        return path
-    return storage.normalize(ckpt_path, "ckpt_path")
-
-
-def find_last_checkpoint(trainer: Trainer) -> str | None:
-    """The newest ``last*.ckpt`` (a file, or a sharded checkpoint directory) in a ModelCheckpoint's
-    dirpath or under ``default_root_dir``."""
-    candidates = []
-    for cb in trainer.checkpoint_callbacks:
-        if cb.last_model_path:
-            candidates.append(str(cb.last_model_path))
-        dirpath = cb.dirpath
-        if dirpath:
-            candidates += storage.glob(storage.join(str(dirpath), "last*.ckpt"))
-    candidates += storage.glob(storage.join(trainer.default_root_dir, "**", "last*.ckpt"))
-    candidates = [c for c in dict.fromkeys(candidates) if storage.isfile(c) or is_sharded_checkpoint(c)]
-    return max(candidates, key=storage.mtime) if candidates else None
-
-
-def preemption_checkpoint_path(trainer: Trainer) -> str:
-    """Where a pre-empted run saves: ``last.ckpt`` beside the run's other checkpoints."""
-    for cb in trainer.checkpoint_callbacks:
-        if cb.dirpath:
-            return storage.join(str(cb.dirpath), "last.ckpt")
-    return storage.join(trainer.default_root_dir, "checkpoints", "last.ckpt")

@@ -6,7 +6,11 @@ A sharded checkpoint is a directory named like the file would be (``epoch=1-step
 - ``.metadata``: torch's index of them (the global shape of every tensor, which file holds which slice);
 - ``meta.pt``: everything else a checkpoint holds (position, RNG states, callbacks, hyperparameters,
   scheduler states, the optimizers' hyperparameters), one ``torch.save`` file that
-  ``torch.load(weights_only=True)`` reads.
+  ``torch.load(weights_only=True)`` reads;
+- ``shards.json``: the size and SHA-256 of every other file, written when the save completes.
+  A load checks every shard against it (and against the sizes in the index) before it touches
+  the module or an optimizer, so a truncated or corrupted checkpoint fails with a
+  `CheckpointError` naming the shard and the rank that wrote it, and the model stays as it was.
 
 It is complete or absent: the ranks write into a hidden sibling (``.<name>.tmp-<token>``), and
 global rank 0 renames it to ``<name>`` only after every rank's shards are written. Loading
@@ -16,14 +20,18 @@ process group).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import os
 import pickle
+import re
 import secrets
 import shutil
 import threading
 import warnings
 from concurrent.futures import Future
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -34,6 +42,7 @@ from trainer.contracts import storage
 
 META_FILE = "meta.pt"
 INDEX_FILE = ".metadata"  # written by torch.distributed.checkpoint once every rank's shards are
+MANIFEST_FILE = "shards.json"  # every other file's size and SHA-256, written when the save completes
 # The checkpoint entries whose tensors are sharded: written by every rank, not in meta.pt.
 SHARDED_KEYS = ("state_dict", "optimizer_states")
 
@@ -64,10 +73,11 @@ class ShardedState(dict):  # type: ignore[type-arg]
 class PendingSave:
     """An asynchronous sharded save in flight; `wait` blocks until it is complete and published."""
 
-    def __init__(self, future: Future, publish: Any) -> None:
+    def __init__(self, future: Future, publish: Any, path: str = "", rank: int = 0) -> None:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._publish = publish
+        self._path, self._rank = path, rank
         future.add_done_callback(self._finish)
 
     def _finish(self, future: Future) -> None:
@@ -85,7 +95,10 @@ class PendingSave:
         self._done.wait()
         if self._error is not None:
             error, self._error = self._error, None
-            raise CheckpointError(f"The asynchronous sharded checkpoint save failed: {error}") from error
+            raise CheckpointError(
+                f"The asynchronous save of sharded checkpoint {self._path!r} failed on rank {self._rank}: "
+                f"{_describe(error)}"
+            ) from error
 
 
 def save_sharded(
@@ -122,10 +135,12 @@ def save_sharded(
     writer = dcp.FileSystemWriter(tmp)
     publish = (lambda: _publish(tmp, path)) if rank == 0 else None
     if async_save:
-        future = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)
+        with _named_errors(path, rank, "save"):
+            future = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)
         future = getattr(future, "upload_completion", future)  # AsyncSaveResponse in newer torch
-        return PendingSave(future, publish)
-    dcp.save(tensors, storage_writer=writer)  # returns on every rank once the index is written
+        return PendingSave(future, publish, path, rank)
+    with _named_errors(path, rank, "save"):
+        dcp.save(tensors, storage_writer=writer)  # returns on every rank once the index is written
     if publish is not None:
         publish()
     return None
@@ -135,6 +150,7 @@ def _publish(tmp: str, path: str) -> None:
     """Rename the complete directory ``tmp`` to ``path`` (replacing what was there), durably."""
     if not os.path.isfile(os.path.join(tmp, INDEX_FILE)):
         raise CheckpointError(f"Sharded save into {tmp!r} has no {INDEX_FILE}: it is incomplete.")
+    _write_manifest(tmp)
     old = None
     if os.path.lexists(path):
         # one rename cannot replace a directory: move the old one aside, then delete it
@@ -159,6 +175,100 @@ def _remove(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.lexists(path):
         os.remove(path)
+
+
+# -- integrity: sizes and checksums written at save, checked before a load ---------------------
+_SHARD_NAME = re.compile(r"__(\d+)_\d+\.distcp$")
+_HASH_CHUNK = 1 << 20
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_manifest(directory: str) -> None:
+    """Record the size and SHA-256 of every file of the complete checkpoint in ``directory``."""
+    files = {
+        name: {"size": os.path.getsize(os.path.join(directory, name)), "sha256": _sha256(os.path.join(directory, name))}
+        for name in sorted(os.listdir(directory)) if name != MANIFEST_FILE
+    }
+    tmp = os.path.join(directory, f".{MANIFEST_FILE}.tmp")
+    with open(tmp, "w") as f:
+        json.dump({"files": files}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, os.path.join(directory, MANIFEST_FILE))
+
+
+def _shard_label(name: str) -> str:
+    match = _SHARD_NAME.match(name)
+    return f"shard {name} (written by rank {match.group(1)})" if match else f"file {name}"
+
+
+def _this_rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def validate_shards(path: str, index: Any) -> None:
+    """Raise `CheckpointError` naming the first shard that is missing, short or corrupt.
+
+    Every rank checks every file, so on a shared filesystem every rank reaches the same verdict
+    (none waits in a load the others refused). Sizes come from torch's index (any checkpoint);
+    checksums from ``shards.json`` (checkpoints written since it exists).
+    """
+    needed: dict[str, int] = {}
+    for info in getattr(index, "storage_data", {}).values():
+        name = getattr(info, "relative_path", None)
+        if name is not None:
+            needed[name] = max(needed.get(name, 0), int(info.offset) + int(info.length))
+    manifest_path = os.path.join(path, MANIFEST_FILE)
+    recorded: dict[str, Any] = {}
+    if os.path.isfile(manifest_path):
+        try:
+            with open(manifest_path) as f:
+                recorded = json.load(f)["files"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"Sharded checkpoint {path!r}: its {MANIFEST_FILE} is unreadable ({err}).") from err
+    rank = _this_rank()
+    for name in sorted(set(needed) | set(recorded)):
+        file = os.path.join(path, name)
+        where = f"Sharded checkpoint {path!r} (read on rank {rank}): {_shard_label(name)}"
+        if not os.path.isfile(file):
+            raise CheckpointError(f"{where} is missing. Nothing was loaded.")
+        size = os.path.getsize(file)
+        expected = recorded[name]["size"] if name in recorded else needed[name]
+        if (size != expected) if name in recorded else (size < expected):
+            raise CheckpointError(f"{where} has {size} bytes, {expected} expected (truncated?). Nothing was loaded.")
+        if name in recorded and _sha256(file) != recorded[name]["sha256"]:
+            raise CheckpointError(f"{where} does not match its checksum (corrupted bytes). Nothing was loaded.")
+
+
+def _describe(error: BaseException) -> str:
+    """torch's `CheckpointException` (every failing rank's traceback) as one line per rank."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        return "; ".join(
+            f"rank {r}: {type(pair[0]).__name__}: {pair[0]}" for r, pair in sorted(failures.items())
+        )
+    return f"{type(error).__name__}: {error}"
+
+
+@contextlib.contextmanager
+def _named_errors(path: str, rank: int, action: str) -> Iterator[None]:
+    """torch's `CheckpointException` (a `BaseException`, which ``except Exception`` misses) and
+    the OS errors of a save or load, as a `CheckpointError` naming the checkpoint and the ranks."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except (CheckpointException, OSError) as err:
+        raise CheckpointError(
+            f"Could not {action} sharded checkpoint {path!r} (on rank {rank}): {_describe(err)}"
+        ) from err
 
 
 # -- the module's and optimizers' states under FSDP -----------------------------------------
@@ -243,10 +353,12 @@ def read_sharded(path: str, weights_only: bool = True) -> dict[str, Any]:
     """A sharded checkpoint's ``meta.pt``, its module and optimizer states as `ShardedState`
     (read into the module later, by `load_module_state` / `load_optimizer_state`)."""
     path = os.path.abspath(storage.normalize(path, "ckpt_path"))
+    index = _read_index(path, weights_only)
+    validate_shards(path, index)
     checkpoint = load_checkpoint(os.path.join(path, META_FILE), map_location="cpu", weights_only=weights_only)
     shapes = {
         key[len("state_dict."):]: torch.empty(meta.size, dtype=meta.properties.dtype, device="meta")
-        for key, meta in _read_index(path, weights_only).state_dict_metadata.items()
+        for key, meta in index.state_dict_metadata.items()
         if key.startswith("state_dict.") and hasattr(meta, "size")
     }
     checkpoint["state_dict"] = ShardedState({**checkpoint["state_dict"], **shapes}, path, ("state_dict",), weights_only)
@@ -264,6 +376,7 @@ def consolidated(path: str | os.PathLike[str], weights_only: bool = True) -> dic
     path = os.path.abspath(storage.normalize(path, "ckpt_path"))
     if not is_sharded_checkpoint(path):
         raise CheckpointError(f"{path!r} is not a sharded checkpoint directory (no {META_FILE} in it).")
+    validate_shards(path, _read_index(path, weights_only))
     checkpoint = load_checkpoint(os.path.join(path, META_FILE), map_location="cpu", weights_only=weights_only)
     tensors = _read_full(path, (), weights_only)
     checkpoint["state_dict"] = _merge(checkpoint["state_dict"], tensors.get("state_dict", {}))
@@ -326,31 +439,40 @@ def _reader(path: str, weights_only: bool) -> Any:
 
 class _IndexUnpickler(pickle.Unpickler):
     """Unpickles DCP's ``.metadata`` index, refusing anything but its own record types (a crafted
-    index cannot run code, as ``torch.load(weights_only=True)`` for the rest)."""
+    index cannot run code, as ``torch.load(weights_only=True)`` for the rest).
+
+    The module and name are compared as strings against the allow-list first: a refused global's
+    module is never imported, so its import-time code never runs.
+    """
 
     def __init__(self, file: Any, path: str) -> None:
         super().__init__(file)
         self.path = path
 
     def find_class(self, module: str, name: str) -> Any:
-        obj = super().find_class(module, name) if "." not in name else None
-        allowed = (
-            (isinstance(obj, type) and obj.__module__.startswith("torch.distributed.checkpoint."))
-            or isinstance(obj, (torch.dtype, torch.layout, torch.memory_format))
-            or (module, name) in _INDEX_GLOBALS
-        )
-        if obj is None or not allowed:
+        if (module, name) not in _INDEX_GLOBALS and not (module == "torch" and name in _TORCH_CONSTANTS):
             raise CheckpointError(
                 f"Refused to load sharded checkpoint {self.path!r}: its {INDEX_FILE} needs "
                 f"{module}.{name}, which is not safe to unpickle. If you trust it, pass weights_only=False."
             )
-        return obj
+        return super().find_class(module, name)  # an allowed torch or standard-library module
 
 
+_DCP = "torch.distributed.checkpoint"
 _INDEX_GLOBALS = {
     ("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
     ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath"),
+    *((f"{_DCP}.metadata", name) for name in (
+        "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+        "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING",
+    )),
+    (f"{_DCP}.filesystem", "_StorageInfo"),
 }
+# torch's dtypes, layouts and memory formats, by name (``torch.float32``), as the index records them
+_TORCH_CONSTANTS = frozenset(
+    name for name, value in vars(torch).items()
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format))
+)
 
 
 def _read_index(path: str, weights_only: bool = True) -> Any:
@@ -358,6 +480,8 @@ def _read_index(path: str, weights_only: bool = True) -> Any:
         return _reader(path, weights_only).read_metadata()
     except FileNotFoundError as err:
         raise CheckpointError(f"Sharded checkpoint {path!r} has no {INDEX_FILE}: it is incomplete.") from err
+    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as err:
+        raise CheckpointError(f"Sharded checkpoint {path!r}: its {INDEX_FILE} is unreadable ({err}).") from err
 
 
 def _read_into(state: ShardedState, target: dict[str, Any]) -> None:
@@ -367,7 +491,8 @@ def _read_into(state: ShardedState, target: dict[str, Any]) -> None:
     tree: dict[str, Any] = target
     for part in reversed(state.key):
         tree = {part: tree}
-    dcp.load(tree, storage_reader=_reader(state.path, state.weights_only), no_dist=not dist.is_initialized())
+    with _named_errors(state.path, _this_rank(), "load"):
+        dcp.load(tree, storage_reader=_reader(state.path, state.weights_only), no_dist=not dist.is_initialized())
 
 
 def _read_full(path: str, key: tuple[str, ...], weights_only: bool = True) -> dict[str, Any]:
@@ -383,7 +508,8 @@ def _read_full(path: str, key: tuple[str, ...], weights_only: bool = True) -> di
     }
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.filterwarnings("ignore", message=".*load in a single process")
-        dcp.load(flat, storage_reader=_reader(path, weights_only), no_dist=True)
+        with _named_errors(path, _this_rank(), "load"):
+            dcp.load(flat, storage_reader=_reader(path, weights_only), no_dist=True)
     tree: dict[str, Any] = {}
     for name, tensor in flat.items():
         where = index.planner_data[name][len(key):]  # the path in the saved tree, after ``key``

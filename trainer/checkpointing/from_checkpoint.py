@@ -8,7 +8,7 @@ with ``weights_only=True``: a checkpoint cannot run code when it is loaded.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping, TypeVar
+from typing import Any, Mapping, TypeVar
 
 import torch
 
@@ -16,12 +16,8 @@ from trainer.accelerators.accelerator import move_to_device
 from trainer.checkpointing.distributed_checkpoint import load_full
 from trainer.hyperparameters import instantiate
 
-if TYPE_CHECKING:
-    from trainer.data.datamodule import DataModule
-    from trainer.module import TrainModule
-
-_M = TypeVar("_M", bound="TrainModule")
-_D = TypeVar("_D", bound="DataModule")
+_M = TypeVar("_M", bound=torch.nn.Module)  # a TrainModule
+_D = TypeVar("_D")  # a DataModule
 
 MODULE_HPARAMS_KEY = "hyper_parameters"
 DATAMODULE_HPARAMS_KEY = "datamodule_hyper_parameters"  # Lightning's name for them

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
@@ -27,6 +27,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from trainer.data.dali import DALILoader
 from trainer.data.global_batch_sampler import GlobalBatchSampler
 from trainer.distributed.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -193,6 +196,30 @@ def resumed_epoch(loader: Any, skip: int, epoch_state: dict[str, Any], rng_at_sa
 
 
 _END = object()
+
+
+def gather_rank_states(trainer: Trainer, gather: bool = True) -> list[dict[str, Any] | None]:
+    """Every rank's RNG and loader-generator states now, with its epoch's (a collective in a run;
+    ``gather=False``: none, and only this rank's entry unless the fit loop has every rank's)."""
+    strategy = trainer.strategy
+    if gather and strategy.in_group:
+        return strategy.all_gather_object(_rank_state(trainer))
+    if trainer.fit_loop.rank_states_at_end is not None:
+        return trainer.fit_loop.rank_states_at_end  # a save after fit: as every rank left the loop
+    # Outside any fit (the group is gone) or while the run fails, only this rank's state is
+    # known; the others resume with the RNG states they have.
+    mine = _rank_state(trainer)
+    return [mine if r == trainer.global_rank else None for r in range(trainer.world_size)]
+
+
+def _rank_state(trainer: Trainer) -> dict[str, Any]:
+    return {
+        "epoch_state": trainer.fit_loop.epoch_state,
+        "rng": capture_rng_state(),
+        # what decides the next epoch's order when the checkpoint is at an epoch boundary
+        "generators": capture_generators(trainer.train_dataloader),
+        "loader": capture_loader_position(trainer.train_dataloader),
+    }
 
 
 class GlobalBatchChangedError(ValueError):

@@ -1,38 +1,89 @@
 """Checking user arguments: a wrong type is a `TypeError`, a bad value a `ValueError`, both naming it.
 
+One message style everywhere: ``"{name} must be {expected}, got {value!r}"``, where ``name`` is a
+Trainer argument (``accumulate_grad_batches``), an optimizer's hyperparameter (``lr``) or a
+callback's argument (``ModelCheckpoint(save_top_k)``).
+
 ``bool`` is a subclass of ``int`` and every object is truthy or falsy, so a plain ``if flag:`` or
-``isinstance(x, int)`` silently accepts ``"no"`` or ``True``: these checks close that gap.
+``isinstance(x, int)`` silently accepts ``"no"`` or ``True``: these checks close that gap. A NaN
+compares false with everything, so a number must also be finite (it would disable a check).
 """
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from typing import Any
 
 
-def check_bool(name: str, value: Any) -> None:
-    """``value`` must be ``True`` or ``False`` (not ``"no"``, ``1`` or ``None``)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+def _fail(error: type[Exception], name: str, expected: str, value: Any) -> Exception:
+    return error(f"{name} must be {expected}, got {value!r}")
 
 
-def check_int(name: str, value: Any, minimum: int) -> None:
-    """``value`` must be an int (not a bool or a float) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+def _or_none(expected: str, allow_none: bool) -> str:
+    return f"None or {expected}" if allow_none else expected
 
 
-def check_number(name: str, value: Any, minimum: float, *, allow_none: bool = False) -> None:
-    """``value`` must be a finite int or float (not a bool or a str) >= ``minimum``."""
+def check_bool(name: str, value: Any, *, allow_none: bool = False) -> Any:
+    """``value`` must be ``True`` or ``False`` (not ``"no"``, ``1``; ``None`` only if allowed)."""
     if value is None and allow_none:
-        return
-    expected = f"{'None or ' if allow_none else ''}a finite number >= {minimum}"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be {expected}, got {value!r}")
-    if not math.isfinite(value) or value < minimum:
-        raise ValueError(f"{name} must be {expected}, got {value!r}")
+        return value
+    if not isinstance(value, bool):
+        raise _fail(TypeError, name, _or_none("a bool (True or False)", allow_none), value)
+    return value
+
+
+def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False) -> Any:
+    """``value`` must be an int (not a bool or a float) >= ``minimum``; returns it."""
+    if value is None and allow_none:
+        return value
+    what = _or_none(f"an int >= {minimum}", allow_none)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(TypeError, name, what, value)
+    if value < minimum:
+        raise _fail(ValueError, name, what, value)
+    return value
+
+
+def check_number(
+    name: str,
+    value: Any,
+    minimum: float | None = None,
+    *,
+    above: float | None = None,
+    below: float | None = None,
+    maximum: float | None = None,
+    allow_none: bool = False,
+) -> Any:
+    """``value`` must be a finite real number (not a bool or a str) within the bounds given
+    (``minimum <= value``, ``above < value``, ``value < below``, ``value <= maximum``); returns it
+    as a float (None stays None)."""
+    if value is None and allow_none:
+        return None
+    what = _or_none(f"a finite number{_bounds(minimum, above, below, maximum)}", allow_none)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _fail(TypeError, name, what, value)
+    if (
+        not math.isfinite(value)
+        or (minimum is not None and value < minimum)
+        or (above is not None and value <= above)
+        or (below is not None and value >= below)
+        or (maximum is not None and value > maximum)
+    ):
+        raise _fail(ValueError, name, what, value)
+    return float(value)
+
+
+def _bounds(minimum: float | None, above: float | None, below: float | None, maximum: float | None) -> str:
+    low = f"[{minimum}" if minimum is not None else f"({above}" if above is not None else None
+    high = f"{below})" if below is not None else f"{maximum}]" if maximum is not None else None
+    if low and high:
+        return f" in {low}, {high}"
+    if low:
+        return f" >= {minimum}" if minimum is not None else f" > {above}"
+    if high:
+        return f" < {below}" if below is not None else f" <= {maximum}"
+    return ""
 
 
 def check_path(name: str, value: Any, *, allow_none: bool = True) -> None:
@@ -40,7 +91,7 @@ def check_path(name: str, value: Any, *, allow_none: bool = True) -> None:
     if value is None and allow_none:
         return
     if not isinstance(value, (str, os.PathLike)) or not isinstance(os.fspath(value), str):
-        raise TypeError(f"{name} must be a str or os.PathLike path, got {value!r}")
+        raise _fail(TypeError, name, "None, a str or an os.PathLike path" if allow_none else "a str or an os.PathLike path", value)
 
 
 def check_str(name: str, value: Any, *, allow_none: bool = False) -> None:
@@ -48,5 +99,4 @@ def check_str(name: str, value: Any, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if not isinstance(value, str):
-        expected = "None or a str" if allow_none else "a str"
-        raise TypeError(f"{name} must be {expected}, got {value!r}")
+        raise _fail(TypeError, name, _or_none("a str", allow_none), value)

@@ -8,11 +8,13 @@ is used; a protocol fsspec does not know is an error naming the argument.
 """
 from __future__ import annotations
 
+import math
 import os
 import posixpath
 import re
 import secrets
 import shutil
+import threading
 from typing import Any
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -20,6 +22,21 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 # uploads, which only appear when completed), so a reader never sees part of a checkpoint.
 _ATOMIC_PUT = {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"}
 _LOCAL = {"file", "local"}
+# How long one request to remote storage may take (connect, or wait for an answer), in seconds.
+TIMEOUT_ENV = "LOCKSTEP_STORAGE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def timeout_s() -> float:
+    """The remote-storage timeout: ``LOCKSTEP_STORAGE_TIMEOUT`` seconds, else 30."""
+    text = os.environ.get(TIMEOUT_ENV, "")
+    try:
+        value = float(text) if text else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_ENV}={text!r}: expected a positive number of seconds.") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{TIMEOUT_ENV}={text!r}: expected a positive number of seconds.")
+    return value
 
 
 def protocol(path: str | os.PathLike[str]) -> str | None:
@@ -182,22 +199,60 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def unwritable(dirpath: str) -> str | None:
-    """Why no file can be written under URL ``dirpath`` (found by writing and deleting a probe), or None."""
+    """Why no file can be written under URL ``dirpath`` (found by writing and deleting a probe), or None.
+
+    The probe gets `timeout_s` seconds in all: a store that accepts connections but never
+    answers is reported then, naming the URL, whatever the filesystem's own retries would do.
+    """
     probe = join(dirpath, f".lockstep-write-test-{secrets.token_hex(6)}")
-    try:
-        write_bytes(probe, b"")
-        remove(probe)
-    except Exception as err:  # noqa: BLE001 - any failure is the answer
-        return f"{type(err).__name__}: {err}"
-    return None
+    outcome: list[str | None] = []
+
+    def attempt() -> None:
+        try:
+            write_bytes(probe, b"")
+            remove(probe)
+            outcome.append(None)
+        except Exception as err:  # noqa: BLE001 - any failure is the answer
+            outcome.append(f"{type(err).__name__}: {err}")
+
+    limit = timeout_s()
+    # a daemon thread: a request that never returns must not keep the process alive
+    worker = threading.Thread(target=attempt, name="lockstep-storage-probe", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if not outcome:
+        return (
+            f"no answer from {dirpath!r} within {limit:g} s (writing a probe file); the storage "
+            f"accepts connections but does not respond. {TIMEOUT_ENV} sets how long to wait"
+        )
+    return outcome[0]
 
 
 def _fs(path: str) -> tuple[Any, str]:
     """The fsspec filesystem serving URL ``path`` and the path inside it."""
-    _filesystem_class(protocol(path) or "file", "path", path)
+    proto = protocol(path) or "file"
+    _filesystem_class(proto, "path", path)
     import fsspec
 
-    return fsspec.core.url_to_fs(path)
+    fs, inner = fsspec.core.url_to_fs(path, **_request_limits(proto))
+    if proto in _S3 and getattr(fs, "retries", 0) > _S3_RETRIES:
+        fs.retries = _S3_RETRIES  # s3fs's own retries (5) of a timed-out request would multiply the bound
+    return fs, inner
+
+
+_S3 = ("s3", "s3a")
+_S3_RETRIES = 2
+
+
+def _request_limits(proto: str) -> dict[str, Any]:
+    """Filesystem options that bound each request by `timeout_s` (S3: botocore's connect and read
+    timeouts, one attempt each under s3fs's own retries), so a silent store fails a request."""
+    if proto not in _S3:
+        return {}
+    limit = timeout_s()
+    return {
+        "config_kwargs": {"connect_timeout": limit, "read_timeout": limit, "retries": {"max_attempts": 1}},
+    }
 
 
 def _filesystem_class(proto: str, what: str, path: str) -> Any:

@@ -20,7 +20,7 @@ from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 _D = TypeVar("_D", bound="DataModule")
 
@@ -35,6 +35,41 @@ class DataModule(DataHooks, HyperparametersMixin):
 
     prepare_data_per_node: bool = True  # False: prepare_data runs on global rank 0 only (a shared disk)
     trainer: Trainer | None = None  # the Trainer running it (set at every run)
+    name: str | None = None  # Lightning's attribute (a label of your own; Lockstep never reads it)
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A run raised: called after the callbacks' ``on_exception``, before ``teardown``."""
+
+    @classmethod
+    def from_datasets(
+        cls,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **loader_kwargs: Any,
+    ) -> DataModule:
+        """A DataModule whose loaders are DataLoaders over the given datasets (only the training one shuffles)."""
+        from torch.utils.data import DataLoader, IterableDataset
+
+        def loaders(data: Any, shuffle: bool) -> Any:
+            def one(ds: Any) -> DataLoader:
+                return DataLoader(ds, batch_size=batch_size, num_workers=num_workers,
+                                  shuffle=shuffle and not isinstance(ds, IterableDataset), **loader_kwargs)
+
+            if isinstance(data, (list, tuple)):
+                return [one(ds) for ds in data]
+            return one(data)
+
+        dm = cls()
+        given = {"train_dataloader": (train_dataset, True), "val_dataloader": (val_dataset, False),
+                 "test_dataloader": (test_dataset, False), "predict_dataloader": (predict_dataset, False)}
+        for hook, (data, shuffle) in given.items():
+            if data is not None:
+                setattr(dm, hook, lambda data=data, shuffle=shuffle: loaders(data, shuffle))
+        return dm
 
     def prepare_data(self) -> None:
         """Download or write data once per node (local rank 0); the other ranks wait."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -73,6 +73,8 @@ class Prefetcher:
         limit: draw at most this many batches from ``iterable`` (the epoch's batch count), so
             the read-ahead never consumes a batch the loop will not train on.
         channels_last: also put 4-D tensors in ``torch.channels_last``.
+        transfer: what moves a batch instead (the module's batch-transfer hooks,
+            `trainer.data.batch_transfer`), run on the side stream.
 
     An exception raised by ``iterable`` surfaces after the batches before it were handed out,
     exactly where the plain loop would raise it.
@@ -84,8 +86,10 @@ class Prefetcher:
         device: torch.device,
         limit: int | None = None,
         channels_last: bool = False,
+        transfer: Callable[[Any], Any] | None = None,
     ) -> None:
         self.iterable = iterable
+        self.transfer = transfer
         self.device = torch.device(device)
         self.limit = limit
         self.channels_last = channels_last
@@ -130,6 +134,9 @@ class Prefetcher:
             raise error
 
     def _copy(self, batch: Any) -> Any:
+        if self.transfer is not None:  # the hooks' result is marked used like any batch
+            with self._streams.copying():
+                return self.transfer(batch)
         if _has_opaque_parts(batch):  # its tensors cannot be marked: copy on the compute stream
             return move_to_device(batch, self.device, non_blocking=False, channels_last=self.channels_last)
         non_blocking = self.device.type == "cuda"
@@ -138,12 +145,16 @@ class Prefetcher:
 
 
 def prefetch_to_device(
-    iterable: Iterable[Any], device: torch.device, limit: int | None = None, channels_last: bool = False
+    iterable: Iterable[Any],
+    device: torch.device,
+    limit: int | None = None,
+    channels_last: bool = False,
+    transfer: Callable[[Any], Any] | None = None,
 ) -> Iterable[Any] | None:
     """A `Prefetcher` over ``iterable`` when ``device`` is a CUDA device, else None (no gain on CPU)."""
     if device.type != "cuda":
         return None
-    return Prefetcher(iterable, device, limit=limit, channels_last=channels_last)
+    return Prefetcher(iterable, device, limit=limit, channels_last=channels_last, transfer=transfer)
 
 
 def _has_opaque_parts(batch: Any) -> bool:

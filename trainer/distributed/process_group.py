@@ -17,8 +17,9 @@ from torch import nn
 from trainer.contracts.arguments import check_str
 from trainer.data.dali import DALILoader
 from trainer.seed import global_seed
-from trainer.launch.failure_notes import explain_failure
-from trainer.distributed.rendezvous import fresh_store, mark_group_joined
+from trainer.distributed.heartbeat import Heartbeat
+from trainer.launch.failure_notes import explain_failure, note_early_exit, reaches_every_rank
+from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
 from trainer.strategies.strategy import Strategy
 from trainer.launch.worker_process import die_with_elastic_agent
 
@@ -56,6 +57,7 @@ class ProcessGroupStrategy(Strategy):
         self.timeout = timeout
         self.process_group_backend = process_group_backend
         self._store: Any = None  # the rendezvous store of the current group
+        self._heartbeat: Heartbeat | None = None
         self._owns_group = False
         self._uneven_counts_warned: list[int] | None = None
 
@@ -75,7 +77,7 @@ class ProcessGroupStrategy(Strategy):
             return
         os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
         os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
-        self._store = fresh_store(cluster, self.timeout)
+        self._store, prefix = fresh_store(cluster, self.timeout)
         kwargs: dict[str, Any] = {
             "backend": self.process_group_backend or self.accelerator.distributed_backend,
             "store": self._store,
@@ -88,21 +90,38 @@ class ProcessGroupStrategy(Strategy):
         dist.init_process_group(**kwargs)
         self._owns_group = True
         mark_group_joined()
+        if self.world_size > 1:  # who stopped answering, when a collective fails
+            self._heartbeat = Heartbeat(cluster.master_addr, cluster.master_port, prefix, self.global_rank, cluster.node_rank)
         if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
             self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
+
+    def is_restart(self) -> bool:
+        """Whether the job restarted, as global rank 0 sees it: its restart count, or an earlier
+        process of its rank that joined a group in the job's store (on every node, also where
+        the elastic agent's restart count stayed 0 because the failed worker was elsewhere)."""
+        return bool(self.broadcast(super().is_restart() or rejoined_job()))
 
     def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
         """Name the rank whose own failure came first (see `trainer.launch.failure_notes`)."""
         store = self._store
-        if store is None or self.world_size == 1 or not isinstance(exc, Exception):
+        if store is None or self.world_size == 1:
+            return None
+        if type(exc) is SystemExit:  # sys.exit() in the middle of a fit: the peers must hear of it
+            note_early_exit(store, self.global_rank, where, exc)
+            return None
+        if reaches_every_rank(exc):
             return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
-        clearer = explain_failure(store, self.global_rank, self.world_size, exc, where)
+        address = f"{self.cluster_environment.master_addr}:{self.cluster_environment.master_port}"
+        clearer = explain_failure(store, self.global_rank, self.world_size, exc, where, address)
         if clearer is None and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback
             exc.add_note(f"[lockstep] rank {self.global_rank} failed at {where}")
         return clearer
 
     def teardown(self) -> None:
         """Destroy the group this strategy created (also after an exception)."""
+        heartbeat, self._heartbeat = self._heartbeat, None
+        if heartbeat is not None:
+            heartbeat.stop()
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_group = False

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import itertools
 import os
 import time
 from typing import Any
@@ -12,29 +11,52 @@ import torch.distributed as dist
 
 from trainer.distributed.cluster_environment import ClusterEnvironment
 
-# The rendezvous store of this process, kept for its lifetime, and how many groups used it.
-# A script may fit several times under one launcher (same MASTER_PORT): torch names every new
-# default group alike, so a rank that re-joins early would read the previous group's addresses
-# from the store (or reach a store its owner is about to close) and fail or hang. Reusing one
-# store with a fresh key prefix per group avoids both.
+# The rendezvous store of this process, kept for its lifetime. A script may fit several times
+# under one launcher (same MASTER_PORT): torch names every new default group alike, so a rank
+# that re-joins early would read the previous group's addresses from the store (or reach a store
+# its owner is about to close) and fail or hang. Reusing one store with a fresh key prefix per
+# group avoids both.
 _STORES: dict[tuple[str, int, int, int], Any] = {}
-_GROUPS_CREATED = itertools.count()
+# How many groups an earlier process of this rank had joined through the same store when this
+# process joined its first (None: no group yet). More than 0: this process is a restart.
+_JOINED_BEFORE: list[int] = []
+_JOINS_KEY = "lockstep/joins/rank{}"
 
 
-def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> Any:
+def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> tuple[Any, str]:
     """This process's rendezvous store (made once; ``MASTER_ADDR``/``MASTER_PORT`` must be in
-    the environment, as ``env://`` reads them), under a key prefix no earlier group used."""
+    the environment, as ``env://`` reads them), under a key prefix no earlier group used; and
+    that prefix."""
     rank, world_size = cluster.global_rank, cluster.world_size
     key = (cluster.master_addr, cluster.master_port, rank, world_size)
     store = _STORES.get(key)
     if store is None:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
-    # torch's elastic agent may keep serving the same store after it restarts the workers, and
-    # the restarted processes count their groups from 0 again: the restart count keeps their
-    # keys apart from those of the workers they replace.
-    attempt = cluster.restart_count
-    return dist.PrefixStore(f"lockstep/attempt{attempt}/group{next(_GROUPS_CREATED)}", store)
+    prefix = f"lockstep/join{group_number(store, rank)}"
+    return dist.PrefixStore(prefix, store), prefix
+
+
+def group_number(store: Any, rank: int) -> int:
+    """The number of this group in the job, the same on every rank and every node (1, 2, ...).
+
+    Each rank counts the groups it joins in the store, which outlives a restart of the workers
+    (torch's elastic agent keeps serving it): the n-th group of every rank is the same group, and
+    the workers of a restart, on every node, count on from where the workers they replace
+    stopped. So no group reads the keys of an earlier one (a dead worker's gloo address), and
+    every rank agrees on it, unlike ``TORCHELASTIC_RESTART_COUNT``, which torch raises only on
+    the node whose worker failed. (A rank that died before it joined its group would count one
+    less: the group then times out instead of mixing attempts.)
+    """
+    number = int(store.add(_JOINS_KEY.format(rank), 1))
+    if not _JOINED_BEFORE:
+        _JOINED_BEFORE.append(number - 1)
+    return number
+
+
+def is_restart() -> bool:
+    """Whether an earlier process of this rank joined a group of this job (this one is its restart)."""
+    return bool(_JOINED_BEFORE) and _JOINED_BEFORE[0] > 0
 
 
 def _busy_gloo_workers() -> int | None:

@@ -9,19 +9,22 @@ failure and then raises `RankFailedError` naming that peer, its step and batch, 
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import sys
 import time
 import traceback
 from typing import Any
 
 import torch
 
-from trainer.loops.anomaly import NonFiniteLossError
+from trainer.contracts.errors import NonFiniteLossError
 
 _COUNT_KEY = "lockstep/failures"
 _NOTE_KEY = "lockstep/failure/{}"
 _PEER_NOTE_WAIT_S = 3.0
+_STORE_CHECK_S = 5.0
 # After naming the peer that failed, a rank leaves a little later than that peer, so a launcher
 # that reports the first worker to exit (torch's elastic agent, torch.multiprocessing.spawn)
 # reports the peer with its own traceback, not this rank's broken collective.
@@ -68,6 +71,15 @@ def is_collective_failure(exc: BaseException) -> bool:
     return inner.startswith(_COLLECTIVE_CALLERS) and any(w in text for w in _COLLECTIVE_WORDS)
 
 
+def reaches_every_rank(exc: BaseException) -> bool:
+    """Whether ``exc`` is an interrupt or an exit (Ctrl-C, a pre-emption), not a failure to explain.
+
+    Anything else is a failure, also a `BaseException` that is no `Exception` (torch's
+    ``CheckpointException`` is one).
+    """
+    return isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit))
+
+
 def is_consequence(exc: BaseException, rank: int) -> bool:
     """Whether ``exc`` on ``rank`` follows from another rank's failure, not from this rank's own.
 
@@ -91,8 +103,9 @@ def read_failure_notes(store: Any) -> list[dict[str, Any]]:
     return sorted(notes, key=lambda n: (n["time"], n["rank"]))
 
 
-def _write_note(store: Any, rank: int, own: bool, where: str, exc: BaseException) -> None:
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000] if str(exc) else type(exc).__name__
+def _write_note(store: Any, rank: int, own: bool, where: str, exc: BaseException | None, text: str = "") -> None:
+    if exc is not None:
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:2000] if str(exc) else type(exc).__name__
     note = {"rank": rank, "own": own, "time": time.time(), "where": where, "error": text}
     try:
         # Numbered by the store's counter: notes of ranks failing at once never overwrite each other.
@@ -102,14 +115,23 @@ def _write_note(store: Any, rank: int, own: bool, where: str, exc: BaseException
         pass
 
 
-def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, where: str) -> BaseException | None:
+def note_early_exit(store: Any, rank: int, where: str, exc: SystemExit) -> None:
+    """Leave the note of a rank that calls ``sys.exit`` in the middle of a run (even with 0)."""
+    _write_note(store, rank, True, where, None, f"it called sys.exit({exc.code!r}) before the run ended")
+
+
+def explain_failure(
+    store: Any, rank: int, world_size: int, exc: BaseException, where: str, store_address: str = ""
+) -> BaseException | None:
     """A `RankFailedError` naming the peer whose own failure came first, or None to raise ``exc``.
 
     ``where`` is this rank's position (``"epoch 0, global step 3, batch index 3"``). A rank
     failing on its own writes its note and raises its error. A rank whose collective broke waits
     up to a few seconds (or until every peer has written a note) for a peer's own failure;
-    without one (a peer was killed, or is stalled and this rank's collective timed out) it
-    raises its own error.
+    without one it asks the peers' heartbeats (`trainer.distributed.heartbeat`): a peer gone
+    silent (killed, its node or network lost) is named, and so is the store's host
+    (``store_address``) when the store cannot be read; a peer that is alive but stalled (this
+    rank's collective timed out) leaves this rank's own error.
     """
     if _about_peer(exc, rank):  # its message already names that rank, which writes its own note
         _write_note(store, rank, False, where, exc)
@@ -118,6 +140,12 @@ def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, 
     if own:
         _write_note(store, rank, True, where, exc)
         return None
+    if not _store_answers(store):
+        lost = _store_lost(rank, where, store_address)
+        # The elastic agent of this node loses the same store and may kill this worker any
+        # moment: say it now, not only in the traceback at the end.
+        print(f"[lockstep] rank {rank}: {lost}", file=sys.stderr, flush=True)
+        return lost
     deadline = time.monotonic() + _PEER_NOTE_WAIT_S
     while True:
         notes = [n for n in read_failure_notes(store) if n["rank"] != rank]
@@ -136,6 +164,10 @@ def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, 
         if time.monotonic() >= deadline or len({n["rank"] for n in notes}) == world_size - 1:
             break  # waited long enough, or every peer has already said why it stopped
         time.sleep(0.05)
+    lost = _lost(store, rank, world_size, where, store_address) if len({n["rank"] for n in notes}) < world_size - 1 else None
+    if lost is not None:
+        _write_note(store, rank, False, where, exc)
+        return lost
     if notes and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback
         exc.add_note(
             f"[lockstep] rank {notes[0]['rank']} had already stopped at {notes[0]['where']} because its "
@@ -146,9 +178,45 @@ def explain_failure(store: Any, rank: int, world_size: int, exc: BaseException, 
     return None
 
 
+def _lost(store: Any, rank: int, world_size: int, where: str, store_address: str) -> RankFailedError | None:
+    """A `RankFailedError` naming the peer (or the store's host) that stopped answering, or None."""
+    from trainer.distributed.heartbeat import silent_peers
+
+    silent = silent_peers(store, rank, world_size)
+    if silent is None:
+        return _store_lost(rank, where, store_address)
+    if not silent:
+        return None
+    first = silent[0]
+    return RankFailedError(
+        f"Rank {first['rank']} on host {first['host']} (node {first['node']}) stopped answering at {where}; "
+        f"last heard {first['age']:.1f} s ago. Rank {rank} stopped because the collective it was waiting "
+        "in could not complete without that rank.",
+        rank=int(first["rank"]), where=where, cause="stopped answering",
+    )
+
+
+def _store_answers(store: Any) -> bool:
+    """Whether the store answers within a few seconds (not the group's timeout: it may be gone)."""
+    try:
+        store.set_timeout(datetime.timedelta(seconds=_STORE_CHECK_S))
+        store.add(_COUNT_KEY, 0)
+    except Exception:  # noqa: BLE001 - any failure: the store's host is unreachable
+        return False
+    return True
+
+
+def _store_lost(rank: int, where: str, store_address: str) -> RankFailedError:
+    return RankFailedError(
+        f"The rendezvous store at {store_address or 'MASTER_ADDR:MASTER_PORT'} stopped answering: the host "
+        f"that serves it (the store host, node 0) was lost, or its network. Rank {rank} stopped at {where}.",
+        rank=-1, where=where, cause="store lost",
+    )
+
+
 def record_for_elastic_agent(exc: BaseException, rank: int) -> None:
     """Under torch's elastic agent, write the traceback where the agent reports it from."""
-    if "TORCHELASTIC_ERROR_FILE" not in os.environ or not isinstance(exc, Exception):
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ or reaches_every_rank(exc):
         return
     # torch's ErrorHandler.record_exception writes the traceback of the exception being handled,
     # which for a RankFailedError is the broken collective's, not the error it reports: write

@@ -9,20 +9,9 @@ from typing import Any
 
 import torch
 
+from trainer.contracts.errors import NonFiniteGradientError, NonFiniteLossError
 
-class NonFiniteLossError(FloatingPointError):
-    """The training loss became NaN or infinite.
-
-    ``rank`` is the rank whose loss it was (None: this process's own). Every rank raises it after the
-    save-time check, so on the other ranks it is about a peer, and their failure is a consequence.
-    """
-
-    def __init__(self, message: str, rank: int | None = None) -> None:
-        super().__init__(message)
-        self.rank = rank
-
-    def __reduce__(self) -> Any:  # picklable with its rank (spawned workers hand errors back)
-        return (type(self), (str(self), self.rank))
+__all__ = ["NonFiniteGradientError", "NonFiniteLossCheck", "NonFiniteLossError", "check_finite_gradients"]
 
 
 class NonFiniteLossCheck:
@@ -97,10 +86,6 @@ class NonFiniteLossCheck:
         """Forget the losses and any non-finite loss found: a new fit starts."""
         self.clear()
         self._found = self._found_rank = None
-
-
-class NonFiniteGradientError(FloatingPointError):
-    """A gradient became NaN or infinite."""
 
 
 def check_finite_gradients(

@@ -8,7 +8,9 @@ import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.connector import load_weights
+from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
+from trainer.hooks import module_override, takes_batch_idx
 from trainer.data.loaders import as_loader_list, has_length, num_batches, short_loader_error
 from trainer.metrics.metric_store import MetricStore
 from trainer.model_setup import configure_model
@@ -16,7 +18,7 @@ from trainer.stage import EVALUATION, Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 class EvaluationLoop:
@@ -55,6 +57,7 @@ class EvaluationLoop:
             t.num_test_batches = counts
         else:
             t.num_predict_batches = counts
+            t.predict_dataloaders = dataloaders  # a prediction writer reads each batch's indices
         return dataloaders
 
     def run(self, dataloaders: list[Any]) -> list[Any]:
@@ -67,10 +70,12 @@ class EvaluationLoop:
             step_fn = t.profiler.wrap(f"[Module]{type(module).__name__}.{s.step}", step_fn)
         if len(dataloaders) > 1:
             _check_accepts_dataloader_idx(step_fn, s.step, len(dataloaders))
+        with_idx = takes_batch_idx(step_fn)
         limit = getattr(t, s.limit)
-        move = strategy.root_device.type != "cpu" or t.channels_last  # CPU batches already are in place
-        was_training = module.training
-        module.eval()
+        transfer = BatchTransfer(t, module)
+        modes = {m: m.training for m in module.modules()}  # restored after the run, as Lightning's
+        model_eval = module_override(t, module, s.model_eval)
+        model_eval() if model_eval is not None else module.eval()
         self.metrics.reset()
         t.metric_logger.start_evaluation(self.metrics)
         predictions: list[list[Any]] = [[] for _ in dataloaders]
@@ -89,18 +94,17 @@ class EvaluationLoop:
                         if limit_n is not None and batch_idx >= limit_n:
                             break
                         seen += 1
-                        if move:
-                            batch = strategy.accelerator.move_batch(
-                                batch, strategy.root_device, channels_last=t.channels_last
-                            )
+                        if transfer.moves:
+                            batch = transfer(batch, dl_idx)
                         batch = t.precision_plugin.convert_input(batch)
                         self.metrics.set_batch(batch)
-                        hooks.call(s.batch_start, batch, batch_idx, dl_idx)
+                        # as Lightning: dataloader_idx only when there are several loaders
+                        hooks.call(s.batch_start, batch, batch_idx, *extra)
                         with t.precision_plugin.autocast():
-                            output = step_fn(batch, batch_idx, *extra)
+                            output = step_fn(batch, batch_idx, *extra) if with_idx else step_fn(batch)
                         if self.stage == Stage.PREDICT:
                             predictions[dl_idx].append(output)
-                        hooks.call(s.batch_end, output, batch, batch_idx, dl_idx)
+                        hooks.call(s.batch_end, output, batch, batch_idx, *extra)
                         self.batch_idx = batch_idx + 1  # loading the next one
                     if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
                         # Samples would be missing from the metrics unnoticed, and a step that runs
@@ -119,7 +123,12 @@ class EvaluationLoop:
                     )
                 hooks.call(s.end)
         finally:
-            module.train(was_training)
+            model_train = module_override(t, module, s.model_train) if s.model_train else None
+            if model_train is not None:
+                model_train()
+            else:
+                for m, training in modes.items():
+                    m.training = training
         if self.stage == Stage.PREDICT:
             if t.world_size > 1:
                 predictions = _gather_predictions(t, dataloaders, predictions)

@@ -7,22 +7,15 @@ epoch's batch count and validation schedule, and the pre-emption save.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
-from trainer.checkpointing.connector import (
-    find_last_checkpoint,
-    gather_rank_states,
-    preemption_checkpoint_path,
-    read_checkpoint,
-    restore_checkpoint,
-    restore_datamodule,
-)
-from trainer.checks import check_trainable
-from trainer.checkpointing.resume import capture_epoch_state, check_global_batch, resumed_epoch
+from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
+from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
+from trainer.checkpointing.resume import capture_epoch_state, check_global_batch, gather_rank_states, resumed_epoch
+from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
 from trainer.data.global_batch_sampler import global_batch_sampler
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
@@ -30,29 +23,21 @@ from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.loops.accumulation import AccumulationWindows
-from trainer.loops.anomaly import NonFiniteLossCheck, check_finite_gradients
+from trainer.loops.anomaly import NonFiniteLossCheck
+from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.evaluation_loop import EvaluationLoop
-from trainer.loops.loss_normalization import ItemMeanNormalizer
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.distributed.rank_zero import rank_zero_info
 from trainer.hyperparameters import merged_hparams
-from trainer.loops.optimization import (
-    SchedulerMetrics,
-    clip_gradients,
-    parse_optimizers,
-    lr_scale_factor,
-    optimizer_parameters,
-    scale_learning_rates,
-    step_schedulers,
-)
+from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.loops.progress import FitProgress
-from trainer.model_setup import configure_model
+from trainer.model_setup import check_trainable, configure_model
 from trainer.seed import install_worker_seeding, isolated_rng
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.trainer import Trainer
+    from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
 class FitLoop:
@@ -69,18 +54,18 @@ class FitLoop:
         self.rank_states_at_end: list[dict[str, Any] | None] | None = None  # every rank's, after a DDP fit
         self.lr_scaled = False  # the optimizers' rates were scaled for W (checkpointed: never twice)
         self._resume_from: dict[str, Any] | None = None  # the rest of an interrupted epoch
-        self._normalizer = ItemMeanNormalizer()
         self._preemption = PreemptionWatch()
-        self._optimizer_params: list[list[torch.Tensor]] = []
         self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
         self._agree_each_batch = False  # some rank's loader has no length: agree on the last batch
         self._train_length_known = True
         self._agreed_stop = False  # `should_stop` as every rank agreed at the last agreement point
         self._validated = False  # a plateau scheduler's missing monitor may still come from validation
         self._move_batches = False
+        self.transfer: BatchTransfer = None  # type: ignore[assignment]  # set by `fit`
         self._convert_batches = False
         self.prefetching = False  # this epoch copies batches to the device on a side stream
         self.manual: ManualOptimization | None = None  # the module steps its optimizers itself
+        self.automatic: AutomaticOptimization | None = None  # the loop steps them (the default)
         self._data_sources: tuple[Any, Any] = (None, None)  # fit's loader arguments (None: the hooks)
         self._loaded_epoch = 0  # the epoch whose start last (re)loaded the data
 
@@ -108,31 +93,54 @@ class FitLoop:
             return True
         if t.max_epochs is not None and t.max_epochs != -1 and p.current_epoch >= t.max_epochs:
             return True
-        return t.should_stop
+        return t.should_stop and self.can_stop_early()
+
+    def _limit_reached(self) -> str:
+        """The limit a previous fit of this Trainer reached ("" if none: a new Trainer, or stopped early)."""
+        t, p = self.trainer, self.progress
+        if t.max_steps != -1 and p.global_step >= t.max_steps > 0:
+            return f"max_steps={t.max_steps}"
+        if t.max_epochs not in (None, -1) and p.current_epoch >= t.max_epochs > 0:
+            return f"max_epochs={t.max_epochs}"
+        return ""
+
+    def can_stop_early(self) -> bool:
+        """Whether ``min_epochs`` and ``min_steps`` are reached: before, ``should_stop`` waits (as in Lightning)."""
+        t, p = self.trainer, self.progress
+        return (not t.min_epochs or p.current_epoch >= t.min_epochs) and (not t.min_steps or p.global_step >= t.min_steps)
 
     # -- set-up, called by `Trainer.fit` -------------------------------------------------------
     def fit(self, model: TrainModule, train: Any, val: Any, ckpt_path: Any, weights_only: bool) -> None:
         """`Trainer.fit`'s work: data, module and optimizers set up, a checkpoint restored, training."""
         t, strategy = self.trainer, self.trainer.strategy
+        reached = self._limit_reached()
+        if reached and ckpt_path is None:  # as Lightning: a finished Trainer does not train again
+            rank_zero_info(
+                f"[lockstep] fit stopped at once: this Trainer's last fit reached {reached}. Use a new "
+                "Trainer, or one with a larger limit and ckpt_path, to train on."
+            )
+            return
         self._reset()
         configure_model(t, model)  # right after `setup`, as in Lightning
-        if ckpt_path is None and strategy.cluster_environment.restart_count > 0:
+        if ckpt_path is None and strategy.is_restart():
             ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
         path, checkpoint = "", None
         if ckpt_path is not None:
             path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)
+            refuse_weights_only(checkpoint, path)
             restore_datamodule(t, checkpoint)  # before its loaders are asked for, as in Lightning
         self.setup_data(model, train, val)
         prepare_for_speed(model, t.channels_last, t.compile)
         check_trainable(model)
         strategy.setup_module(model)
+        self.transfer = BatchTransfer(t, model)
         t.optimizers, t.lr_scheduler_configs = parse_optimizers(model.configure_optimizers())
         strategy.setup_optimizers(t.optimizers)
-        self._optimizer_params = [optimizer_parameters(opt) for opt in t.optimizers]
         # Under fp16 the scaler skips steps with overflowed gradients itself: nothing to report.
         check_grads = t.detect_non_finite_grads and t.precision != "16-mixed"
         self._grad_check_params = list(model.named_parameters()) if check_grads else None
         self.manual = None if model.automatic_optimization else ManualOptimization(self, self._grad_check_params)
+        self.automatic = AutomaticOptimization(self, self._grad_check_params) if self.manual is None else None
         if checkpoint is not None:
             restore_checkpoint(t, checkpoint, path)
         else:
@@ -201,6 +209,15 @@ class FitLoop:
         self._agreed_stop = False
         self._resume_from = None
 
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's checkpoint entries: the position (`FitProgress`) and whether the rates were scaled."""
+        return {**self.progress.state_dict(), "lr_scaled": self.lr_scaled}
+
+    def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
+        """Take the position and the LR-scaling flag a checkpoint recorded (saved rates are final: never rescaled)."""
+        self.progress.load_state_dict(checkpoint)
+        self.lr_scaled = bool(checkpoint.get("lr_scaled", False))
+
     def resume_mid_epoch(
         self,
         batches_done: int,
@@ -265,13 +282,43 @@ class FitLoop:
     def run_epoch(self) -> None:
         """One training epoch, its validation runs, and the epoch-end hooks."""
         t, progress = self.trainer, self.progress
+        windows, source, start = self._start_epoch()
+        val_every, val_at_end = self._validation_schedule()
+        seen = 0
+        rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
+        for batch_idx, batch, is_last in iterate_with_lookahead(
+            source, self.num_training_batches, start, rank, progress.current_epoch, self._fetch_failed
+        ):
+            if self._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
+                is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
+            progress.batch_idx = batch_idx
+            window_end = windows.is_window_end(batch_idx, is_last)
+            with t.profiler.profile("run_training_batch"):
+                self._train_batch(batch, batch_idx, is_last, window_end, windows)
+            seen += 1
+            if _validation_due(val_every, val_at_end, batch_idx, is_last):
+                self._validate(window_end)
+            if is_last or (window_end and self._stops_mid_epoch()):
+                break
+        _check_trained_some(seen)
+        if not progress.epoch_finished and not self._stopped():
+            # max_steps ended the run inside the epoch: the epoch is not over (no epoch-end hooks,
+            # same epoch and position), so a checkpoint written now resumes at the next batch.
+            self.loss_check.check()
+            return
+        progress.epoch_finished = True  # also when should_stop ended it early
+        self._epoch_end()
+
+    def _start_epoch(self) -> tuple[AccumulationWindows, Any, int]:
+        """The epoch's data (reloaded, resumed, prefetched), its hooks and windows: (windows, batches, first index)."""
+        t, progress = self.trainer, self.progress
         every = t.reload_dataloaders_every_n_epochs
         if every and progress.current_epoch - self._loaded_epoch >= every:  # the loader hooks again
             self.setup_data(t.module, *self._data_sources)
-        hooks, loader, strategy = t.hooks, t.train_dataloader, t.strategy
+        loader, strategy = t.train_dataloader, t.strategy
         strategy.on_epoch_start(loader, progress.current_epoch)
         t.metric_logger.start_training_epoch()
-        hooks.call("on_train_epoch_start")
+        t.hooks.call("on_train_epoch_start")
         # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
         sampler = global_batch_sampler(loader)
         if sampler is not None:
@@ -289,7 +336,8 @@ class FitLoop:
         windows = AccumulationWindows(
             t.accumulate_grad_batches, self.num_training_batches if self._train_length_known else None, layout
         )
-        val_every, val_at_end = self._validation_schedule()
+        if self.automatic is not None:
+            self.automatic.start_epoch(windows)
         if resume is None or resume["epoch_state"] is None:
             self.epoch_state = capture_epoch_state(loader)
             source, start = loader, 0
@@ -308,44 +356,22 @@ class FitLoop:
         self.failed_fetch_idx = None
         # CUDA: copy the next batch on a side stream while this one computes (trainer/data/prefetcher.py)
         remaining = None if self.num_training_batches is None else self.num_training_batches - start
-        prefetcher = prefetch_to_device(source, strategy.root_device, remaining, t.channels_last)
+        transfer = self.transfer if self.transfer.hooked else None
+        prefetcher = prefetch_to_device(source, strategy.root_device, remaining, t.channels_last, transfer)
         self.prefetching = prefetcher is not None
-        source = prefetcher if prefetcher is not None else source
-        # decided once per epoch: CPU batches already are where they train (unless channels_last)
-        self._move_batches = prefetcher is None and (strategy.root_device.type != "cpu" or t.channels_last)
+        self._move_batches = prefetcher is None and self.transfer.moves
         self._convert_batches = t.precision_plugin.module_dtype is not None
-        seen = 0
-        rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
-        for batch_idx, batch, is_last in iterate_with_lookahead(
-            source, self.num_training_batches, start, rank, progress.current_epoch, self._fetch_failed
-        ):
-            if self._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
-                is_last = strategy.reduce_boolean_decision(is_last, all=False)
-            progress.batch_idx = batch_idx
-            window_end = windows.is_window_end(batch_idx, is_last)
-            with t.profiler.profile("run_training_batch"):
-                self._train_batch(batch, batch_idx, is_last, window_end, windows)
-            seen += 1
-            if (val_every and (batch_idx + 1) % val_every == 0) or (is_last and val_at_end):
-                self._validate()
-            # Mid-epoch, only a stop every rank agreed on (after validation) may end the epoch:
-            # a rank that stops alone leaves the others waiting in the next all-reduce.
-            stop = t.should_stop if t.world_size == 1 else self._agreed_stop
-            if is_last or (window_end and (stop or (t.max_steps != -1 and progress.global_step >= t.max_steps))):
-                break
-        if seen == 0:
-            raise ValueError(
-                "The train dataloader produced no batches this epoch. Check the dataset, the "
-                "sampler and drop_last."
-            )
-        stopped = t.should_stop if t.world_size == 1 else self._agreed_stop
-        if not progress.epoch_finished and not stopped:
-            # max_steps ended the run inside the epoch: the epoch is not over (no epoch-end hooks,
-            # same epoch and position), so a checkpoint written now resumes at the next batch.
-            self.loss_check.check()
-            return
-        progress.epoch_finished = True  # also when should_stop ended it early
-        self._epoch_end()
+        return windows, prefetcher if prefetcher is not None else source, start
+
+    def _stopped(self) -> bool:
+        # Mid-epoch, only a stop every rank agreed on (after validation) may end the epoch:
+        # a rank that stops alone leaves the others waiting in the next all-reduce.
+        stop = self.trainer.should_stop if self.trainer.world_size == 1 else self._agreed_stop
+        return stop and self.can_stop_early()
+
+    def _stops_mid_epoch(self) -> bool:
+        t = self.trainer
+        return self._stopped() or (t.max_steps != -1 and self.progress.global_step >= t.max_steps)
 
     def position(self) -> str:
         """The batch being trained (or loaded, when loading it failed), for error messages."""
@@ -365,7 +391,7 @@ class FitLoop:
         t, progress = self.trainer, self.progress
         hooks, strategy = t.hooks, t.strategy
         if self._move_batches:  # not when the prefetcher already moved it
-            batch = strategy.accelerator.move_batch(batch, strategy.root_device, channels_last=t.channels_last)
+            batch = self.transfer(batch)
         if self._convert_batches:  # "bf16-true": the module computes in bf16
             batch = t.precision_plugin.convert_input(batch)
         metrics = t.metric_logger.train
@@ -376,7 +402,8 @@ class FitLoop:
             output = self.manual.training_step(batch, batch_idx)
             self.manual.batch_done()
         else:
-            output = self._automatic_step(batch, batch_idx, window_end, windows)
+            assert self.automatic is not None
+            output = self.automatic.run(batch, batch_idx, window_end)
         progress.batch_trained(batch_idx, is_last)  # the position a checkpoint written from here on records
         if window_end:
             progress.window_stepped(windows.samples_through(batch_idx))
@@ -385,64 +412,6 @@ class FitLoop:
                 self._save_and_exit_for_preemption(signum)
         hooks.call("on_train_batch_end", output, batch, batch_idx)
         metrics.in_step = False
-
-    def _automatic_step(self, batch: Any, batch_idx: int, window_end: bool, windows: AccumulationWindows) -> Any:
-        t, progress = self.trainer, self.progress
-        hooks, strategy, precision, module = t.hooks, t.strategy, t.precision_plugin, t.module
-        with strategy.no_sync(window_end):
-            with precision.autocast():
-                output = strategy.training_step(module, batch, batch_idx)
-            loss = _loss_of(output, batch_idx)
-            shown = loss.detach()
-            self.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
-            padding = windows.is_padding(batch_idx)
-            items = self._normalizer.observe(output, loss, batch_idx, counts=not padding)
-            if padding:  # only joins the window's collectives: no gradient, no items
-                scaled = loss * 0.0
-            elif items is not None:
-                scaled = loss  # a sum: normalised by the global item count at the step
-                shown = shown / items.clamp_min(1.0)  # shown as this batch's mean
-            else:
-                divisor = windows.loss_divisor(batch_idx)
-                scaled = loss / divisor if divisor != 1 else loss
-            t.metric_logger.last_loss = shown
-            hooks.call("on_before_backward", scaled)
-            precision.backward(scaled)
-        hooks.call("on_after_backward")
-        if window_end:
-            self._optimizer_step(windows.grad_correction(batch_idx))
-        return output
-
-    def _optimizer_step(self, grad_correction: float) -> None:
-        t, progress = self.trainer, self.progress
-        hooks, precision = t.hooks, t.precision_plugin
-        t.strategy.after_backward_window()
-        if self._normalizer.active:
-            grad_correction = 1.0  # summed losses were never divided by the window size
-        self._normalizer.finish_window(t.strategy, self._optimizer_params)
-        for optimizer, params in zip(t.optimizers, self._optimizer_params):
-            if grad_correction != 1.0:
-                grads = [p.grad for p in params if p.grad is not None]
-                torch._foreach_mul_(grads, grad_correction)
-            precision.unscale(optimizer)
-            if self._grad_check_params is not None:
-                check_finite_gradients(
-                    self._grad_check_params, progress.current_epoch, progress.global_step, progress.batch_idx, t.global_rank
-                )
-            hooks.call("on_before_optimizer_step", optimizer)
-            if t.gradient_clip_val:  # None or 0: no clipping (as in Lightning)
-                clip_gradients(params, t.gradient_clip_val, t.gradient_clip_algorithm)
-            precision.optimizer_step(optimizer)
-        precision.update()
-        for optimizer in t.optimizers:
-            hooks.call("on_before_zero_grad", optimizer)
-            optimizer.zero_grad(set_to_none=True)
-        progress.global_step += 1
-        if t.lr_scheduler_configs:
-            step_schedulers(t.lr_scheduler_configs, "step", progress.global_step, self._scheduler_metrics)
-        if progress.global_step % t.log_every_n_steps == 0:
-            self.loss_check.check()
-            t.metric_logger.publish_step(t.strategy, progress.global_step, progress.current_epoch)
 
     def _epoch_end(self) -> None:
         t, progress = self.trainer, self.progress
@@ -454,8 +423,8 @@ class FitLoop:
         t.hooks.call_module("on_train_epoch_end")
         t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, progress.global_step, progress.current_epoch)
         t.hooks.call_callbacks("on_train_epoch_end", monitoring=True)
-        if t.lr_scheduler_configs and self.manual is None:  # manual optimization steps its own
-            step_schedulers(t.lr_scheduler_configs, "epoch", progress.current_epoch + 1, self._scheduler_metrics)
+        if self.automatic is not None:  # manual optimization steps its own schedulers
+            self.automatic.step_schedulers("epoch", progress.current_epoch + 1)
         progress.finish_epoch()
         self.agree_on_stop()
 
@@ -499,8 +468,10 @@ class FitLoop:
             )
         return max(1, int(n * interval)), False
 
-    def _validate(self) -> None:
+    def _validate(self, window_end: bool) -> None:
         t = self.trainer
+        if window_end:  # release the gradients' memory for validation (Lightning's hook)
+            t.module.on_validation_model_zero_grad()
         t.state.stage = Stage.VALIDATE
         EvaluationLoop(t, Stage.VALIDATE).run(t.val_dataloaders)
         self._validated = True
@@ -508,7 +479,8 @@ class FitLoop:
         t.metric_logger.end_evaluation()
         self.agree_on_stop()
 
-    def _scheduler_metrics(self) -> SchedulerMetrics:
+    def scheduler_metrics(self) -> SchedulerMetrics:
+        """What a ``ReduceLROnPlateau`` reads now: the logged values, and whether validation may still log its monitor."""
         t = self.trainer
         return SchedulerMetrics(t.callback_metrics, not self._validated and self.validation_enabled())
 
@@ -524,31 +496,14 @@ class FitLoop:
         raise preempted
 
 
-def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:
-    """The loss inside ``training_step``'s return value, checked for shape and autograd."""
-    loss = output.get("loss") if isinstance(output, Mapping) else output
-    if not isinstance(loss, torch.Tensor):
-        raise TypeError(
-            f"training_step must return a loss tensor or a dict with key 'loss'; at batch index "
-            f"{batch_idx} it returned {_describe(output)}."
-        )
-    if loss.numel() != 1:
-        raise ValueError(
-            f"training_step must return a scalar loss; at batch index {batch_idx} it has shape "
-            f"{tuple(loss.shape)}. Reduce it (e.g. loss.mean()) before returning."
-        )
-    if not loss.requires_grad:
-        raise ValueError(
-            f"The loss returned by training_step at batch index {batch_idx} does not require grad: "
-            "it is detached from the model's parameters (was it computed under torch.no_grad(), "
-            "or with .item()/.detach()?)."
-        )
-    return loss
+def _validation_due(every: int | None, at_end: bool, batch_idx: int, is_last: bool) -> bool:
+    """Whether validation runs after this batch (every ``every`` batches, or at the epoch's last)."""
+    return bool(every and (batch_idx + 1) % every == 0) or (is_last and at_end)
 
 
-def _describe(output: Any) -> str:
-    if isinstance(output, Mapping) and "loss" in output:
-        return f"a dict whose 'loss' is a {type(output['loss']).__name__}, not a tensor"
-    if isinstance(output, Mapping):
-        return f"a dict without 'loss' (keys {sorted(map(str, output))})"
-    return f"an object of type {type(output).__name__}"
+def _check_trained_some(seen: int) -> None:
+    if seen == 0:
+        raise ValueError(
+            "The train dataloader produced no batches this epoch. Check the dataset, the "
+            "sampler and drop_last."
+        )

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch.optim import Optimizer
 
+from trainer.hooks import takes_batch_idx
 from trainer.loops.anomaly import check_finite_gradients
 from trainer.loops.optimization import clip_gradients, optimizer_parameters
 
 if TYPE_CHECKING:
-    from trainer.loops.fit_loop import FitLoop
+    from trainer.contracts.protocols import FitLoopView as FitLoop
     from trainer.module import TrainModule
 
 
@@ -55,6 +56,7 @@ class ManualOptimization:
         self.optimizers = [ManualOptimizer(opt, self) for opt in self.trainer.optimizers]
         self._grad_check_params = grad_check_params
         self._batches = 0  # batches trained in this fit (the step-logging cadence)
+        self._takes_batch_idx = takes_batch_idx(self.trainer.module.training_step)
         check_manual_arguments(self.trainer)
 
     # -- the loop's part ---------------------------------------------------------------------
@@ -63,7 +65,7 @@ class ManualOptimization:
         t, progress = self.trainer, self.loop.progress
         step = progress.global_step  # the steps before this batch, as in automatic optimization
         with t.precision_plugin.autocast():
-            output = t.strategy.manual_training_step(t.module, batch, batch_idx)
+            output = t.strategy.manual_training_step(t.module, *((batch, batch_idx) if self._takes_batch_idx else (batch,)))
         loss = _returned_loss(output, batch_idx)
         if loss is not None:
             shown = loss.detach()
@@ -143,34 +145,6 @@ def check_manual_arguments(trainer: Any) -> None:
             "(automatic_optimization = False). Remove it and call self.clip_gradients(opt, "
             "gradient_clip_val=..., gradient_clip_algorithm=...) before opt.step()."
         )
-
-
-def toggle(module: TrainModule, optimizer: Any, saved: dict[torch.Tensor, bool]) -> None:
-    """Only ``optimizer``'s parameters keep ``requires_grad``; everyone else's is remembered in ``saved``."""
-    target = _unwrap(optimizer)
-    for opt in module.trainer.optimizers:
-        for param in optimizer_parameters(opt):
-            if param not in saved:
-                saved[param] = param.requires_grad
-                param.requires_grad = False
-    for param in optimizer_parameters(target):
-        param.requires_grad = saved[param]
-
-
-def untoggle(module: TrainModule, optimizer: Any, saved: dict[torch.Tensor, bool]) -> None:
-    """Restore the ``requires_grad`` that `toggle` saved for the other optimizers' parameters."""
-    target = _unwrap(optimizer)
-    for opt in module.trainer.optimizers:
-        if opt is target:
-            continue
-        for param in optimizer_parameters(opt):
-            if param in saved:
-                param.requires_grad = saved[param]
-    saved.clear()
-
-
-def _unwrap(optimizer: Any) -> Optimizer:
-    return optimizer.optimizer if isinstance(optimizer, ManualOptimizer) else optimizer
 
 
 def _returned_loss(output: Any, batch_idx: int) -> torch.Tensor | None:

@@ -169,21 +169,30 @@ def step_schedulers(
     interval: str,
     count: int,
     metrics: Callable[[], SchedulerMetrics],
+    step: Callable[[Any, Any], None] | None = None,
 ) -> None:
     """Step every scheduler with ``interval`` whose ``frequency`` divides ``count``.
 
     ``metrics`` is called only when a ``ReduceLROnPlateau`` needs its monitored value. Such a
     scheduler steps only when its monitor holds a value logged since its last step: with
     ``check_val_every_n_epoch=2`` a validation metric is new every second epoch, and stepping on
-    the old value in between would count the same result twice towards ``patience``.
+    the old value in between would count the same result twice towards ``patience``. ``step`` is
+    the module's ``lr_scheduler_step(scheduler, metric)`` when it overrides it (``metric`` is the
+    monitored value, ``None`` for other schedulers), as in Lightning.
     """
     for cfg in configs:
         if cfg.interval != interval or count % cfg.frequency:
             continue
         if cfg.is_plateau:
             value = _new_monitored_value(cfg, metrics())
-            if value is not None:
+            if value is None:
+                continue
+            if step is not None:
+                step(cfg.scheduler, value)
+            else:
                 cfg.scheduler.step(float(value))
+        elif step is not None:
+            step(cfg.scheduler, None)
         else:
             cfg.scheduler.step()
 

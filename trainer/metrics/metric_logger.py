@@ -13,7 +13,7 @@ import torch
 from trainer.metrics.metric_store import MetricStore
 
 if TYPE_CHECKING:
-    from trainer.default_callbacks import Logger
+    from trainer.contracts.protocols import LoggerView as Logger
     from trainer.strategies.strategy import Strategy
 
 
@@ -63,6 +63,12 @@ class MetricLogger:
         return out
 
     # -- the loops' calls -----------------------------------------------------------------------
+    def start_run(self) -> None:
+        """A new fit / validate / test / predict: the metrics shown are this run's only (as Lightning)."""
+        self.train.reset()
+        self.active = self.train
+        self._callback_metrics, self._logged, self._eval_progress_bar_keys = {}, {}, []
+
     def start_training_epoch(self) -> None:
         """A new training epoch: forget the last epoch's step values."""
         self.train.reset()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from trainer.data.batch import batch_size as batch_size_of
+from trainer.distributed.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from trainer.strategies.strategy import Strategy
@@ -229,16 +230,18 @@ def _as_metric(value: Any) -> Any:
     return None
 
 
-def _metric_step_value(name: str, metric: Any) -> torch.Tensor:
+def _metric_step_value(name: str, metric: Any) -> torch.Tensor | None:
     # torchmetrics keeps the last forward's batch value here (Lightning reads it the same way);
     # .update() alone computes none, and .compute() every step would sync ranks every step.
     cache = getattr(metric, "_forward_cache", None)
     if not isinstance(cache, torch.Tensor):
-        raise ValueError(
+        # Lightning logs nothing for such a step, silently; Lockstep does the same, and says so once
+        rank_zero_warn(
             f"self.log({name!r}, <{type(metric).__name__}>, on_step=True): the metric has no value for "
-            "this batch; call it (metric(preds, target)) rather than metric.update(...) before logging "
-            "it on_step, or log it with on_step=False."
+            "this batch (only .update() was called), so no step value is logged, as in Lightning; call "
+            "it (metric(preds, target)) for a step value, or log it with on_step=False."
         )
+        return None
     return _as_scalar_tensor(name, cache)
 
 

@@ -7,8 +7,9 @@ from typing import Any, Dict, List, Tuple, Union
 import torch
 from torch import Tensor
 
-from trainer.optim._checks import _check_betas, _check_non_negative, _check_positive
+from trainer.contracts.arguments import check_number
 from trainer.optim.param_groups import (
+    check_betas,
     ExcludeSpec,
     ParamsT,
     _Bucket,
@@ -60,10 +61,10 @@ class LAMB(_ExcludingOptimizer):
         super().__init__(params, defaults, exclude)
 
     def _check_hyperparameters(self, group: Dict[str, Any]) -> None:
-        _check_non_negative("lr", group["lr"])
-        _check_betas(group["betas"])
-        _check_positive("eps", group["eps"])
-        _check_non_negative("weight_decay", group["weight_decay"])
+        check_number("lr", group["lr"], minimum=0)
+        check_betas(group["betas"])
+        check_number("eps", group["eps"], above=0)
+        check_number("weight_decay", group["weight_decay"], minimum=0)
 
     def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
         beta1, beta2 = group["betas"]

@@ -6,12 +6,7 @@ from typing import Any, Dict, List
 import torch
 from torch import Tensor
 
-from trainer.optim._checks import (
-    _check_bool,
-    _check_non_negative,
-    _check_positive,
-    _check_unit_interval,
-)
+from trainer.contracts.arguments import check_bool, check_number
 from trainer.optim.param_groups import (
     ExcludeSpec,
     ParamsT,
@@ -82,12 +77,12 @@ class LARS(_ExcludingOptimizer):
         super().__init__(params, defaults, exclude)
 
     def _check_hyperparameters(self, group: Dict[str, Any]) -> None:
-        _check_non_negative("lr", group["lr"])
-        _check_unit_interval("momentum", group["momentum"])
-        _check_non_negative("weight_decay", group["weight_decay"])
-        _check_positive("trust_coefficient", group["trust_coefficient"])
-        _check_non_negative("eps", group["eps"])
-        _check_bool("clip", group["clip"])
+        check_number("lr", group["lr"], minimum=0)
+        check_number("momentum", group["momentum"], minimum=0, below=1)
+        check_number("weight_decay", group["weight_decay"], minimum=0)
+        check_number("trust_coefficient", group["trust_coefficient"], above=0)
+        check_number("eps", group["eps"], minimum=0)
+        check_bool("clip", group["clip"])
 
     def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
         lr = group["lr"]

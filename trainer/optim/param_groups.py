@@ -35,7 +35,17 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from trainer.optim._checks import _check_non_negative
+from trainer.contracts.arguments import check_number
+
+def check_betas(value: Any) -> Tuple[float, float]:
+    """A pair of decay rates, each in [0, 1): a rate of 1 would never forget and never learn."""
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {value!r}")
+    return (
+        check_number("betas[0]", value[0], minimum=0, below=1),
+        check_number("betas[1]", value[1], minimum=0, below=1),
+    )
+
 
 ParamsT = Union[Iterable[Tensor], Iterable[Tuple[str, Tensor]], Iterable[Dict[str, Any]]]
 """What the optimizers accept as ``params``: tensors, ``(name, tensor)`` pairs, or param groups."""
@@ -171,7 +181,7 @@ def named_param_groups(
         if key in options:
             raise ValueError(f"named_param_groups sets {key!r} itself; do not pass it as an option")
     if weight_decay is not None:
-        weight_decay = _check_non_negative("weight_decay", weight_decay)
+        weight_decay = check_number("weight_decay", weight_decay, minimum=0)
     pairs = model.named_parameters() if isinstance(model, nn.Module) else model
     seen = set()
     names: List[str] = []

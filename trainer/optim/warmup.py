@@ -14,22 +14,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CyclicLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
 
-from trainer.optim._checks import _check_positive, _check_real
-
-
-def _check_warmup_steps(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"warmup_steps must be an int, got {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ValueError(f"warmup_steps must be >= 0, got {value!r}")
-    return value
-
-
-def _check_start_factor(value: Any) -> float:
-    value = _check_real("start_factor", value)
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"start_factor must be in (0, 1], got {value!r}")
-    return value
+from trainer.contracts.arguments import check_int, check_number
 
 
 def _as_float(value: Any) -> float:
@@ -82,8 +67,8 @@ class LinearWarmup(LRScheduler):
         start_factor: float,
         after: Optional[LRScheduler] = None,
     ) -> None:
-        self.warmup_steps = _check_warmup_steps(warmup_steps)
-        self.start_factor = _check_start_factor(start_factor)
+        self.warmup_steps = check_int("warmup_steps", warmup_steps, 0)
+        self.start_factor = check_number("start_factor", start_factor, above=0, maximum=1)
         if after is not None:
             if isinstance(after, ReduceLROnPlateau):
                 raise TypeError(
@@ -196,7 +181,7 @@ def scale_scheduler_base_lrs(scheduler: Any, factor: float) -> None:
     It does *not* touch ``group["lr"]`` or ``group["initial_lr"]``: the caller multiplies those
     once per optimizer, then calls this once per scheduler.
     """
-    factor = _check_positive("factor", factor)
+    factor = check_number("factor", factor, above=0)
     _scale(scheduler, factor, set())
 
 

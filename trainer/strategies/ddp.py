@@ -56,8 +56,8 @@ class _StepForward(nn.Module):
         super().__init__()
         self.module = module
 
-    def forward(self, batch: Any, batch_idx: int) -> Any:
-        return self.module.training_step(batch, batch_idx)
+    def forward(self, *args: Any) -> Any:
+        return self.module.training_step(*args)
 
 
 class DDPStrategy(ProcessGroupStrategy):
@@ -127,12 +127,12 @@ class DDPStrategy(ProcessGroupStrategy):
         self._first_backward = True
         return ddp
 
-    def training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+    def training_step(self, module: Any, *args: Any) -> Any:
         """Through the DDP wrapper, so the reducer is prepared for this backward."""
         assert self.model is not None
-        return self.model(batch, batch_idx)
+        return self.model(*args)
 
-    def manual_training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+    def manual_training_step(self, module: Any, *args: Any) -> Any:
         """Through the wrapper with DDP's reducer off: ``manual_backward`` syncs, any number of times."""
         assert self.model is not None
         if self.ddp_kwargs["static_graph"]:
@@ -142,7 +142,7 @@ class DDPStrategy(ProcessGroupStrategy):
                 "reducer. Remove static_graph=True."
             )
         with self.model.no_sync():  # type: ignore[operator]
-            return self.model(batch, batch_idx)
+            return self.model(*args)
 
     def no_sync(self, sync: bool) -> ContextManager[Any]:
         """Skip DDP's all-reduce for micro batches that do not end a window."""

@@ -144,13 +144,13 @@ class Strategy:
         """Leave the process group (also called when the run raised)."""
 
     # -- the training step --------------------------------------------------------------------
-    def training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
-        """Run the module's ``training_step`` through the model wrapper, if there is one."""
-        return module.training_step(batch, batch_idx)
+    def training_step(self, module: Any, *args: Any) -> Any:
+        """Run the module's ``training_step(batch[, batch_idx])`` through the model wrapper, if there is one."""
+        return module.training_step(*args)
 
-    def manual_training_step(self, module: Any, batch: Any, batch_idx: int) -> Any:
+    def manual_training_step(self, module: Any, *args: Any) -> Any:
         """``training_step`` under manual optimization, where `sync_gradients` syncs the gradients."""
-        return self.training_step(module, batch, batch_idx)
+        return self.training_step(module, *args)
 
     def sync_gradients(self) -> None:
         """Average the module's gradients over all ranks now (after a ``manual_backward``), unless
@@ -260,6 +260,10 @@ class Strategy:
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Every rank gets rank ``src``'s ``obj`` (any picklable object)."""
         return obj
+
+    def is_restart(self) -> bool:
+        """Whether this run is a restart of the job (it resumes from its last checkpoint then)."""
+        return self.cluster_environment.restart_count > 0
 
     def barrier(self, name: str | None = None) -> None:
         """Wait until every rank gets here."""

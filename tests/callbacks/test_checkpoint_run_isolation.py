@@ -1,0 +1,140 @@
+"""Runs never share checkpoint files: a second run in the same dirpath versions its files or
+refuses to start, and a concurrent run is refused by the lock file naming the one that holds it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+from callbacks import Callback, ModelCheckpoint
+from callbacks.run_lock import LOCK_FILE, RunLockedError
+from tests.helpers.distributed import script_env
+from tests.helpers.models import QUIET, Regression, loader, regression_data
+from trainer import Trainer
+
+KW = {**QUIET, "enable_checkpointing": True, "accelerator": "cpu"}
+
+
+def _fit(dirpath, steps, callbacks=(), ckpt_path=None, **ckpt_kw):
+    checkpoint = ModelCheckpoint(dirpath=dirpath, save_last=True, **ckpt_kw)
+    trainer = Trainer(max_steps=steps, callbacks=[checkpoint, *callbacks], **KW)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Regression(), loader(regression_data(), 8), ckpt_path=ckpt_path)
+    return checkpoint, [str(w.message) for w in caught]
+
+
+def _step(path):
+    return torch.load(path, weights_only=True)["global_step"]
+
+
+def test_a_second_run_in_the_same_dirpath_versions_its_files(tmp_path):
+    first, _ = _fit(tmp_path, 6)
+    second, caught = _fit(tmp_path, 4)
+    assert first.last_model_path == str(tmp_path / "last.ckpt")
+    assert second.last_model_path == str(tmp_path / "last-v1.ckpt")
+    assert _step(tmp_path / "last.ckpt") == 6  # the first run's file is kept
+    assert _step(tmp_path / "last-v1.ckpt") == 4
+    assert _step(second.best_model_path) == 4 and second.best_model_path != first.best_model_path
+    # the warning says what happens
+    said = [w for w in caught if "holds checkpoints of another run" in w]
+    assert len(said) == 1 and "last.ckpt" in said[0] and "-v<n> suffix" in said[0]
+    assert not (tmp_path / LOCK_FILE).exists()  # released when each fit ended
+
+
+def test_a_resumed_run_goes_on_writing_its_own_last_checkpoint(tmp_path):
+    _fit(tmp_path, 4)
+    resumed, caught = _fit(tmp_path, 6, ckpt_path=str(tmp_path / "last.ckpt"))
+    assert resumed.last_model_path == str(tmp_path / "last.ckpt") and _step(tmp_path / "last.ckpt") == 6
+    assert not (tmp_path / "last-v1.ckpt").exists()
+    assert not [w for w in caught if "another run" in w]
+
+
+def test_without_the_version_counter_a_second_run_refuses_naming_the_files(tmp_path):
+    _fit(tmp_path, 6, enable_version_counter=False)
+    with pytest.raises(FileExistsError, match=r"enable_version_counter=False.*another run \(epoch=0-step=6.ckpt, last.ckpt\)"):
+        _fit(tmp_path, 4, enable_version_counter=False)
+    assert _step(tmp_path / "last.ckpt") == 6 and sorted(os.listdir(tmp_path)) == ["epoch=0-step=6.ckpt", "last.ckpt"]
+
+
+class _SecondRunInside(Callback):
+    """While this fit runs, another fit in the same directory (same process) must be refused."""
+
+    def __init__(self, dirpath):
+        self.dirpath, self.error = dirpath, None
+
+    def on_train_start(self, trainer, module):
+        try:
+            _fit(self.dirpath, 2)
+        except RunLockedError as err:
+            self.error = str(err)
+
+
+def test_a_concurrent_run_in_this_process_is_refused(tmp_path):
+    inside = _SecondRunInside(tmp_path)
+    first, _ = _fit(tmp_path, 3, callbacks=[inside])
+    assert inside.error is not None and f"pid {os.getpid()}" in inside.error
+    assert "another fit in this process is writing there" in inside.error
+    assert sorted(os.listdir(tmp_path)) == ["epoch=0-step=3.ckpt", "last.ckpt"] and _step(tmp_path / "last.ckpt") == 3
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import os, sys, time
+    from callbacks import Callback, ModelCheckpoint
+    from tests.helpers.models import QUIET, Regression, loader, regression_data
+    from trainer import Trainer
+
+    dirpath, go = sys.argv[1], sys.argv[2]
+
+    class Hold(Callback):
+        def on_train_start(self, trainer, module):
+            print("holding", flush=True)
+            for _ in range(600):  # bounded: 60 s at most
+                if os.path.exists(go):
+                    return
+                time.sleep(0.1)
+
+    checkpoint = ModelCheckpoint(dirpath=dirpath, save_last=True)
+    Trainer(max_steps=2, callbacks=[checkpoint, Hold()], **{**QUIET, "enable_checkpointing": True},
+            accelerator="cpu").fit(Regression(), loader(regression_data(), 8))
+    """
+)
+
+
+@pytest.mark.timeout(90)
+def test_a_concurrent_run_in_another_process_is_refused_naming_it(tmp_path):
+    ckpts, go = tmp_path / "ckpts", tmp_path / "go"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(ckpts), str(go)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=script_env(None),
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        lock = json.loads((ckpts / LOCK_FILE).read_text())
+        assert lock["pid"] == holder.pid
+        with pytest.raises(RunLockedError, match=rf"lock .* is held by run id {lock['run_id']}, pid {holder.pid} on host "):
+            _fit(ckpts, 2)
+        go.touch()
+        assert holder.wait(timeout=60) == 0
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert _step(ckpts / "last.ckpt") == 2 and not (ckpts / LOCK_FILE).exists()
+
+
+def test_the_lock_of_a_run_that_died_is_taken_over(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=30)
+    import socket
+
+    (tmp_path / LOCK_FILE).write_text(json.dumps({"run_id": "old", "host": socket.gethostname(), "pid": gone.pid, "started": 0}))
+    checkpoint, caught = _fit(tmp_path, 2)
+    assert any("took over the lock" in w and f"pid {gone.pid}" in w for w in caught)
+    assert _step(checkpoint.last_model_path) == 2 and not (tmp_path / LOCK_FILE).exists()

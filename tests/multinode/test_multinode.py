@@ -1,0 +1,119 @@
+"""Faults across nodes on a simulated cluster: two network namespaces on a private subnet
+(tests/multinode/cluster.py), one torchrun agent and worker per node, gloo over the veth links,
+torch's dynamic (c10d) rendezvous on node 0. One cluster for the module, removed after it.
+
+- a worker killed on node 1: both nodes restart, resume from the same checkpoint and end with
+  the uninterrupted run's parameters;
+- node 1 lost (every process on it SIGKILLed): node 0's rank names rank 1, its host and node;
+- node 0 lost (the store host): node 1's rank names the store as lost.
+"""
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers.distributed import REPO_ROOT, read_rank_results, script_env
+from tests.multinode.cluster import Cluster, unavailable
+
+SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
+RUN_TIMEOUT_S = 150
+pytestmark = [pytest.mark.multinode, pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)]
+_PORTS = itertools.count(29400)  # a fresh network: any port is free, one per job
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    nodes = Cluster(2)
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def _start(cluster, tmp_path, name, *args, torchrun_args=()):
+    """One torchrun agent per node (one worker each) running fault_run.py; (procs, out dir)."""
+    out = tmp_path / name
+    out.mkdir()
+    port = next(_PORTS)
+    env = script_env({"LOCKSTEP_TEST_OUT": str(out)})
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{cluster.addresses[0]}:{port}", "--rdzv-id", f"job{port}",
+        *torchrun_args, SCRIPT, "--root", str(tmp_path / "run"), *args,
+    ]
+    procs = [cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for node in range(2)]
+    return procs, out
+
+
+def _finish(procs, timeout=RUN_TIMEOUT_S):
+    """Every agent's (exit code, stderr); an agent still running after ``timeout`` is killed."""
+    deadline = time.monotonic() + timeout
+    results = []
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate(timeout=10)
+            err = f"[killed after {timeout} s]\n{err}"
+        results.append((proc.returncode, err))
+    return results
+
+
+def _wait_for(path, timeout=RUN_TIMEOUT_S):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def straight(cluster, tmp_path_factory):
+    procs, out = _start(cluster, tmp_path_factory.mktemp("straight"), "out", "--mode", "straight")
+    results = _finish(procs)
+    assert all(code == 0 for code, _ in results), results[0][1][-3000:] + results[1][1][-3000:]
+    return read_rank_results(out)
+
+
+def test_a_worker_killed_on_node_1_restarts_both_nodes_from_the_same_checkpoint(cluster, tmp_path, straight):
+    procs, out = _start(cluster, tmp_path, "out", "--mode", "kill", "--rank", "1", torchrun_args=["--max-restarts", "1"])
+    results = _finish(procs)
+    assert all(code == 0 for code, _ in results), results[0][1][-3000:] + results[1][1][-3000:]
+    restarted = read_rank_results(out)
+    assert [r["start_step"] for r in restarted] == [6, 6]  # killed at step 7: both resume at step 6
+    for r, s in zip(restarted, straight):
+        assert r["step"] == s["step"] == 12
+        for a, b in zip(r["params"], s["params"]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_lost_node_is_named_with_its_host(cluster, tmp_path):
+    procs, _ = _start(cluster, tmp_path, "out", "--mode", "hold", "--rank", "1", "--step", "3")
+    _wait_for(tmp_path / "run" / "holding")  # rank 1 (node 1) is at step 3, rank 0 waits for it
+    cluster.kill_node(1)
+    killed = time.monotonic()
+    (code0, err0), _ = _finish(procs)
+    print(f"node 0 ended {time.monotonic() - killed:.1f} s after node 1 was lost")
+    assert code0 != 0
+    assert "Rank 1 on host lsnode1 (node 1) stopped answering at epoch 0, global step 3" in err0, err0[-4000:]
+
+
+def test_a_lost_store_host_is_named_as_such(cluster, tmp_path):
+    procs, _ = _start(cluster, tmp_path, "out", "--mode", "hold", "--rank", "0", "--step", "3")
+    _wait_for(tmp_path / "run" / "holding")  # rank 0 (node 0, with the store) holds, rank 1 waits
+    cluster.kill_node(0)
+    killed = time.monotonic()
+    _, (code1, err1) = _finish(procs)
+    print(f"node 1 ended {time.monotonic() - killed:.1f} s after node 0 (the store host) was lost")
+    assert code1 != 0
+    assert "The rendezvous store at" in err1 and "stopped answering" in err1 and "store host, node 0" in err1, err1[-4000:]

@@ -1,0 +1,180 @@
+"""The contracts floor: what callbacks may use, held against the real objects and the code."""
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from callbacks import Callback, Logger
+from trainer import TrainModule, Trainer
+from trainer.contracts import protocols
+from trainer.loops.progress import FitProgress
+from trainer.strategies.strategy import SingleDeviceStrategy
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _members(proto: type) -> set[str]:
+    names: set[str] = set()
+    for cls in proto.__mro__:
+        if cls in (Protocol, object) or not issubclass(cls, Protocol):
+            continue
+        names.update(getattr(cls, "__annotations__", {}))
+        names.update(n for n in vars(cls) if not n.startswith("_"))
+    return names
+
+
+def _has(obj: object, name: str) -> bool:
+    return name in dir(type(obj)) or name in vars(obj)
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    return Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False)
+
+
+@pytest.mark.parametrize(
+    "proto, real",
+    [
+        (protocols.TrainerView, "trainer"),
+        (protocols.TrainerInternals, "trainer"),
+        (protocols.StrategyView, "strategy"),
+        (protocols.FitPosition, "progress"),
+        (protocols.FitLoopView, "fit_loop"),
+        (protocols.ModuleView, "module"),
+        (protocols.CallbackView, "callback"),
+        (protocols.LoggerView, "logger"),
+    ],
+)
+def test_every_protocol_member_exists_on_the_real_object(proto, real, trainer):
+    obj = {
+        "trainer": trainer,
+        "strategy": trainer.strategy,
+        "progress": FitProgress(),
+        "fit_loop": trainer.fit_loop,
+        "module": TrainModule(),
+        "callback": Callback(),
+        "logger": Logger(),
+    }[real]
+    assert isinstance(trainer.strategy, SingleDeviceStrategy)
+    missing = sorted(name for name in _members(proto) if not _has(obj, name))
+    assert missing == [], f"{proto.__name__} names members {type(obj).__name__} lacks: {missing}"
+
+
+def test_the_member_check_finds_a_missing_member(trainer):
+    class Wider(protocols.TrainerView, Protocol):
+        def no_such_method(self) -> None: ...
+
+    assert [n for n in _members(Wider) if not _has(trainer, n)] == ["no_such_method"]
+
+
+def _imports(path: Path) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def test_the_floor_imports_only_the_standard_library_and_torch():
+    # fsspec: the `remote` extra, imported by the storage layer only when a URL is used
+    allowed = {"torch", "__future__", "fsspec", *sys.stdlib_module_names}
+    for path in sorted((REPO / "trainer" / "contracts").glob("*.py")):
+        for module in _imports(path):
+            root = module.split(".")[0]
+            assert root in allowed or module.startswith("trainer.contracts"), (path.name, module)
+
+
+def test_importing_the_floor_does_not_import_the_trainer():
+    code = (
+        "import sys, trainer.contracts.protocols, trainer.contracts.storage, callbacks; "
+        "print('trainer.trainer' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"
+
+
+def test_no_part_below_the_trainer_imports_it():
+    # annotations included: a part that needs the Trainer annotates with a protocol of the floor;
+    # only what stands above the Trainer (the package's names, the CLI, the tuner) imports it
+    importers = sorted(
+        path.relative_to(REPO).as_posix()
+        for path in REPO.glob("trainer/**/*.py")
+        if {"trainer.trainer"} & _imports(path)
+    )
+    assert importers == ["trainer/__init__.py", "trainer/cli.py", "trainer/tuner.py"]
+
+
+def _trainer_reaches(path: Path) -> list[str]:
+    """Every ``trainer.<name>`` a file reads or calls (``trainer`` a name or ``self.trainer``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        if isinstance(base, ast.Name) and base.id in ("trainer", "t"):
+            found.append(node.attr)
+        elif isinstance(base, ast.Attribute) and base.attr == "trainer" and isinstance(base.value, ast.Name):
+            found.append(node.attr)
+    return found
+
+
+def test_callbacks_use_only_the_contract_of_the_trainer():
+    allowed = set(_members(protocols.TrainerView))
+    offenders = sorted(
+        f"{path.name}: trainer.{name}"
+        for path in REPO.glob("callbacks/**/*.py")
+        for name in _trainer_reaches(path)
+        if name not in allowed
+    )
+    assert offenders == []
+    for path in REPO.glob("callbacks/**/*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "fit_loop." not in text, path.name
+        assert not re.search(r"\btrainer\.(\w+\.)*_[a-z]", text), path.name
+
+
+def test_the_contract_check_finds_a_reach_into_the_loop(tmp_path):
+    sample = tmp_path / "cb.py"
+    sample.write_text("def on_x(trainer, module):\n    trainer.fit_loop.agree_on_stop()\n    trainer.global_step\n")
+    assert sorted(_trainer_reaches(sample)) == ["fit_loop", "global_step"]
+
+
+def _definitions(name_pattern: str) -> list[str]:
+    pattern = re.compile(name_pattern)
+    return sorted(
+        f"{path.relative_to(REPO).as_posix()}:{node.name}"
+        for path in [*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and pattern.fullmatch(node.name)
+    )
+
+
+def test_one_argument_check_module_and_one_rank_detection():
+    assert _definitions(r"_?check_(bool|int|number|path|str|real|positive|non_negative)") == [
+        f"trainer/contracts/arguments.py:check_{kind}" for kind in ("bool", "int", "number", "path", "str")
+    ]
+    assert _definitions(r"_?(env|detect|current)_global_rank") == [
+        "trainer/contracts/rank.py:current_global_rank",
+        "trainer/contracts/rank.py:detect_global_rank",
+    ]
+
+
+def test_the_checkpoint_connector_writes_no_field_of_the_loop():
+    # the fit loop serializes itself (FitLoop.state_dict / load_state_dict)
+    path = REPO / "trainer" / "checkpointing" / "connector.py"
+    writes = [
+        ast.unparse(target)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if "fit_loop" in ast.unparse(target) or "progress." in ast.unparse(target)
+    ]
+    assert writes == []

@@ -1,0 +1,102 @@
+"""`trainer.tuner.Tuner` against Lightning's: the same range test (rates and smoothed losses to
+1e-6, the same suggestion) and the same batch sizes found, on seeded problems."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.lightning_parity import QUIET_BOTH, framework, make_module
+
+pytest.importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
+
+OOM = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes (simulated)"
+
+
+def _tuner(name):
+    if name == "lightning":
+        from lightning.pytorch.tuner import Tuner
+    else:
+        from trainer.tuner import Tuner
+    return Tuner
+
+
+def _trainer(name, **kwargs):
+    L, _ = framework(name)
+    return L.Trainer(accelerator="cpu", devices=1, enable_checkpointing=False, num_sanity_val_steps=0, **QUIET_BOTH, **kwargs)
+
+
+def _lr_find(name, max_lr=10.0, **kwargs):
+    L, _ = framework(name)
+    torch.manual_seed(0)
+    model = make_module(L)(learning_rate=0.01)
+    before = [p.detach().clone() for p in model.parameters()]
+    finder = _tuner(name)(_trainer(name)).lr_find(model, num_training=30, min_lr=1e-4, max_lr=max_lr, **kwargs)
+    for a, b in zip(before, model.parameters()):  # the module has its weights back
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    return finder, model
+
+
+@pytest.mark.parametrize("mode", ["exponential", "linear"])
+def test_lr_find_matches_lightning(mode):
+    max_lr = 10.0 if mode == "exponential" else 0.05
+    ours, our_model = _lr_find("lockstep", max_lr=max_lr, mode=mode)
+    theirs, their_model = _lr_find("lightning", max_lr=max_lr, mode=mode)
+    assert len(ours.results["lr"]) == len(theirs.results["lr"]) > 12
+    torch.testing.assert_close(torch.tensor(ours.results["lr"]), torch.tensor(theirs.results["lr"]), rtol=1e-6, atol=0)
+    torch.testing.assert_close(torch.tensor(ours.results["loss"]), torch.tensor(theirs.results["loss"]), rtol=1e-6, atol=1e-7)
+    assert ours.suggestion() == pytest.approx(theirs.suggestion(), rel=1e-6)
+    assert our_model.learning_rate == pytest.approx(their_model.learning_rate, rel=1e-6) != 0.01  # update_attr
+
+
+def test_lr_find_plot_is_a_figure():
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    finder, _ = _lr_find("lockstep", update_attr=False)
+    figure = finder.plot(suggest=True)
+    assert isinstance(figure, matplotlib.figure.Figure) and figure.axes[0].get_xscale() == "log"
+
+
+def _oom_module(L, limit):
+    class Limited(make_module(L)):
+        def training_step(self, batch, batch_idx):
+            if len(batch[0]) > limit:
+                raise RuntimeError(OOM)
+            return super().training_step(batch, batch_idx)
+
+    return Limited
+
+
+@pytest.mark.parametrize("mode, limit, expected", [("power", 100, 32), ("power", 12, 8), ("binsearch", 12, 11)])
+def test_scale_batch_size_matches_lightning(mode, limit, expected):
+    found = {}
+    for name in ("lightning", "lockstep"):
+        L, _ = framework(name)
+        model = _oom_module(L, limit)(batch_size=2)
+        before = [p.detach().clone() for p in model.parameters()]
+        found[name] = _tuner(name)(_trainer(name, max_epochs=1)).scale_batch_size(model, mode=mode, steps_per_trial=1)
+        assert model.batch_size == found[name]
+        for a, b in zip(before, model.parameters()):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert found["lockstep"] == found["lightning"] == expected
+
+
+def test_finder_callbacks():
+    L, cbs = framework("lockstep")
+    sizes = cbs.BatchSizeFinder(mode="binsearch", steps_per_trial=1)
+    rates = cbs.LearningRateFinder(min_lr=1e-4, max_lr=10.0, num_training_steps=30)
+    model = _oom_module(L, 12)(batch_size=2, learning_rate=0.01)
+    trainer = _trainer("lockstep", max_epochs=10, max_steps=1, callbacks=[sizes, rates])
+    trainer.fit(model)
+    assert sizes.optimal_batch_size == model.batch_size == 11 and trainer.micro_batch_size == 11
+    assert model.learning_rate == rates.optimal_lr.suggestion() and trainer.optimizers[0].param_groups[0]["lr"] == model.learning_rate
+
+
+def test_loaders_passed_directly_are_refused():
+    from tests.helpers.lightning_parity import loaders
+    from trainer.tuner import Tuner
+
+    L, _ = framework("lockstep")
+    with pytest.raises(ValueError, match="cannot change the batch size of loaders passed to it"):
+        Tuner(_trainer("lockstep")).scale_batch_size(make_module(L)(), loaders()[0])

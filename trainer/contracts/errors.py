@@ -1,0 +1,24 @@
+"""Error types that several parts raise or recognise (the loops raise them, the launcher names the
+rank they came from), so they live on the floor every part imports."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite.
+
+    ``rank`` is the rank whose loss it was (None: this process's own). Every rank raises it after the
+    save-time check, so on the other ranks it is about a peer, and their failure is a consequence.
+    """
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+    def __reduce__(self) -> Any:  # picklable with its rank (spawned workers hand errors back)
+        return (type(self), (str(self), self.rank))
+
+
+class NonFiniteGradientError(FloatingPointError):
+    """A gradient became NaN or infinite."""

@@ -1,0 +1,57 @@
+"""`BatchCounts`: the Trainer's read-only views of batch sizes and counts (a base class of `Trainer`)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from trainer.data.loaders import loader_batch_size, num_batches
+
+
+class BatchCounts:
+    """Sizes and counts read from the Trainer's loaders, settings and loop (nothing stored here)."""
+
+    train_dataloader: Any
+    val_dataloaders: list[Any]
+    limit_val_batches: Any
+    accumulate_grad_batches: int
+    max_epochs: int | None
+    max_steps: int
+    world_size: int
+    fit_loop: Any  # FitLoop (the data floor does not import the loops)
+    metric_logger: Any  # MetricLogger
+
+    @property
+    def micro_batch_size(self) -> int | None:
+        """b: samples per rank per forward (from the train loader)."""
+        return loader_batch_size(self.train_dataloader) if self.train_dataloader is not None else None
+
+    @property
+    def train_batch_size(self) -> int | None:
+        """The size of the training batch being processed, as ``self.log`` weights it (None: unknown)."""
+        return self.metric_logger.train.batch_size
+
+    @property
+    def global_batch_size(self) -> int | None:
+        """W * b * A: samples per optimizer step over all ranks."""
+        b = self.micro_batch_size
+        return None if b is None else self.world_size * b * self.accumulate_grad_batches
+
+    @property
+    def num_val_batches(self) -> list[int | None]:
+        """Batches per validation loader of ``fit`` or the last ``validate`` (after ``limit_val_batches``)."""
+        return [num_batches(dl, self.limit_val_batches, "val") for dl in self.val_dataloaders]
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """The optimizer steps fit will take (Lightning's estimate: ``ceil(batches / A) * max_epochs``,
+        capped by ``max_steps``; ``inf`` when unbounded). Known once fit set up its data (from
+        ``configure_optimizers`` on, e.g. a ``OneCycleLR``'s ``total_steps``)."""
+        if self.max_epochs in (None, -1):
+            return float("inf") if self.max_steps == -1 else self.max_steps
+        batches = self.fit_loop.num_training_batches
+        if batches is None:
+            if self.train_dataloader is None:
+                raise RuntimeError("estimated_stepping_batches is known once fit has set up its data (configure_optimizers on).")
+            return self.max_steps if self.max_steps != -1 else float("inf")  # a loader without length
+        steps = math.ceil(batches / self.accumulate_grad_batches) * max(self.max_epochs, 1)
+        return min(steps, self.max_steps) if self.max_steps != -1 else steps

@@ -1,0 +1,328 @@
+"""Automatic optimization: one micro batch's forward and backward, and the step that ends a window.
+
+Lightning's structure, so that a module's overrides take effect as they do there: each micro batch
+runs as a *closure* (``training_step``, then ``backward``); a micro batch that does not end its
+window runs its closure directly, inside ``Strategy.no_sync``; the last one of a window hands its
+closure to the module's ``optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)``, whose
+``optimizer.step(closure=optimizer_closure)`` runs it, then the window's gradient work (the
+strategy's sync, the accumulation correction, unscaling), ``on_before_optimizer_step``,
+``configure_gradient_clipping`` and the precision plugin's step. After the step: zero the
+gradients, count ``global_step``, step the step-interval schedulers (``lr_scheduler_step``).
+
+Overridden hooks are found once per fit; a module that overrides none of them runs the lean path:
+the closure called directly, then a plain step of every optimizer. Gradients are cleared right after
+the step (their memory is free during the next forward), unless the module overrides
+``optimizer_step`` or ``optimizer_zero_grad`` or steps an ``LBFGS``: then, as in Lightning, in the
+first micro batch of each window, between ``training_step`` and ``backward``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch.optim import Optimizer
+
+from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.hooks import module_override, takes_batch_idx
+from trainer.loops.accumulation import AccumulationWindows
+from trainer.loops.anomaly import check_finite_gradients
+from trainer.loops.loss_normalization import ItemMeanNormalizer
+from trainer.loops.optimization import clip_gradients, optimizer_parameters, step_schedulers
+
+if TYPE_CHECKING:
+    from trainer.contracts.protocols import FitLoopView as FitLoop
+
+
+class StepOptimizer:
+    """The optimizer an overridden ``optimizer_step`` receives (Lightning's ``LightningOptimizer``).
+
+    ``step(closure=None, **kwargs)`` steps through the loop: the closure (the micro batch's forward
+    and backward), the window's gradient work, ``on_before_optimizer_step``, clipping, then the
+    precision plugin's step. Every other attribute (``param_groups``, ``zero_grad``, ...) is the
+    wrapped optimizer's.
+    """
+
+    def __init__(self, optimizer: Optimizer, automatic: AutomaticOptimization) -> None:
+        self.optimizer = optimizer
+        self._automatic = automatic
+
+    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        """One optimizer step (see the class docstring)."""
+        return self._automatic.step(self.optimizer, closure, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"StepOptimizer({self.optimizer!r})"
+
+
+class AutomaticOptimization:
+    """The fit loop's automatic path: a closure per micro batch, one step per window."""
+
+    def __init__(self, loop: FitLoop, grad_check_params: list[tuple[str, torch.Tensor]] | None) -> None:
+        t = loop.trainer
+        self.loop = loop
+        self.trainer = t
+        module = t.module
+        self._grad_check_params = grad_check_params
+        self._params = {id(opt): optimizer_parameters(opt) for opt in t.optimizers}
+        self._all_params = list(self._params.values())
+        self._normalizer = ItemMeanNormalizer()
+        self._takes_batch_idx = takes_batch_idx(module.training_step)
+        self._scheduler_hook = module_override(t, module, "lr_scheduler_step")
+        self._optimizer_step = module_override(t, module, "optimizer_step")
+        self._zero_grad_hook = module_override(t, module, "optimizer_zero_grad")
+        self._clip_hook = module_override(t, module, "configure_gradient_clipping")
+        self._backward_hook = module_override(t, module, "backward")
+        overridden = [n for n, f in (("optimizer_step", self._optimizer_step), ("optimizer_zero_grad", self._zero_grad_hook)) if f]
+        if overridden and len(t.optimizers) > 1:
+            raise ValueError(
+                f"{type(module).__name__} overrides {' and '.join(overridden)}, which Lightning calls with "
+                f"the one optimizer of automatic optimization; configure_optimizers returned "
+                f"{len(t.optimizers)}. Step several optimizers under manual optimization "
+                "(self.automatic_optimization = False), as Lightning requires."
+            )
+        needs_closure = any(isinstance(opt, torch.optim.LBFGS) for opt in t.optimizers)
+        if needs_closure and t.precision == "16-mixed":
+            raise ValueError("LBFGS re-evaluates its closure, which the fp16 grad scaler does not allow (as in Lightning).")
+        # Lightning's position of zero_grad: the optimizer may call the closure again (LBFGS), or
+        # an override may depend on when it runs
+        self._zero_in_closure = bool(overridden) or needs_closure
+        self._step_with_closure = self._optimizer_step is not None or needs_closure
+        self.optimizers = [StepOptimizer(opt, self) for opt in t.optimizers]
+        self._windows: AccumulationWindows | None = None
+
+    def start_epoch(self, windows: AccumulationWindows) -> None:
+        """This epoch's accumulation windows (a scheduler may change ``A`` between epochs) and the
+        optimizers' parameters (a fine-tuning callback may have added groups at the epoch's start)."""
+        self._windows = windows
+        self._params = {id(opt): optimizer_parameters(opt) for opt in self.trainer.optimizers}
+        self._all_params = list(self._params.values())
+
+    # -- one micro batch ---------------------------------------------------------------------
+    def run(self, batch: Any, batch_idx: int, window_end: bool) -> Any:
+        """Train one micro batch; at a window's end step the optimizers. Returns ``training_step``'s output."""
+        closure = _Closure(self, batch, batch_idx, window_end)
+        if not window_end:
+            closure()
+            return closure.output
+        t = self.trainer
+        if self._optimizer_step is not None:
+            self._optimizer_step(t.current_epoch, batch_idx, self.optimizers[0], closure)
+            if not closure.ran:
+                raise RuntimeError(
+                    f"{type(t.module).__name__}.optimizer_step did not run optimizer_closure at batch index "
+                    f"{batch_idx}: call optimizer.step(closure=optimizer_closure) (or optimizer_closure()), "
+                    "as Lightning requires."
+                )
+        elif self._step_with_closure:
+            self.step(t.optimizers[0], closure, {})
+        else:
+            loss = closure()
+            self._after_closure(t.optimizers, batch_idx)
+            precision = t.precision_plugin
+            if loss is not None or precision.scaler is None:  # the scaler can't step without a backward
+                for optimizer in t.optimizers:
+                    precision.optimizer_step(optimizer)
+            precision.update()
+        self._after_step()
+        return closure.output
+
+    def step(self, optimizer: Optimizer, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
+        """`StepOptimizer.step`: the closure, the window's gradient work, the hooks, the precision step."""
+        closure = closure if closure is not None else _nothing
+        precision = self.trainer.precision_plugin
+        batch_idx = self.loop.progress.batch_idx
+        if precision.scaler is None:
+
+            def wrapped() -> Any:  # the optimizer may call it several times (LBFGS)
+                loss = closure()
+                self._after_closure([optimizer], batch_idx)
+                return loss
+
+            return optimizer.step(closure=wrapped, **kwargs)
+        loss = closure()
+        self._after_closure([optimizer], batch_idx)
+        output = None
+        if loss is not None:  # no backward ran: nothing for the scaler to step on (as in Lightning)
+            output = precision.optimizer_step(optimizer, **kwargs)
+        precision.update()
+        return output
+
+    # -- what the closure runs -----------------------------------------------------------------
+    def forward(self, batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor | None]:
+        """``training_step`` and its loss, divided for the window (``None``: the step skipped the batch)."""
+        t, progress = self.trainer, self.loop.progress
+        with t.precision_plugin.autocast():
+            output = t.strategy.training_step(t.module, *((batch, batch_idx) if self._takes_batch_idx else (batch,)))
+        if output is None:
+            if t.world_size > 1:
+                raise RuntimeError(
+                    f"training_step returned None at batch index {batch_idx}: skipping a batch is not supported "
+                    "with several processes (the other ranks would wait for its gradients), as in Lightning."
+                )
+            rank_zero_warn("training_step returned None: the batch is skipped (no backward), as in Lightning.")
+            return output, None
+        loss = _loss_of(output, batch_idx)
+        shown = loss.detach()
+        self.loop.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
+        assert self._windows is not None
+        padding = self._windows.is_padding(batch_idx)
+        items = self._normalizer.observe(output, loss, batch_idx, counts=not padding)
+        if padding:  # only joins the window's collectives: no gradient, no items
+            scaled = loss * 0.0
+        elif items is not None:
+            scaled = loss  # a sum: normalised by the global item count at the step
+            shown = shown / items.clamp_min(1.0)  # shown as this batch's mean
+        else:
+            divisor = self._windows.loss_divisor(batch_idx)
+            scaled = loss / divisor if divisor != 1 else loss
+        t.metric_logger.last_loss = shown
+        return output, scaled
+
+    def zero_grad(self, batch_idx: int) -> None:
+        """Lightning's position: the first micro batch of a window, before its backward."""
+        t = self.trainer
+        if not self._zero_in_closure or batch_idx % t.accumulate_grad_batches:
+            return
+        optimizer = t.optimizers[0]
+        t.hooks.call("on_before_zero_grad", optimizer)
+        if self._zero_grad_hook is not None:
+            self._zero_grad_hook(t.current_epoch, batch_idx, optimizer)
+        else:
+            optimizer.zero_grad()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``on_before_backward``, the backward (the module's ``backward`` if overridden), through the scaler."""
+        t = self.trainer
+        t.hooks.call("on_before_backward", loss)
+        if self._backward_hook is None:
+            t.precision_plugin.backward(loss)
+        else:
+            scaler = t.precision_plugin.scaler
+            self._backward_hook(scaler.scale(loss) if scaler is not None else loss)
+
+    # -- the window's end ----------------------------------------------------------------------
+    def _after_closure(self, optimizers: list[Optimizer], batch_idx: int) -> None:
+        """Gradients complete: synced, corrected, unscaled, checked, hooked and clipped, per optimizer."""
+        t, progress = self.trainer, self.loop.progress
+        precision = t.precision_plugin
+        t.strategy.after_backward_window()
+        assert self._windows is not None
+        correction = 1.0 if self._normalizer.active else self._windows.grad_correction(batch_idx)
+        self._normalizer.finish_window(t.strategy, self._all_params)
+        for optimizer in optimizers:
+            params = self._params[id(optimizer)]
+            if correction != 1.0:  # summed losses were never divided by the window size
+                torch._foreach_mul_([p.grad for p in params if p.grad is not None], correction)
+            precision.unscale(optimizer)
+            if self._grad_check_params is not None:
+                check_finite_gradients(
+                    self._grad_check_params, progress.current_epoch, progress.global_step, batch_idx, t.global_rank
+                )
+            t.hooks.call("on_before_optimizer_step", optimizer)
+            if self._clip_hook is not None:
+                self._clip_hook(optimizer, t.gradient_clip_val, t.gradient_clip_algorithm)
+            elif t.gradient_clip_val:  # None or 0: no clipping (as in Lightning)
+                clip_gradients(params, t.gradient_clip_val, t.gradient_clip_algorithm)
+
+    def _after_step(self) -> None:
+        t, progress = self.trainer, self.loop.progress
+        if not self._zero_in_closure:
+            for optimizer in t.optimizers:
+                t.hooks.call("on_before_zero_grad", optimizer)
+                optimizer.zero_grad(set_to_none=True)
+        progress.global_step += 1
+        self.step_schedulers("step", progress.global_step)
+        if progress.global_step % t.log_every_n_steps == 0:
+            self.loop.loss_check.check()
+            t.metric_logger.publish_step(t.strategy, progress.global_step, progress.current_epoch)
+
+    def step_schedulers(self, interval: str, count: int) -> None:
+        """Step the schedulers of ``interval`` due at ``count`` (the module's ``lr_scheduler_step`` if overridden)."""
+        configs = self.trainer.lr_scheduler_configs
+        if configs:
+            step_schedulers(configs, interval, count, self.loop.scheduler_metrics, self._scheduler_hook)
+
+    def clip(self, optimizer: Any, value: float | None, algorithm: str | None) -> None:
+        """``self.clip_gradients`` under automatic optimization (from ``configure_gradient_clipping``).
+
+        As Lightning: ``None`` takes the Trainer's setting; a different value than the Trainer's is an error.
+        """
+        t = self.trainer
+        if value is None:
+            value = t.gradient_clip_val or 0.0
+        elif t.gradient_clip_val is not None and t.gradient_clip_val != value:
+            raise ValueError(
+                f"Trainer(gradient_clip_val={t.gradient_clip_val!r}) and clip_gradients(gradient_clip_val="
+                f"{value!r}) disagree: use only one of them."
+            )
+        algorithm = (algorithm or t.gradient_clip_algorithm or "norm").lower()
+        if algorithm not in ("norm", "value"):
+            raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {algorithm!r}.")
+        if not value:
+            return
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        t.precision_plugin.unscale(optimizer)
+        clip_gradients(optimizer_parameters(optimizer), float(value), algorithm)
+
+
+class _Closure:
+    """One micro batch's ``training_step``, zero_grad (Lightning's position) and backward; returns the loss."""
+
+    def __init__(self, automatic: AutomaticOptimization, batch: Any, batch_idx: int, sync: bool) -> None:
+        self._automatic = automatic
+        self._batch = batch
+        self._batch_idx = batch_idx
+        self._sync = sync
+        self.output: Any = None
+        self.ran = False
+
+    def __call__(self) -> torch.Tensor | None:
+        automatic, batch_idx = self._automatic, self._batch_idx
+        t = automatic.trainer
+        with torch.enable_grad(), t.strategy.no_sync(self._sync):
+            self.output, loss = automatic.forward(self._batch, batch_idx)
+            automatic.zero_grad(batch_idx)
+            if loss is not None:
+                automatic.backward(loss)
+        if loss is not None:
+            t.hooks.call("on_after_backward")
+        self.ran = True
+        return loss.detach() if loss is not None else None
+
+
+def _nothing() -> None:
+    return None
+
+
+def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:
+    """The loss inside ``training_step``'s return value, checked for shape and autograd."""
+    loss = output.get("loss") if isinstance(output, Mapping) else output
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            f"training_step must return a loss tensor or a dict with key 'loss'; at batch index "
+            f"{batch_idx} it returned {_describe(output)}."
+        )
+    if loss.numel() != 1:
+        raise ValueError(
+            f"training_step must return a scalar loss; at batch index {batch_idx} it has shape "
+            f"{tuple(loss.shape)}. Reduce it (e.g. loss.mean()) before returning."
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            f"The loss returned by training_step at batch index {batch_idx} does not require grad: "
+            "it is detached from the model's parameters (was it computed under torch.no_grad(), "
+            "or with .item()/.detach()?)."
+        )
+    return loss
+
+
+def _describe(output: Any) -> str:
+    if isinstance(output, Mapping) and "loss" in output:
+        return f"a dict whose 'loss' is a {type(output['loss']).__name__}, not a tensor"
+    if isinstance(output, Mapping):
+        return f"a dict without 'loss' (keys {sorted(map(str, output))})"
+    return f"an object of type {type(output).__name__}"

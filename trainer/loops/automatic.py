@@ -172,12 +172,15 @@ class AutomaticOptimization:
         loss = _loss_of(output, batch_idx)
         shown = loss.detach()
         self.loop.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
-        items = self._normalizer.observe(output, loss, batch_idx)
-        if items is not None:
+        assert self._windows is not None
+        padding = self._windows.is_padding(batch_idx)
+        items = self._normalizer.observe(output, loss, batch_idx, counts=not padding)
+        if padding:  # only joins the window's collectives: no gradient, no items
+            scaled = loss * 0.0
+        elif items is not None:
             scaled = loss  # a sum: normalised by the global item count at the step
             shown = shown / items.clamp_min(1.0)  # shown as this batch's mean
         else:
-            assert self._windows is not None
             divisor = self._windows.loss_divisor(batch_idx)
             scaled = loss / divisor if divisor != 1 else loss
         t.metric_logger.last_loss = shown

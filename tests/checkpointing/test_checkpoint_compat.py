@@ -1,4 +1,8 @@
-"""A checkpoint written by Lockstep 0.1 (before the architecture reshape) resumes bit for bit."""
+"""A checkpoint written by Lockstep 0.1 (before the architecture reshape) resumes to the same parameters.
+
+The fixtures were written with an older torch: its CPU kernels round a few float32 sums differently
+from today's (about 3e-8 here, on the code of v0.1 as well), so the parameters are compared to 1e-6
+rather than bitwise. Bitwise resume on one torch is tested in test_checkpoint_resume.py."""
 from __future__ import annotations
 
 import torch
@@ -25,7 +29,7 @@ def test_a_v0_1_checkpoint_resumes_to_the_same_parameters(tmp_path):
     resumed.fit(module, loader(), ckpt_path=FIXTURES / "v0_1_mid_epoch.ckpt")
     assert resumed.global_step == expected["global_step"]
     for got, want in zip(params(module), expected["params"]):
-        assert torch.equal(got, want)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
 
 def test_a_checkpoint_written_today_has_the_v0_1_keys(tmp_path):
@@ -42,4 +46,4 @@ def test_a_checkpoint_written_today_has_the_v0_1_keys(tmp_path):
     for key in ("epoch", "global_step", "world_size", "accumulate_grad_batches", "lr_scaled", "hyper_parameters"):
         assert now[key] == legacy[key], key
     for name, tensor in legacy["state_dict"].items():
-        assert torch.equal(now["state_dict"][name], tensor), name
+        torch.testing.assert_close(now["state_dict"][name], tensor, rtol=0, atol=1e-6, msg=name)

@@ -83,10 +83,12 @@ class Returns(Regression):
         return {"loss": loss}
 
 
-def test_step_returning_none():
-    with pytest.raises(TypeError, match="training_step must return a loss tensor or a dict with key 'loss'; "
-                       "at batch index 0 it returned an object of type NoneType"):
-        _fit(Returns("none"))
+def test_step_returning_none_skips_the_batch_as_in_lightning():
+    module = Returns("none")
+    before = [p.detach().clone() for p in module.parameters()]
+    with pytest.warns(UserWarning, match="training_step returned None: the batch is skipped"):
+        _fit(module)
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))  # no step was taken
 
 
 def test_step_returning_dict_without_loss():

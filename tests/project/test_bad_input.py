@@ -375,7 +375,7 @@ def test_bad_allreduce_strategy_timeout():
         (
             lambda: ModelCheckpoint(save_last="no"),
             TypeError,
-            r"ModelCheckpoint\(save_last\) must be a bool \(True or False\), got 'no'",
+            r"ModelCheckpoint\(save_last\) must be None, a bool or 'link', got 'no'",
         ),
         (lambda: ModelCheckpoint(verbose=1), TypeError, r"ModelCheckpoint\(verbose\) must be a bool \(True or False\), got 1"),
         (

@@ -12,6 +12,8 @@ from trainer.launch.worker_process import adopt_launcher_from_env
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.checkpointing.checkpoint import CheckpointError
+    from trainer.checkpointing.resume import GlobalBatchChangedError
+    from trainer.data.global_batch_sampler import GlobalBatchSampler
     from trainer.data.datamodule import DataModule
     from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
     from trainer.launch.failure_notes import RankFailedError
@@ -46,6 +48,8 @@ _PUBLIC = {
     "rank_zero_info": ("trainer.distributed.rank_zero", "rank_zero_info"),
     "rank_zero_warn": ("trainer.distributed.rank_zero", "rank_zero_warn"),
     "CheckpointError": ("trainer.checkpointing.checkpoint", "CheckpointError"),
+    "GlobalBatchChangedError": ("trainer.checkpointing.resume", "GlobalBatchChangedError"),
+    "GlobalBatchSampler": ("trainer.data.global_batch_sampler", "GlobalBatchSampler"),
     "NonFiniteLossError": ("trainer.contracts.errors", "NonFiniteLossError"),
     "NonFiniteGradientError": ("trainer.contracts.errors", "NonFiniteGradientError"),
     "RankFailedError": ("trainer.launch.failure_notes", "RankFailedError"),

@@ -20,6 +20,7 @@ _FLAGS = (
     "enable_progress_bar",
     "enable_checkpointing",
     "use_distributed_sampler",
+    "allow_global_batch_change",
     "detect_non_finite_loss",
     "detect_non_finite_grads",
     "compile",

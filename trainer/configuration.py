@@ -39,6 +39,7 @@ class TrainerConfig:
     limit_predict_batches: int | float | None
     num_sanity_val_steps: int
     use_distributed_sampler: bool
+    allow_global_batch_change: bool  # a resume may continue with another global batch (warned)
     detect_non_finite_grads: bool
     compile: bool  # torch.compile the module (in place) before the strategy wraps it
     channels_last: bool  # module and 4-D batches in torch.channels_last
@@ -127,6 +128,7 @@ class TrainerSettings:
     limit_predict_batches = _Setting()
     num_sanity_val_steps = _Setting()
     use_distributed_sampler = _Setting()
+    allow_global_batch_change = _Setting()
     detect_non_finite_grads = _Setting()
     compile = _Setting()
     channels_last = _Setting()

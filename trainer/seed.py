@@ -19,6 +19,12 @@ def use_deterministic_algorithms(deterministic: bool | str) -> None:
         torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
 
 
+def global_seed() -> int:
+    """The seed of the training order: ``seed_everything``'s (every rank and launched worker
+    sees it through ``$LOCKSTEP_GLOBAL_SEED``), 0 when nothing was seeded."""
+    return int(os.environ.get(_SEED_ENV, 0))
+
+
 def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     """Seed Python's ``random``, NumPy (if installed) and torch (CPU and every CUDA device).
 
@@ -29,7 +35,7 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     in each worker from the worker's seed and the global rank. Returns the seed used.
     """
     if seed is None:
-        seed = int(os.environ.get(_SEED_ENV, 0))
+        seed = global_seed()
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed_everything(seed=...) needs an int, got {type(seed).__name__}")
     max_seed = 2**32 - 1

@@ -35,7 +35,10 @@ def test_a_checkpoint_written_today_has_the_v0_1_keys(tmp_path):
     now = load_checkpoint(tmp_path / "now.ckpt")
     legacy = load_checkpoint(FIXTURES / "v0_1_mid_epoch.ckpt")
     assert set(now) == set(legacy)
-    assert now["loops"] == legacy["loops"]
+    # the position in samples (any-world-size resume) is added; the v0.1 entries are unchanged
+    position = now["loops"]["fit_loop"]
+    assert {k: position[k] for k in legacy["loops"]["fit_loop"]} == legacy["loops"]["fit_loop"]
+    assert (position["samples_done"], position["global_batch_size"]) == (24, 8)  # 3 steps of 8 into epoch 1
     for key in ("epoch", "global_step", "world_size", "accumulate_grad_batches", "lr_scaled", "hyper_parameters"):
         assert now[key] == legacy[key], key
     for name, tensor in legacy["state_dict"].items():

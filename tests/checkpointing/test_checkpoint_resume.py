@@ -227,10 +227,10 @@ def _scaled_run_and_resume(rank, world_size, tmp):
 def test_lr_scaling_is_not_applied_twice_and_world_size_may_change(tmp_path):
     results = run_ranks(_scaled_run_and_resume, world_size=2, args=(str(tmp_path),), init_group=False, timeout=100)
     assert results == [(0.1, 0.1), (0.1, 0.1)]  # scaled once for W=2, not again on resume
-    t = Trainer(accelerator="cpu", max_epochs=2, scale_lr=True, **QUIET)
+    t = Trainer(accelerator="cpu", max_epochs=2, scale_lr=True, allow_global_batch_change=True, **QUIET)
     with pytest.warns(UserWarning, match=r"Resuming a checkpoint made with world size 2 on world size 1: the "
                       r"module, optimizer and scheduler states are restored \(the learning rates as saved, not "
-                      r"scaled again\), but the data order changes"):
+                      r"scaled again\), the data order continues exactly"):
         t.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4), ckpt_path=tmp_path / "w2.ckpt")
     assert t.optimizers[0].param_groups[0]["lr"] == 0.1
     assert t.global_step == 8 + 4  # epoch 0 came from the checkpoint (4 steps at W=2), epoch 1 here (8 steps)

@@ -263,7 +263,9 @@ def _resume_elsewhere(rank, world_size, tmp, full, corrupt=None):
     process without FSDP from the consolidated file, from the same seed. With ``corrupt`` (a
     copy with flipped bytes in one shard) first a fit from it, which must fail before loading."""
     torch.set_num_threads(1)
-    kw = {"max_steps": STOP_STEP + 2, "accumulate_grad_batches": 2, "accelerator": "cpu", **QUIET}
+    # b=4, A=2 on another world size: another global batch than the checkpoint's (continued, warned)
+    kw = {"max_steps": STOP_STEP + 2, "accumulate_grad_batches": 2, "accelerator": "cpu",
+          "allow_global_batch_change": True, **QUIET}
     refused = None
     if corrupt is not None:
         seed_everything(5)

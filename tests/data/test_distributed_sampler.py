@@ -18,6 +18,7 @@ from torch.utils.data import (
 )
 
 from trainer.data.distributed_sampler import UnpaddedDistributedSampler, distribute_dataloader, set_epoch
+from trainer.data.global_batch_sampler import GlobalBatchSampler
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -133,13 +134,12 @@ def test_training_shards_are_disjoint_and_cover_the_dataset():
     assert sorted(shards[0] + shards[1]) == list(range(10))
     assert shards[0] != sorted(shards[0])  # RandomSampler -> shuffled
     new = distribute_dataloader(loader, num_replicas=2, rank=0)
-    assert type(new.sampler) is DistributedSampler and new.sampler.shuffle
+    assert type(new.batch_sampler) is GlobalBatchSampler and new.batch_sampler.shuffle
 
 
-def test_training_pads_and_evaluation_does_not_for_odd_sizes():
+def test_neither_training_nor_evaluation_pads_odd_sizes():
     loader = DataLoader(_Range(7), batch_size=2)
-    padded = _shards(loader)
-    assert [len(s) for s in padded] == [4, 4] and set(padded[0] + padded[1]) == set(range(7))
+    assert _shards(loader) == [[0, 2, 4, 6], [1, 3, 5]]  # the last global window split unevenly
     exact = _shards(loader, evaluation=True)
     assert exact == [[0, 2, 4, 6], [1, 3, 5]]  # SequentialSampler -> not shuffled
     new = distribute_dataloader(loader, num_replicas=2, rank=1, evaluation=True)
@@ -159,7 +159,7 @@ def test_set_epoch_changes_the_order():
     epoch0 = _indices(loader)
     assert _indices(loader) == epoch0  # same epoch, same order
     set_epoch(loader, 1)
-    assert loader.sampler.epoch == 1 and _indices(loader) != epoch0
+    assert loader.batch_sampler.epoch == 1 and _indices(loader) != epoch0
 
 
 def test_every_dataloader_setting_survives():
@@ -175,22 +175,24 @@ def test_every_dataloader_setting_survives():
         warnings.simplefilter("ignore")  # pin_memory_device is deprecated in recent torch
         loader = DataLoader(_Range(10), shuffle=True, pin_memory_device="cpu", **settings)
         new = distribute_dataloader(loader, num_replicas=2, rank=1)
-    assert isinstance(new.sampler, DistributedSampler) and new.sampler.rank == 1
+    assert isinstance(new.batch_sampler, GlobalBatchSampler) and new.batch_sampler.rank == 1
+    assert new.batch_sampler.generator is generator  # the permutation is drawn from the user's generator
     for name, value in settings.items():
-        if name == "multiprocessing_context":
+        if name in ("batch_size", "drop_last"):
+            assert getattr(new.batch_sampler, name) == value, name
+        elif name == "multiprocessing_context":
             assert new.multiprocessing_context is multiprocessing.get_context("spawn")
         else:
             assert getattr(new, name) == value, name
     assert new.pin_memory_device == "cpu"
 
 
-def test_plain_batch_sampler_is_rebuilt_around_the_distributed_sampler():
+def test_plain_batch_sampler_is_rebuilt_as_a_global_batch_sampler():
     loader = DataLoader(_Range(10), batch_sampler=BatchSampler(RandomSampler(_Range(10)), 3, drop_last=True))
     new = distribute_dataloader(loader, num_replicas=2, rank=0)
-    assert type(new.batch_sampler) is BatchSampler
-    assert (new.batch_sampler.batch_size, new.batch_sampler.drop_last) == (3, True)
-    assert isinstance(new.batch_sampler.sampler, DistributedSampler) and new.batch_sampler.sampler.shuffle
-    assert [len(b) for b in new] == [3]  # 5 samples, batches of 3, last one dropped
+    assert type(new.batch_sampler) is GlobalBatchSampler
+    assert (new.batch_sampler.batch_size, new.batch_sampler.drop_last, new.batch_sampler.shuffle) == (3, True, True)
+    assert [len(b) for b in new] == [3]  # one global window of 6, the last 4 samples dropped
 
 
 def test_unbatched_loader_stays_unbatched():

@@ -33,6 +33,7 @@ from trainer.checkpointing.resume import (
     restore_rng_state,
     restore_sampler_seeds,
 )
+from trainer.data.global_batch_sampler import global_batch_sampler
 from trainer.distributed.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -146,21 +147,36 @@ def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
 
 
 def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
-    """The epoch, step and place in the epoch, and the random state that continues from there."""
+    """The epoch, step and place in the epoch, and the random state that continues from there.
+
+    A checkpoint that records the position in samples (a `GlobalBatchSampler` run) resumes on
+    any world size: the data order continues at the next unseen sample. Rank ``r`` takes the
+    saved random states of rank ``r`` (rank 0's when the saved run had fewer ranks).
+    """
     trainer.fit_loop.load_state_dict(checkpoint)
     progress = trainer.fit_loop.progress
     finished, batches_done = progress.epoch_finished, progress.batches_done
+    samples_done, saved_batch = progress.samples_done, progress.global_batch_size
+    by_samples = samples_done is not None and global_batch_sampler(trainer.train_dataloader) is not None
     saved_world = int(checkpoint.get("world_size", trainer.world_size))
     rank_states = checkpoint.get("rank_states")
-    same_world = saved_world == trainer.world_size and rank_states is not None
+    usable = rank_states is not None and (saved_world == trainer.world_size or by_samples)
     if saved_world != trainer.world_size:
         rank_zero_warn(
             f"Resuming a checkpoint made with world size {saved_world} on world size "
             f"{trainer.world_size}: the module, optimizer and scheduler states are restored (the "
-            "learning rates as saved, not scaled again), but the data order changes"
-            + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
+            "learning rates as saved, not scaled again), "
+            + (
+                "the data order continues exactly at the next unseen sample; random numbers drawn "
+                "per rank (dropout, augmentation) follow other streams than the saved run's "
+                "(docs/fault-tolerance.md)."
+                if by_samples
+                else "but the data order changes"
+                + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
+            )
         )
-    mine = rank_states[trainer.global_rank] if same_world else None
+    source = trainer.global_rank if trainer.global_rank < saved_world else 0
+    mine = rank_states[source] if usable else None
     if finished or not batches_done:
         if finished:
             progress.finish_epoch()
@@ -172,9 +188,11 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
             restore_loader_position(trainer.train_dataloader, mine.get("loader"))
             if mine.get("epoch_state") is not None:
                 restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
+        if by_samples:  # the next epoch starts afresh; its global batch is checked
+            trainer.fit_loop.resume_mid_epoch(0, None, None, samples_done=0, global_batch_size=saved_batch)
         return
     progress.start_epoch(0)  # the loop starts the epoch where `resume_mid_epoch` says
-    if same_world and any(s is None or s.get("epoch_state") is None for s in rank_states):
+    if usable and any(s is None or s.get("epoch_state") is None for s in rank_states):
         # Every rank must make the same choice, or one resumes mid-epoch while another restarts
         # the epoch and they wait in different collectives.
         rank_zero_warn(
@@ -192,4 +210,7 @@ def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
             f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
             f"{accumulate} micro batches); that window is trained again from its first micro batch."
         )
-    trainer.fit_loop.resume_mid_epoch(start, mine["epoch_state"], mine["rng"])
+    trainer.fit_loop.resume_mid_epoch(
+        start, mine["epoch_state"], mine["rng"],
+        samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
+    )

@@ -9,6 +9,9 @@ data is loaded for them), and then restores the RNG states of the moment of the 
 the rest of training draws what the uninterrupted run drew. Resuming at an epoch boundary
 restores the states of the moment of the checkpoint, which decide the next epoch's order.
 
+A checkpoint that records the position in samples (a `GlobalBatchSampler`) resumes on any world
+size with the same global batch; `check_global_batch` refuses another one unless allowed.
+
 RNG states are always restored from CPU byte tensors, whatever device the checkpoint's tensors
 were loaded to: torch, CUDA and generator ``set_state`` accept nothing else.
 """
@@ -22,6 +25,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.data.dali import DALILoader
+from trainer.data.global_batch_sampler import GlobalBatchSampler
+from trainer.distributed.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
@@ -215,3 +220,31 @@ def _rank_state(trainer: Trainer) -> dict[str, Any]:
         "generators": capture_generators(trainer.train_dataloader),
         "loader": capture_loader_position(trainer.train_dataloader),
     }
+
+
+class GlobalBatchChangedError(ValueError):
+    """A resumed run's global batch differs from its checkpoint's (raised before any step)."""
+
+
+def check_global_batch(saved: int | None, sampler: GlobalBatchSampler, allowed: bool) -> None:
+    """The resumed epoch must have the checkpoint's global batch, unless the user allowed a change."""
+    G = sampler.global_batch_size
+    if saved is None or saved == G:
+        return
+    what = (
+        f"The checkpoint was written with a global batch of {saved} samples per optimizer step; this run "
+        f"has {G} (world size {sampler.num_replicas} x micro batch {sampler.batch_size} x "
+        f"accumulate_grad_batches {sampler.accumulate})."
+    )
+    if not allowed:
+        raise GlobalBatchChangedError(
+            f"{what} Resuming on any world size continues the same run only with the same global batch: "
+            f"choose the micro batch and accumulate_grad_batches so that world_size x micro batch x "
+            f"accumulate_grad_batches = {saved}, or pass Trainer(allow_global_batch_change=True) to go on "
+            "from the next unseen sample with the new global batch (a different run from there on). "
+            "No step was taken."
+        )
+    rank_zero_warn(
+        f"{what} allow_global_batch_change=True: training continues from the next unseen sample of the "
+        f"epoch with {G} samples per step, so it is not the run the checkpoint came from."
+    )

@@ -1,5 +1,7 @@
 """Giving each rank its own shard of a DataLoader's data.
 
+- training: a `GlobalBatchSampler` (trainer/data/global_batch_sampler.py), on any number of
+  ranks, one included: the epoch's order and its optimizer steps do not depend on the world size.
 - ``UnpaddedDistributedSampler``: disjoint shards that cover the dataset exactly once, for exact
   evaluation (``DistributedSampler`` pads with duplicates so that all ranks have equal length).
 - ``distribute_dataloader``: rebuild a DataLoader around a distributed sampler, keeping every
@@ -22,6 +24,8 @@ from torch.utils.data import (
     RandomSampler,
     SequentialSampler,
 )
+
+from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
 
 __all__ = ["UnpaddedDistributedSampler", "distribute_dataloader", "set_epoch"]
 
@@ -108,19 +112,22 @@ def distribute_dataloader(
 ) -> DataLoader:
     """Return a DataLoader that yields only this rank's shard of ``dataloader``'s data.
 
-    The new loader uses a ``DistributedSampler`` (training: every rank gets the same number of
-    samples, padding with a few repeated ones) or, with ``evaluation=True``, an
-    ``UnpaddedDistributedSampler`` (each sample exactly once; ``contiguous=True``: in consecutive
-    blocks, for ``predict``). ``shuffle=None`` keeps the
+    Training (``evaluation=False``): a `GlobalBatchSampler` as the batch sampler, also for
+    ``num_replicas=1``: each epoch one permutation (``shuffle``) from ``seed + epoch``, or drawn
+    from the user's ``generator`` (the loader's, or its ``RandomSampler``'s) when there is one;
+    the loader's ``drop_last`` drops the epoch's shorter last global window. A loader with
+    ``batch_size=None`` (no batching) gets a ``DistributedSampler`` instead (unchanged at one rank).
+    With ``evaluation=True`` an ``UnpaddedDistributedSampler`` (each sample exactly once;
+    ``contiguous=True``: in consecutive blocks, for ``predict``). ``shuffle=None`` keeps the
     original order type: a ``RandomSampler`` shuffles, a ``SequentialSampler`` does not. Batch
     size, ``drop_last``, a plain ``BatchSampler``'s settings and every other DataLoader argument
     (workers, ``collate_fn``, pinning, ``generator``, ...) are kept.
 
     Returned unchanged: loaders that already shard (a ``DistributedSampler`` as sampler or inside
     the batch sampler), loaders over an ``IterableDataset`` (the dataset must shard itself, e.g.
-    by ``torch.distributed.get_rank()``), and, with a warning, loaders with a custom sampler or
-    batch sampler, DataLoader subclasses and iterables that are not DataLoaders, which cannot be
-    rebuilt without losing behaviour.
+    by ``torch.distributed.get_rank()``), and, with a warning when ``num_replicas > 1``, loaders
+    with a custom sampler or batch sampler, DataLoader subclasses and iterables that are not
+    DataLoaders, which cannot be rebuilt without losing behaviour.
     """
     if not isinstance(num_replicas, int) or num_replicas < 1:
         raise ValueError(f"distribute_dataloader: num_replicas must be an int >= 1, got {num_replicas!r}.")
@@ -132,7 +139,7 @@ def distribute_dataloader(
     if not isinstance(dataloader, DataLoader):
         _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
         return dataloader
-    if isinstance(dataloader.dataset, IterableDataset) or _is_distributed(dataloader):
+    if isinstance(dataloader.dataset, IterableDataset) or _is_distributed(dataloader) or global_batch_sampler(dataloader) is not None:
         return dataloader
 
     batch_sampler = dataloader.batch_sampler
@@ -145,6 +152,26 @@ def distribute_dataloader(
 
     if shuffle is None:
         shuffle = isinstance(inner, RandomSampler)
+    kwargs = rebuild_kwargs(dataloader)
+    if not evaluation and (user_batch_sampler or dataloader.batch_size is not None):
+        size, drop_last = (
+            (batch_sampler.batch_size, batch_sampler.drop_last)  # type: ignore[union-attr]
+            if user_batch_sampler
+            else (dataloader.batch_size, dataloader.drop_last)
+        )
+        kwargs["batch_sampler"] = GlobalBatchSampler(
+            len(dataloader.dataset),  # type: ignore[arg-type]
+            size,
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed,
+            generator=_user_generator(inner, dataloader),
+            drop_last=drop_last,
+        )
+        return DataLoader(dataloader.dataset, **kwargs)
+    if num_replicas == 1:
+        return dataloader
     sampler: DistributedSampler
     if evaluation:
         sampler = UnpaddedDistributedSampler(
@@ -155,7 +182,6 @@ def distribute_dataloader(
         sampler = DistributedSampler(
             dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed
         )
-    kwargs = rebuild_kwargs(dataloader)
     if user_batch_sampler:
         batch_size, drop_last = batch_sampler.batch_size, batch_sampler.drop_last  # type: ignore[union-attr]
         kwargs["batch_sampler"] = BatchSampler(sampler, batch_size=batch_size, drop_last=drop_last)
@@ -181,7 +207,14 @@ def set_epoch(dataloader: Any, epoch: int) -> None:
             obj.set_epoch(epoch)
 
 
+def _user_generator(sampler: Any, dataloader: DataLoader) -> torch.Generator | None:
+    own = getattr(sampler, "generator", None)
+    return own if own is not None else dataloader.generator
+
+
 def _warn_full_data(what: str, num_replicas: int) -> None:
+    if num_replicas == 1:
+        return  # one rank: the full data is its share
     warnings.warn(
         f"distribute_dataloader: {what}, which cannot be given a distributed sampler without "
         f"losing its behaviour, so it is left as is and EACH OF THE {num_replicas} RANKS WILL SEE "

@@ -16,6 +16,7 @@ from torch import nn
 
 from trainer.contracts.arguments import check_str
 from trainer.data.dali import DALILoader
+from trainer.seed import global_seed
 from trainer.distributed.heartbeat import Heartbeat
 from trainer.launch.failure_notes import explain_failure, note_early_exit, reaches_every_rank
 from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
@@ -139,7 +140,7 @@ class ProcessGroupStrategy(Strategy):
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
         """Shard ``dataloader`` across ranks (exactly once each for evaluation; for predict in
         consecutive blocks, so the gathered predictions are in dataset order)."""
-        if not self.use_distributed_sampler or self.world_size == 1 or isinstance(dataloader, DALILoader):
+        if stage == "fit" or not self.use_distributed_sampler or self.world_size == 1 or isinstance(dataloader, DALILoader):
             return super().process_dataloader(dataloader, stage)
         from trainer.data.distributed_sampler import distribute_dataloader
 
@@ -147,8 +148,8 @@ class ProcessGroupStrategy(Strategy):
             dataloader,
             num_replicas=self.world_size,
             rank=self.global_rank,
-            seed=int(os.environ.get("LOCKSTEP_GLOBAL_SEED", 0)),
-            evaluation=stage != "fit",
+            seed=global_seed(),
+            evaluation=True,
             contiguous=stage == "predict",
         )
 

@@ -3,9 +3,14 @@
 An epoch's micro batches are cut into windows of ``A`` consecutive batches; each window ends in
 one optimizer step. Every micro-batch loss is divided by the number of micro batches in *its*
 window, so a step always uses the true mean gradient over the window, including the shorter
-last window of an epoch whose batch count is not a multiple of ``A``.
+last window of an epoch whose batch count is not a multiple of ``A``. With a
+`GlobalBatchSampler`'s `EpochLayout` the last window's micro batches are weighted by their
+sample counts instead (``W * n / R``), so that the step is the mean over its ``R`` samples on any
+number of ranks, and a padding micro batch weighs 0.
 """
 from __future__ import annotations
+
+from trainer.data.global_batch_sampler import EpochLayout
 
 
 class AccumulationWindows:
@@ -16,24 +21,40 @@ class AccumulationWindows:
         num_batches: batches this epoch, or ``None`` when the loader has no length (the loop
             then learns where the epoch ends one batch ahead and corrects the last window's
             gradient scale at the step, see :meth:`grad_correction`).
+        layout: the epoch's global windows, when the loader has a `GlobalBatchSampler`.
     """
 
-    def __init__(self, accumulate: int, num_batches: int | None) -> None:
+    def __init__(self, accumulate: int, num_batches: int | None, layout: EpochLayout | None = None) -> None:
         if accumulate < 1:
             raise ValueError(f"accumulate_grad_batches must be >= 1, got {accumulate}")
         self.accumulate = accumulate
         self.num_batches = num_batches
+        self.layout = layout
+        # a limit that ends the epoch early leaves the layout's last window out: plain divisors then
+        self._weighted = layout is not None and layout.num_batches == num_batches
 
     def is_window_end(self, batch_idx: int, is_last_batch: bool) -> bool:
         """Whether the optimizer steps (and DDP syncs) after this micro batch."""
         return is_last_batch or (batch_idx + 1) % self.accumulate == 0
 
-    def loss_divisor(self, batch_idx: int) -> int:
-        """What this micro batch's loss is divided by: the size of its window when known."""
+    def loss_divisor(self, batch_idx: int) -> float:
+        """What this micro batch's loss is divided by: the size of its window when known, or
+        ``R / (W * n)`` in a layout's last window (a padding micro batch: see `is_padding`)."""
+        weight = self.layout.loss_weight(batch_idx) if self._weighted else None  # type: ignore[union-attr]
+        if weight:
+            return 1.0 / weight
         if self.num_batches is None:
             return self.accumulate
         window_start = batch_idx - batch_idx % self.accumulate
         return min(self.accumulate, self.num_batches - window_start)
+
+    def is_padding(self, batch_idx: int) -> bool:
+        """Whether this micro batch only lets the rank join the window's collectives (weight 0)."""
+        return self._weighted and self.layout.loss_weight(batch_idx) == 0.0  # type: ignore[union-attr]
+
+    def samples_through(self, batch_idx: int) -> int | None:
+        """Samples of the epoch trained once the window ending at ``batch_idx`` stepped (None: no layout)."""
+        return None if self.layout is None else self.layout.samples_through(batch_idx)
 
     def grad_correction(self, batch_idx: int) -> float:
         """Factor to multiply gradients by at the step that ends after ``batch_idx``.

@@ -66,6 +66,8 @@ class AutomaticOptimization:
         self.loop = loop
         self.trainer = t
         module = t.module
+        # fixed for the fit: read once, not per step (each is a property of the Trainer)
+        self._module, self._strategy, self._precision, self._optimizers = module, t.strategy, t.precision_plugin, t.optimizers
         self._grad_check_params = grad_check_params
         self._params = {id(opt): optimizer_parameters(opt) for opt in t.optimizers}
         self._all_params = list(self._params.values())
@@ -89,7 +91,8 @@ class AutomaticOptimization:
             raise ValueError("LBFGS re-evaluates its closure, which the fp16 grad scaler does not allow (as in Lightning).")
         # Lightning's position of zero_grad: the optimizer may call the closure again (LBFGS), or
         # an override may depend on when it runs
-        self._zero_in_closure = bool(overridden) or needs_closure
+        self.zero_in_closure = bool(overridden) or needs_closure
+        self.no_sync = self._strategy.no_sync
         self._step_with_closure = self._optimizer_step is not None or needs_closure
         self.optimizers = [StepOptimizer(opt, self) for opt in t.optimizers]
         self._windows: AccumulationWindows | None = None
@@ -106,7 +109,7 @@ class AutomaticOptimization:
         """Train one micro batch; at a window's end step the optimizers. Returns ``training_step``'s output."""
         closure = _Closure(self, batch, batch_idx, window_end)
         if not window_end:
-            closure()
+            closure.run()
             return closure.output
         t = self.trainer
         if self._optimizer_step is not None:
@@ -118,13 +121,13 @@ class AutomaticOptimization:
                     "as Lightning requires."
                 )
         elif self._step_with_closure:
-            self.step(t.optimizers[0], closure, {})
+            self.step(self._optimizers[0], closure, {})
         else:
-            loss = closure()
-            self._after_closure(t.optimizers, batch_idx)
-            precision = t.precision_plugin
+            loss = closure.run()
+            self._after_closure(self._optimizers, batch_idx)
+            precision = self._precision
             if loss is not None or precision.scaler is None:  # the scaler can't step without a backward
-                for optimizer in t.optimizers:
+                for optimizer in self._optimizers:
                     precision.optimizer_step(optimizer)
             precision.update()
         self._after_step()
@@ -138,7 +141,8 @@ class AutomaticOptimization:
         if precision.scaler is None:
 
             def wrapped() -> Any:  # the optimizer may call it several times (LBFGS)
-                loss = closure()
+                with torch.enable_grad():  # an optimizer's step runs under no_grad
+                    loss = closure()
                 self._after_closure([optimizer], batch_idx)
                 return loss
 
@@ -155,8 +159,8 @@ class AutomaticOptimization:
     def forward(self, batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor | None]:
         """``training_step`` and its loss, divided for the window (``None``: the step skipped the batch)."""
         t, progress = self.trainer, self.loop.progress
-        with t.precision_plugin.autocast():
-            output = t.strategy.training_step(t.module, *((batch, batch_idx) if self._takes_batch_idx else (batch,)))
+        with self._precision.autocast():
+            output = self._strategy.training_step(self._module, *((batch, batch_idx) if self._takes_batch_idx else (batch,)))
         if output is None:
             if t.world_size > 1:
                 raise RuntimeError(
@@ -168,12 +172,15 @@ class AutomaticOptimization:
         loss = _loss_of(output, batch_idx)
         shown = loss.detach()
         self.loop.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
-        items = self._normalizer.observe(output, loss, batch_idx)
-        if items is not None:
+        assert self._windows is not None
+        padding = self._windows.is_padding(batch_idx)
+        items = self._normalizer.observe(output, loss, batch_idx, counts=not padding)
+        if padding:  # only joins the window's collectives: no gradient, no items
+            scaled = loss * 0.0
+        elif items is not None:
             scaled = loss  # a sum: normalised by the global item count at the step
             shown = shown / items.clamp_min(1.0)  # shown as this batch's mean
         else:
-            assert self._windows is not None
             divisor = self._windows.loss_divisor(batch_idx)
             scaled = loss / divisor if divisor != 1 else loss
         t.metric_logger.last_loss = shown
@@ -182,9 +189,9 @@ class AutomaticOptimization:
     def zero_grad(self, batch_idx: int) -> None:
         """Lightning's position: the first micro batch of a window, before its backward."""
         t = self.trainer
-        if not self._zero_in_closure or batch_idx % t.accumulate_grad_batches:
+        if batch_idx % t.accumulate_grad_batches:
             return
-        optimizer = t.optimizers[0]
+        optimizer = self._optimizers[0]
         t.hooks.call("on_before_zero_grad", optimizer)
         if self._zero_grad_hook is not None:
             self._zero_grad_hook(t.current_epoch, batch_idx, optimizer)
@@ -196,20 +203,20 @@ class AutomaticOptimization:
         t = self.trainer
         t.hooks.call("on_before_backward", loss)
         if self._backward_hook is None:
-            t.precision_plugin.backward(loss)
+            self._precision.backward(loss)
         else:
-            scaler = t.precision_plugin.scaler
+            scaler = self._precision.scaler
             self._backward_hook(scaler.scale(loss) if scaler is not None else loss)
 
     # -- the window's end ----------------------------------------------------------------------
     def _after_closure(self, optimizers: list[Optimizer], batch_idx: int) -> None:
         """Gradients complete: synced, corrected, unscaled, checked, hooked and clipped, per optimizer."""
         t, progress = self.trainer, self.loop.progress
-        precision = t.precision_plugin
-        t.strategy.after_backward_window()
+        precision = self._precision
+        self._strategy.after_backward_window()
         assert self._windows is not None
         correction = 1.0 if self._normalizer.active else self._windows.grad_correction(batch_idx)
-        self._normalizer.finish_window(t.strategy, self._all_params)
+        self._normalizer.finish_window(self._strategy, self._all_params)
         for optimizer in optimizers:
             params = self._params[id(optimizer)]
             if correction != 1.0:  # summed losses were never divided by the window size
@@ -227,15 +234,16 @@ class AutomaticOptimization:
 
     def _after_step(self) -> None:
         t, progress = self.trainer, self.loop.progress
-        if not self._zero_in_closure:
-            for optimizer in t.optimizers:
+        if not self.zero_in_closure:
+            for optimizer in self._optimizers:
                 t.hooks.call("on_before_zero_grad", optimizer)
                 optimizer.zero_grad(set_to_none=True)
         progress.global_step += 1
-        self.step_schedulers("step", progress.global_step)
+        if t.lr_scheduler_configs:
+            self.step_schedulers("step", progress.global_step)
         if progress.global_step % t.log_every_n_steps == 0:
             self.loop.loss_check.check()
-            t.metric_logger.publish_step(t.strategy, progress.global_step, progress.current_epoch)
+            t.metric_logger.publish_step(self._strategy, progress.global_step, progress.current_epoch)
 
     def step_schedulers(self, interval: str, count: int) -> None:
         """Step the schedulers of ``interval`` due at ``count`` (the module's ``lr_scheduler_step`` if overridden)."""
@@ -262,7 +270,7 @@ class AutomaticOptimization:
         if not value:
             return
         optimizer = getattr(optimizer, "optimizer", optimizer)
-        t.precision_plugin.unscale(optimizer)
+        self._precision.unscale(optimizer)
         clip_gradients(optimizer_parameters(optimizer), float(value), algorithm)
 
 
@@ -278,17 +286,23 @@ class _Closure:
         self.ran = False
 
     def __call__(self) -> torch.Tensor | None:
+        loss = self.run()
+        return loss.detach() if loss is not None else None  # what an optimizer (LBFGS) reads
+
+    def run(self) -> torch.Tensor | None:
+        """The closure's work; returns the loss as backward saw it (None: the step skipped the batch)."""
         automatic, batch_idx = self._automatic, self._batch_idx
         t = automatic.trainer
-        with torch.enable_grad(), t.strategy.no_sync(self._sync):
+        with automatic.no_sync(self._sync):
             self.output, loss = automatic.forward(self._batch, batch_idx)
-            automatic.zero_grad(batch_idx)
+            if automatic.zero_in_closure:
+                automatic.zero_grad(batch_idx)
             if loss is not None:
                 automatic.backward(loss)
         if loss is not None:
             t.hooks.call("on_after_backward")
         self.ran = True
-        return loss.detach() if loss is not None else None
+        return loss
 
 
 def _nothing() -> None:

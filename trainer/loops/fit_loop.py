@@ -14,9 +14,10 @@ import torch
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
 from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
-from trainer.checkpointing.resume import capture_epoch_state, gather_rank_states, resumed_epoch
+from trainer.checkpointing.resume import capture_epoch_state, check_global_batch, gather_rank_states, resumed_epoch
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
+from trainer.data.global_batch_sampler import global_batch_sampler
 from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
 from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
@@ -170,6 +171,9 @@ class FitLoop:
         if t.overfit_batches:
             loader = without_shuffling(loader)
         t.train_dataloader = strategy.process_dataloader(loader, "fit")
+        sampler = global_batch_sampler(t.train_dataloader)
+        if sampler is not None:
+            sampler.set_accumulation(t.accumulate_grad_batches)
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
         val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
@@ -214,9 +218,22 @@ class FitLoop:
         self.progress.load_state_dict(checkpoint)
         self.lr_scaled = bool(checkpoint.get("lr_scaled", False))
 
-    def resume_mid_epoch(self, batches_done: int, epoch_state: dict[str, Any], rng: dict[str, Any]) -> None:
-        """The next epoch continues an interrupted one after ``batches_done`` batches, in its order."""
-        self._resume_from = {"batches_done": batches_done, "epoch_state": epoch_state, "rng": rng}
+    def resume_mid_epoch(
+        self,
+        batches_done: int,
+        epoch_state: dict[str, Any] | None,
+        rng: dict[str, Any] | None,
+        samples_done: int | None = None,
+        global_batch_size: int | None = None,
+    ) -> None:
+        """The next epoch continues an interrupted one in its order: after ``samples_done``
+        samples when the checkpoint recorded them (any world size), else after ``batches_done``
+        batches. ``epoch_state=None``: the checkpoint is at an epoch boundary, the next epoch
+        starts afresh; ``global_batch_size`` (the checkpoint's G) is checked against this run's."""
+        self._resume_from = {
+            "batches_done": batches_done, "epoch_state": epoch_state, "rng": rng,
+            "samples_done": samples_done, "global_batch_size": global_batch_size,
+        }
 
     def count_training_batches(self) -> None:
         """This epoch's batch count, agreed by every rank (one tiny all-gather per epoch)."""
@@ -277,7 +294,7 @@ class FitLoop:
             progress.batch_idx = batch_idx
             window_end = windows.is_window_end(batch_idx, is_last)
             with t.profiler.profile("run_training_batch"):
-                self._train_batch(batch, batch_idx, is_last, window_end)
+                self._train_batch(batch, batch_idx, is_last, window_end, windows)
             seen += 1
             if _validation_due(val_every, val_at_end, batch_idx, is_last):
                 self._validate(window_end)
@@ -302,24 +319,40 @@ class FitLoop:
         strategy.on_epoch_start(loader, progress.current_epoch)
         t.metric_logger.start_training_epoch()
         t.hooks.call("on_train_epoch_start")
-        self.count_training_batches()  # a sampler's length may change between epochs
         # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
+        sampler = global_batch_sampler(loader)
+        if sampler is not None:
+            sampler.set_accumulation(t.accumulate_grad_batches)
+        resume, self._resume_from = self._resume_from, None
+        by_samples = resume is not None and sampler is not None and resume["samples_done"] is not None
+        if by_samples:
+            check_global_batch(resume["global_batch_size"], sampler, t.allow_global_batch_change)  # type: ignore[arg-type]
+            if resume["epoch_state"] is not None:
+                sampler.start_at(resume["samples_done"])  # type: ignore[union-attr]
+        self.count_training_batches()  # a sampler's length may change between epochs
         if self.manual is not None:
             check_manual_arguments(t)
+        layout = sampler.layout() if sampler is not None else None
         windows = AccumulationWindows(
-            t.accumulate_grad_batches, self.num_training_batches if self._train_length_known else None
+            t.accumulate_grad_batches, self.num_training_batches if self._train_length_known else None, layout
         )
         if self.automatic is not None:
             self.automatic.start_epoch(windows)
-        resume, self._resume_from = self._resume_from, None
-        if resume is None:
+        if resume is None or resume["epoch_state"] is None:
             self.epoch_state = capture_epoch_state(loader)
             source, start = loader, 0
+        elif by_samples:  # the sampler itself starts after the trained samples
+            self.epoch_state = resume["epoch_state"]
+            start = layout.first_batch  # type: ignore[union-attr]
+            source = resumed_epoch(loader, 0, resume["epoch_state"], resume["rng"])
         else:
             self.epoch_state = resume["epoch_state"]
             start = resume["batches_done"]
             source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
-        progress.start_epoch(start)
+        if layout is not None:
+            progress.start_epoch(start, layout.offset, layout.global_batch_size)
+        else:
+            progress.start_epoch(start)
         self.failed_fetch_idx = None
         # CUDA: copy the next batch on a side stream while this one computes (trainer/data/prefetcher.py)
         remaining = None if self.num_training_batches is None else self.num_training_batches - start
@@ -352,7 +385,9 @@ class FitLoop:
         # The loop fetches one batch ahead: the batch that failed to load is not the one last trained.
         self.failed_fetch_idx = batch_idx
 
-    def _train_batch(self, batch: Any, batch_idx: int, is_last: bool, window_end: bool) -> None:
+    def _train_batch(
+        self, batch: Any, batch_idx: int, is_last: bool, window_end: bool, windows: AccumulationWindows
+    ) -> None:
         t, progress = self.trainer, self.progress
         hooks, strategy = t.hooks, t.strategy
         if self._move_batches:  # not when the prefetcher already moved it
@@ -371,6 +406,7 @@ class FitLoop:
             output = self.automatic.run(batch, batch_idx, window_end)
         progress.batch_trained(batch_idx, is_last)  # the position a checkpoint written from here on records
         if window_end:
+            progress.window_stepped(windows.samples_through(batch_idx))
             signum = self._preemption.agreed(t.world_size, strategy.control_group)
             if signum:
                 self._save_and_exit_for_preemption(signum)

@@ -25,8 +25,9 @@ class ItemMeanNormalizer:
         self._items: torch.Tensor | None = None
         self._plain = 0  # micro batches of this window that returned a plain (mean) loss
 
-    def observe(self, output: Any, loss: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
-        """Record this micro batch's item count; returned when the loss is a sum to normalise later."""
+    def observe(self, output: Any, loss: torch.Tensor, batch_idx: int, counts: bool = True) -> torch.Tensor | None:
+        """Record this micro batch's item count; returned when the loss is a sum to normalise later.
+        ``counts=False``: a padding micro batch, whose items are not counted."""
         items = output.get("num_items") if isinstance(output, Mapping) else None
         count = None
         if items is None:
@@ -34,6 +35,8 @@ class ItemMeanNormalizer:
             mixed = self._items is not None
         else:
             count = torch.as_tensor(items, dtype=torch.float32, device=loss.device).detach().reshape(())
+            if not counts:
+                count = count * 0.0
             self._items = count if self._items is None else self._items + count
             mixed = self._plain > 0
         if mixed:

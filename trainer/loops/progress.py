@@ -14,10 +14,20 @@ class FitProgress:
     batch_idx: int = 0  # the batch being trained
     batches_done: int = 0  # batches of the current epoch fully trained (where a resume continues)
     epoch_finished: bool = False  # the current epoch has no batch left (its end hooks may run)
+    # With a `GlobalBatchSampler` (trainer/data/global_batch_sampler.py), the position in the
+    # world-size-free unit: samples of the epoch consumed by finished optimizer steps, and G.
+    samples_done: int | None = None
+    global_batch_size: int | None = None
 
-    def start_epoch(self, first_batch: int) -> None:
-        """An epoch (or the rest of an interrupted one) begins at ``first_batch``."""
+    def start_epoch(self, first_batch: int, samples_done: int | None = None, global_batch_size: int | None = None) -> None:
+        """An epoch (or the rest of an interrupted one) begins at ``first_batch``, after
+        ``samples_done`` samples, with ``global_batch_size`` samples per step (None: unknown)."""
         self.batch_idx = self.batches_done = first_batch
+        self.samples_done, self.global_batch_size = samples_done, global_batch_size
+
+    def window_stepped(self, samples_done: int | None) -> None:
+        """An optimizer step ended a window: ``samples_done`` samples of the epoch are trained."""
+        self.samples_done = samples_done
 
     def batch_trained(self, batch_idx: int, is_last: bool) -> None:
         """``batch_idx`` is fully trained: a checkpoint from here on continues after it."""
@@ -28,15 +38,16 @@ class FitProgress:
         """The epoch's end hooks ran: the next epoch starts at its first batch."""
         self.current_epoch += 1
         self.batch_idx = self.batches_done = 0
+        self.samples_done = 0 if self.samples_done is not None else None
         self.epoch_finished = False
 
     def state_dict(self) -> dict[str, Any]:
-        """The checkpoint entries (format unchanged since format_version 2)."""
-        return {
-            "epoch": self.current_epoch,
-            "global_step": self.global_step,
-            "loops": {"fit_loop": {"batches_done": self.batches_done, "epoch_finished": self.epoch_finished}},
-        }
+        """The checkpoint entries (format_version 2; ``samples_done`` and ``global_batch_size``
+        are added when known, and older checkpoints without them still load)."""
+        position: dict[str, Any] = {"batches_done": self.batches_done, "epoch_finished": self.epoch_finished}
+        if self.samples_done is not None:
+            position.update(samples_done=self.samples_done, global_batch_size=self.global_batch_size)
+        return {"epoch": self.current_epoch, "global_step": self.global_step, "loops": {"fit_loop": position}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take the position a checkpoint (or a spawned run's rank 0) recorded."""
@@ -46,3 +57,6 @@ class FitProgress:
         self.batches_done = int(position.get("batches_done", 0))
         self.epoch_finished = bool(position.get("epoch_finished", False))
         self.batch_idx = self.batches_done
+        samples, size = position.get("samples_done"), position.get("global_batch_size")
+        self.samples_done = None if samples is None else int(samples)
+        self.global_batch_size = None if size is None else int(size)

@@ -15,7 +15,8 @@ from trainer.accelerators.accelerator import Accelerator
 from trainer.checkpointing.checkpoint import atomic_save
 from trainer.checkpointing.distributed_checkpoint import load_full
 from trainer.data.dali import DALILoader
-from trainer.data.distributed_sampler import set_epoch
+from trainer.seed import global_seed
+from trainer.data.distributed_sampler import distribute_dataloader, set_epoch
 from trainer.distributed.cluster_environment import ClusterEnvironment
 
 T = TypeVar("T")
@@ -187,9 +188,17 @@ class Strategy:
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
         """Adapt a DataLoader to this strategy (e.g. shard it across ranks); a `DALILoader` gets
-        this rank's shard (``shard_id = global rank``, ``num_shards = world size``)."""
+        this rank's shard (``shard_id = global rank``, ``num_shards = world size``).
+
+        A training DataLoader gets a `GlobalBatchSampler` on any number of ranks, one included
+        (unless ``use_distributed_sampler=False``): the epoch's order and its optimizer steps are
+        the same whatever the world size (trainer/data/global_batch_sampler.py)."""
         if isinstance(dataloader, DALILoader):
             return dataloader.sharded(self.global_rank, self.world_size, training=stage == "fit")
+        if stage == "fit" and self.use_distributed_sampler:
+            return distribute_dataloader(
+                dataloader, num_replicas=self.world_size, rank=self.global_rank, seed=global_seed()
+            )
         return dataloader
 
     def on_epoch_start(self, dataloader: Any, epoch: int) -> None:

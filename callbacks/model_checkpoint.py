@@ -130,7 +130,7 @@ class ModelCheckpoint(Checkpoint):
                 f"ModelCheckpoint(train_time_interval={train_time_interval!r}): expected None or a datetime.timedelta."
             )
         if save_last is not None and save_last != "link" and not isinstance(save_last, bool):
-            raise TypeError(f"ModelCheckpoint(save_last={save_last!r}): expected None, a bool or 'link'.")
+            raise TypeError(f"ModelCheckpoint(save_last) must be None, a bool or 'link', got {save_last!r}")
         for arg, value in (
             ("auto_insert_metric_name", auto_insert_metric_name),
             ("verbose", verbose),

@@ -377,7 +377,7 @@ def test_bad_allreduce_strategy_timeout():
         (
             lambda: ModelCheckpoint(save_last="no"),
             TypeError,
-            r"ModelCheckpoint\(save_last='no'\): expected None, a bool or 'link'",
+            r"ModelCheckpoint\(save_last\) must be None, a bool or 'link', got 'no'",
         ),
         (lambda: ModelCheckpoint(verbose=1), TypeError, r"ModelCheckpoint\(verbose\) must be a bool \(True or False\), got 1"),
         (

@@ -67,7 +67,8 @@ class AutomaticOptimization:
         self.trainer = t
         module = t.module
         # fixed for the fit: read once, not per step (each is a property of the Trainer)
-        self._module, self._strategy, self._precision, self._optimizers = module, t.strategy, t.precision_plugin, t.optimizers
+        self._module, self._strategy = module, t.strategy
+        self._precision, self._optimizers = t.precision_plugin, t.optimizers
         self._grad_check_params = grad_check_params
         self._params = {id(opt): optimizer_parameters(opt) for opt in t.optimizers}
         self._all_params = list(self._params.values())
@@ -78,7 +79,8 @@ class AutomaticOptimization:
         self._zero_grad_hook = module_override(t, module, "optimizer_zero_grad")
         self._clip_hook = module_override(t, module, "configure_gradient_clipping")
         self._backward_hook = module_override(t, module, "backward")
-        overridden = [n for n, f in (("optimizer_step", self._optimizer_step), ("optimizer_zero_grad", self._zero_grad_hook)) if f]
+        pairs = (("optimizer_step", self._optimizer_step), ("optimizer_zero_grad", self._zero_grad_hook))
+        overridden = [n for n, f in pairs if f]
         if overridden and len(t.optimizers) > 1:
             raise ValueError(
                 f"{type(module).__name__} overrides {' and '.join(overridden)}, which Lightning calls with "
@@ -88,7 +90,9 @@ class AutomaticOptimization:
             )
         needs_closure = any(isinstance(opt, torch.optim.LBFGS) for opt in t.optimizers)
         if needs_closure and t.precision == "16-mixed":
-            raise ValueError("LBFGS re-evaluates its closure, which the fp16 grad scaler does not allow (as in Lightning).")
+            raise ValueError(
+                "LBFGS re-evaluates its closure, which the fp16 grad scaler does not allow (as in Lightning)."
+            )
         # Lightning's position of zero_grad: the optimizer may call the closure again (LBFGS), or
         # an override may depend on when it runs
         self.zero_in_closure = bool(overridden) or needs_closure
@@ -160,7 +164,8 @@ class AutomaticOptimization:
         """``training_step`` and its loss, divided for the window (``None``: the step skipped the batch)."""
         t, progress = self.trainer, self.loop.progress
         with self._precision.autocast():
-            output = self._strategy.training_step(self._module, *((batch, batch_idx) if self._takes_batch_idx else (batch,)))
+            args = (batch, batch_idx) if self._takes_batch_idx else (batch,)
+            output = self._strategy.training_step(self._module, *args)
         if output is None:
             if t.world_size > 1:
                 raise RuntimeError(

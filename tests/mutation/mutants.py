@@ -100,9 +100,9 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("scale_lr_skips_initial_lr", "lr_scaling", "trainer/loops/optimization.py",
        '                group["initial_lr"] *= factor\n', "                pass\n",
        ("tests/optim/test_scale_lr_warmup.py", *DDP_DATA), "a scheduler's initial_lr is left unscaled"),
-    _m("scale_lr_again_on_resume", "lr_scaling", "trainer/checkpointing/connector.py",
-       'trainer.fit_loop.lr_scaled = bool(checkpoint.get("lr_scaled", False))',
-       "trainer.fit_loop.lr_scaled = False",
+    _m("scale_lr_again_on_resume", "lr_scaling", "trainer/loops/fit_loop.py",
+       'self.lr_scaled = bool(checkpoint.get("lr_scaled", False))',
+       "self.lr_scaled = False",
        "tests/checkpointing/test_checkpoint_resume.py::test_lr_scaling_is_not_applied_twice_and_world_size_may_change",
        "the checkpoint's already scaled rates look unscaled"),
     # -- samplers -------------------------------------------------------------------------------

@@ -296,9 +296,13 @@ def test_state_from_another_directory_keeps_only_best_path(tmp_path):
     assert math.isinf(ckpt.kth_value)
 
 
-def test_second_fit_of_same_trainer_saves_again(tmp_path):
+def test_second_fit_of_a_finished_trainer_writes_nothing_and_says_why(tmp_path, capsys):
+    # as in Lightning: the fit reached max_epochs, so a second fit trains (and saves) nothing
     ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)
     trainer = Trainer(accelerator="cpu", max_epochs=1, callbacks=[ckpt], **{**QUIET, "enable_checkpointing": True})
     trainer.fit(Scripted(), loader(*TRAIN))
+    capsys.readouterr()
     trainer.fit(Scripted(), loader(*TRAIN))
-    assert _files(tmp_path) == ["epoch=0-step=2-v1.ckpt", "epoch=0-step=2.ckpt"]
+    assert "fit stopped at once: this Trainer's last fit reached max_epochs=1" in capsys.readouterr().out
+    assert _files(tmp_path) == ["epoch=0-step=2.ckpt"]
+    assert trainer.global_step == 2

@@ -21,10 +21,16 @@ the one definition of the quiet Trainer settings.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 import torch
+
+# MLflow's telemetry thread sets and deletes an environment variable while a test thread may be
+# iterating os.environ (urllib's proxy look-up): a KeyError in the MLflow tests. It would also try
+# to reach an outside host, which the suite never does.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 def cuda_skip_reason(marker: pytest.Mark, available: int) -> str | None:

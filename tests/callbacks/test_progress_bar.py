@@ -152,6 +152,7 @@ def test_standalone_evaluation_bars_have_totals_and_only_their_metrics():
     module = _Evaluated(prog_bar=True)
     trainer.validate(module, loader(40, 4))
     assert trainer.num_val_batches == [10]
+    validated = float(trainer.callback_metrics["val_loss"])  # test() then holds its own metrics only (Lightning)
     trainer.test(module, [loader(12, 4), loader(8, 4)])
     trainer.predict(module, loader(20, 4))
     lines = out.getvalue().splitlines()
@@ -163,7 +164,7 @@ def test_standalone_evaluation_bars_have_totals_and_only_their_metrics():
     val_metrics = dict(re.findall(r"(\w+)=([-\d.e]+)", lines[0]))
     assert set(val_metrics) == {"val_loss"}
     shown = float(val_metrics["val_loss"])  # printed with 4 significant digits
-    assert shown == pytest.approx(float(trainer.callback_metrics["val_loss"]), rel=1e-3)
+    assert shown == pytest.approx(validated, rel=1e-3)
     assert _shown(lines[1]) == ["test_loss/dataloader_idx_0", "test_loss/dataloader_idx_1"]
     assert _shown(lines[2]) == []
 

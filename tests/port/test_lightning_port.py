@@ -93,7 +93,10 @@ def test_only_the_import_lines_are_renamed(name):
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_lightning_example_on_lockstep_computes_lightnings_numbers(name, tmp_path):
     want = _run(name, "lightning", str(tmp_path / "lightning"))
-    got = _run(name, "lockstep", str(tmp_path / "lockstep"))
+    # One Lightning process shuffles with the loader's own RandomSampler (the global RNG); Lockstep
+    # trains on its world-size-invariant permutation unless told to keep the loader's sampler
+    # (docs/migration.md), which is what a comparison of the numbers needs.
+    got = _run(name, "lockstep", str(tmp_path / "lockstep"), use_distributed_sampler=False)
     _assert_same_parameters(got["params"], want["params"], atol=1e-6)
     assert got["global_step"] == want["global_step"]
     for names in ("logged_metrics", "logger_scalars", "logger_images"):

@@ -76,8 +76,13 @@ class ProcessGroupStrategy(Strategy):
                 )
             return
         os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
+        any_port = "MASTER_PORT" not in os.environ and not cluster.master_port
         os.environ.setdefault("MASTER_PORT", str(cluster.master_port))
-        self._store, prefix = fresh_store(cluster, self.timeout)
+        try:
+            self._store, prefix = fresh_store(cluster, self.timeout)
+        finally:
+            if any_port:  # "0" (any free port) left in the environment would be read as a bad port by later runs
+                del os.environ["MASTER_PORT"]
         kwargs: dict[str, Any] = {
             "backend": self.process_group_backend or self.accelerator.distributed_backend,
             "store": self._store,

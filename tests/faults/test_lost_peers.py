@@ -19,7 +19,7 @@ from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import DDPStrategy, Trainer
 
 GROUP_TIMEOUT_S = 30  # a survivor that is not told waits this long in its collective
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(2 * GROUP_TIMEOUT_S + 30)]
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(4 * GROUP_TIMEOUT_S + 30)]
 
 
 class _LeaveAt(Callback):
@@ -49,7 +49,7 @@ def _run(rank, world_size, out, how):
 
 def _survivor(tmp_path, how):
     try:
-        run_ranks(_run, world_size=2, args=(str(tmp_path), how), init_group=False, timeout=2 * GROUP_TIMEOUT_S)
+        run_ranks(_run, world_size=2, args=(str(tmp_path), how), init_group=False, timeout=4 * GROUP_TIMEOUT_S)
     except AssertionError as err:  # rank 1 died or left: the harness says so
         assert "rank 1" in str(err) or "rank(s) [1]" in str(err), str(err)[-2000:]
     return json.loads((tmp_path / "rank0.json").read_text())

@@ -82,13 +82,14 @@ class _FileLogger(Logger):
     def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if not self._version_fixed:
-            fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1)
+            restart = trainer.strategy.is_restart()  # every rank asks: it may be a collective
+            fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1, restart=restart)
         if trainer.is_global_zero:
             # claim the version now, so a second run started in the same root gets the next one
             storage.makedirs(self.log_dir)
 
 
-def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast: bool) -> None:
+def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast: bool, restart: bool = False) -> None:
     """Fix ``save_dir`` and version of each file logger in ``loggers`` whose version is not fixed.
 
     The loggers that pick their version share one, the next number free in all their
@@ -97,6 +98,9 @@ def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast:
     rank scanning the directories itself would race with rank 0 creating them). The first
     ``setup`` calls it; so does a launching process before it spawns its workers
     (``ddp_spawn``), which then all inherit one version for every call of the Trainer.
+
+    A ``restart`` of the job (SLURM requeue, an elastic restart) writes on in the newest
+    version: it resumes from that version's last checkpoint, and one job is one run in TensorBoard.
     """
     group: list[_FileLogger] = []
     for lg in loggers:
@@ -110,6 +114,8 @@ def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast:
     if trainer.is_global_zero or not broadcast:
         pickers = [lg for lg in group if lg._picks_version]
         shared = max((_next_version(lg.root_dir) for lg in pickers), default=0)
+        if restart:
+            shared = max(shared - 1, 0)
         versions = [shared if lg._picks_version else lg._version for lg in group]
     if broadcast:
         versions = trainer.strategy.broadcast(versions, src=0)

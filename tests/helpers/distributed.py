@@ -147,6 +147,7 @@ def _launch_once(
     timeout: float,
     backend: str,
     init_group: bool,
+    failure_grace: float,
 ) -> tuple[str, Any]:
     """One launch. Returns ("ok", values), ("port_in_use", None) or raises AssertionError."""
     ctx = _rank_context()
@@ -175,7 +176,7 @@ def _launch_once(
                 now = time.monotonic()
                 if failed_at is None and any(o is not None and o[0] != "ok" for o in outcomes):
                     failed_at = now
-                if failed_at is not None and now - failed_at > _FAILURE_GRACE_S:
+                if failed_at is not None and now - failed_at > failure_grace:
                     break
                 if now > deadline:
                     hung = [r for r, o in enumerate(outcomes) if o is None]
@@ -231,6 +232,7 @@ def run_ranks(
     timeout: float = 90,
     backend: str = "gloo",
     init_group: bool = True,
+    failure_grace: float = _FAILURE_GRACE_S,
 ) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` new processes; return values in
     rank order.
@@ -242,7 +244,8 @@ def run_ranks(
 
     ``fn`` must be a top-level (picklable) function and return picklable values. A rank that
     raises becomes an ``AssertionError`` naming the rank with its traceback; ranks still running
-    after ``timeout`` seconds are killed and the test fails.
+    after ``timeout`` seconds are killed and the test fails. Once a rank has failed, the others get
+    ``failure_grace`` seconds to end by themselves (a test of what a survivor says gives it longer).
     """
     if world_size < 1:
         raise ValueError(f"run_ranks: world_size must be >= 1, got {world_size}.")
@@ -254,7 +257,7 @@ def run_ranks(
             "Define it as a top-level function in the test module (no lambda or closure)."
         ) from err
     for _ in range(_PORT_RETRIES):
-        status, values = _launch_once(fn, world_size, tuple(args), timeout, backend, init_group)
+        status, values = _launch_once(fn, world_size, tuple(args), timeout, backend, init_group, failure_grace)
         if status == "ok":
             return values
     raise AssertionError(

@@ -143,12 +143,16 @@ def test_sbatch_preempted_requeued_resumes_bitwise(
     assert f"SLURM job {job}: `scontrol requeue {job}`: requeued." in log, log
     assert "restart 1 on" in log and "srun exited with 0" in log, log
     # The first run saved mid-run, and the requeued run went on from there (its progress bar starts
-    # past epoch 0) rather than from scratch, which would end with the same parameters.
+    # past epoch 0) rather than from scratch, which would end with the same parameters. It wrote on
+    # in the first run's version: one job, one log directory.
     last = glob.glob(str(root / "**" / "last.ckpt"), recursive=True)
     assert len(last) == 1, last
-    saved_step = torch.load(last[0], map_location="cpu", weights_only=False)["global_step"]
+    saved, requeued = log.partition("restart 1 on")[::2]
+    resumed = re.findall(r"\[lockstep\] Resumed from (\S+): epoch \d+, global step (\d+)\.", requeued)
+    assert len(resumed) == 1 and resumed[0][0] == last[0] and "Resumed from" not in saved, log
+    saved_step = int(resumed[0][1])
     assert 23 <= saved_step < EPOCHS * 23, saved_step
-    requeued_epochs = {int(e) for e in re.findall(r"Epoch (\d+):", log.partition("restart 1 on")[2])}
+    requeued_epochs = {int(e) for e in re.findall(r"Epoch (\d+):", requeued)}
     assert requeued_epochs and min(requeued_epochs) == saved_step // 23, (saved_step, requeued_epochs)
     params = _final_params(root)
     _assert_equal(params, srun_fit["params"])

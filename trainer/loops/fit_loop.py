@@ -143,6 +143,10 @@ class FitLoop:
         self.automatic = AutomaticOptimization(self, self._grad_check_params) if self.manual is None else None
         if checkpoint is not None:
             restore_checkpoint(t, checkpoint, path)
+            rank_zero_info(  # as Lightning's "Restored all states from the checkpoint at ..."
+                f"[lockstep] Resumed from {path}: epoch {self.progress.current_epoch}, global step "
+                f"{self.progress.global_step}."
+            )
         else:
             self.scale_learning_rates()
         summary = (

@@ -26,12 +26,16 @@ class _FileLogger(Logger):
         save_dir: str | os.PathLike[str] | None = None,
         name: str | None = "logs",
         version: int | str | None = None,
+        prefix: str = "",
     ) -> None:
         _validate_version(version)
         owner = type(self).__name__
         check_path(f"{owner}(save_dir)", save_dir)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
+        if not isinstance(prefix, str):
+            raise TypeError(f"{owner}(prefix={prefix!r}): expected a str.")
+        self._prefix = prefix
         self._save_dir = None if save_dir is None else storage.normalize(save_dir, "save_dir")
         self._name = name or ""
         self._version = version
@@ -63,10 +67,14 @@ class _FileLogger(Logger):
         return self._version
 
     @property
-    def log_dir(self) -> str:
-        """``<save_dir>/<name>/version_N``: where this logger writes."""
+    def version_dir(self) -> str:
+        """``<save_dir>/<name>/version_N``: this run's directory (the default checkpoints go below it)."""
         return storage.join(self.root_dir, _version_dir_name(self.version))
 
+    @property
+    def log_dir(self) -> str:
+        """Where this logger writes: `version_dir`."""
+        return self.version_dir
 
     def _default_save_dir(self, directory: str) -> None:
         """Write under ``directory`` unless a ``save_dir`` was given."""

@@ -69,6 +69,18 @@ def _to_float(value: Any) -> float:
     return float(value)
 
 
+def _flat_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Floats keyed by name, a dict of scalars as ``key/sub_key``; ``prefix`` joined with ``-`` as Lightning does."""
+    head = f"{prefix}-" if prefix else ""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, Mapping):
+            out.update({f"{head}{key}/{k}": _to_float(v) for k, v in value.items()})
+        else:
+            out[f"{head}{key}"] = _to_float(value)
+    return out
+
+
 def _flatten_hparams(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Flatten nested dicts and turn values TensorBoard cannot show into strings."""
     out: dict[str, Any] = {}

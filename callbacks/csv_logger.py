@@ -9,7 +9,7 @@ import os
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import _FileLogger
-from callbacks._utils import _to_float
+from callbacks._utils import _flat_metrics
 from trainer.contracts.arguments import check_int
 from trainer.contracts import storage
 
@@ -25,8 +25,10 @@ class CSVLogger(_FileLogger):
         name: Experiment directory under ``save_dir``.
         version: ``None`` picks the next free ``version_N``; an int or a str as in
             ``TensorBoardLogger``.
-        flush_every_n_rows: Rows buffered in memory before they are written out; the buffer is
-            also written at every epoch end, on teardown and on an exception.
+        prefix: Put in front of every metric key, joined with ``-`` (``"train-loss"``).
+        flush_logs_every_n_steps: Buffered rows are written out when a row's ``step + 1`` is a
+            multiple of it (Lightning's rule); the buffer is also written at every epoch end, on
+            teardown and on an exception.
 
     The first column is ``step``; the others are every metric key seen so far, in order of first
     appearance. When a new key appears, the file is rewritten with the union of the columns
@@ -41,11 +43,12 @@ class CSVLogger(_FileLogger):
         save_dir: str | os.PathLike[str] | None = None,
         name: str | None = "logs",
         version: int | str | None = None,
-        flush_every_n_rows: int = 100,
+        prefix: str = "",
+        flush_logs_every_n_steps: int = 100,
     ) -> None:
-        super().__init__(save_dir=save_dir, name=name, version=version)
-        check_int("CSVLogger(flush_every_n_rows)", flush_every_n_rows, 1)
-        self._flush_every = flush_every_n_rows
+        super().__init__(save_dir=save_dir, name=name, version=version, prefix=prefix)
+        check_int("CSVLogger(flush_logs_every_n_steps)", flush_logs_every_n_steps, 1)
+        self._flush_every = flush_logs_every_n_steps
         self._rows: list[dict[str, Any]] = []
         self._columns: list[str] = []  # columns in the file on disk
         self._hparams: dict[str, Any] = {}
@@ -60,14 +63,8 @@ class CSVLogger(_FileLogger):
         """Buffer one row ``{"step": step, **metrics}``."""
         if not self.is_global_zero:
             return
-        row: dict[str, Any] = {"step": int(step)}
-        for key, value in metrics.items():
-            if isinstance(value, Mapping):
-                row.update({f"{key}/{k}": _to_float(v) for k, v in value.items()})
-            else:
-                row[key] = _to_float(value)
-        self._rows.append(row)
-        if len(self._rows) >= self._flush_every:
+        self._rows.append({"step": int(step), **_flat_metrics(metrics, self._prefix)})
+        if (int(step) + 1) % self._flush_every == 0:
             self.save()
 
     def log_hyperparams(self, params: Any) -> None:

@@ -10,7 +10,7 @@ from callbacks.callback import Callback
 class Logger(Callback):
     """Base class of every logger.
 
-    The Trainer calls ``log_metrics``, ``log_hyperparams`` and ``log_text`` on global rank 0
+    The Trainer calls ``log_metrics``, ``log_hyperparams``, ``log_graph`` and ``log_text`` on global rank 0
     only; a logger must create no files on other ranks.
     """
 
@@ -32,6 +32,9 @@ class Logger(Callback):
 
     def log_hyperparams(self, params: dict[str, Any]) -> None:
         """Record the run's hyperparameters."""
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record the module's computation graph (called at the start of each ``fit``)."""
 
     def log_text(self, tag: str, text: str) -> None:
         """Record a block of text (e.g. the run summary)."""

@@ -8,10 +8,11 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Mapping
 
-from callbacks._utils import _flatten_hparams, _to_float
+from callbacks._utils import _flat_metrics, _flatten_hparams
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, http_problem, unreachable
 from trainer.contracts import storage
+from trainer.contracts.arguments import check_bool, check_path, check_str
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -29,10 +30,16 @@ class MLFlowLogger(Logger):
         tracking_uri: ``http://host:port`` of a tracking server, a database URI, or a local
             ``file:`` store. ``None``: ``MLFLOW_TRACKING_URI`` or MLflow's default (``./mlruns``).
         tags: Tags set on the run when it is created.
+        save_dir: A local ``file:`` store in this directory, used when neither ``tracking_uri``
+            nor ``MLFLOW_TRACKING_URI`` is set (as Lightning's ``save_dir``; default: MLflow's
+            ``./mlruns``).
         log_model: ``True``: at the end of each ``fit``, the checkpoints every `ModelCheckpoint`
             kept (its top k and ``last``) are uploaded as artifacts under ``checkpoints/``.
-        run_id: Log into this existing run instead of creating one.
+        prefix: Put in front of every metric key, joined with ``-`` (``"train-loss"``).
         artifact_location: Where a new experiment stores artifacts (the server's default if None).
+        run_id: Log into this existing run instead of creating one.
+        synchronous: ``False``: metrics and parameters are sent in the background (MLflow's
+            asynchronous logging); ``None`` or ``True``: each call returns once they are stored.
         timeout: Seconds an HTTP tracking server has to answer: once before the first request,
             and then for each of MLflow's requests (``MLFLOW_HTTP_REQUEST_TIMEOUT``, with two
             retries, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, unless those are set already).
@@ -52,9 +59,12 @@ class MLFlowLogger(Logger):
         run_name: str | None = None,
         tracking_uri: str | None = None,
         tags: Mapping[str, Any] | None = None,
+        save_dir: str | os.PathLike[str] | None = None,
         log_model: bool = False,
-        run_id: str | None = None,
+        prefix: str = "",
         artifact_location: str | None = None,
+        run_id: str | None = None,
+        synchronous: bool | None = None,
         timeout: float = 30.0,
         on_unreachable: str = "raise",
     ) -> None:
@@ -66,9 +76,16 @@ class MLFlowLogger(Logger):
             raise TypeError(f"MLFlowLogger(experiment_name={experiment_name!r}): expected a non-empty str.")
         if not isinstance(log_model, bool):
             raise TypeError(f"MLFlowLogger(log_model={log_model!r}): expected a bool.")
+        check_path("MLFlowLogger(save_dir)", save_dir)
+        check_str("MLFlowLogger(prefix)", prefix)
+        check_bool("MLFlowLogger(synchronous)", synchronous, allow_none=True)
+        if tracking_uri is None and save_dir is not None and not os.environ.get("MLFLOW_TRACKING_URI"):
+            tracking_uri = "file:" + os.fspath(save_dir)
         self.experiment_name = experiment_name
         self.run_name = run_name
         self.tracking_uri = tracking_uri
+        self._prefix = prefix
+        self._synchronous = synchronous is not False
         self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self.log_model = log_model
         self.artifact_location = artifact_location
@@ -80,6 +97,12 @@ class MLFlowLogger(Logger):
         self._experiment_id: str | None = None
         self._client: Any = None
         self._rank: int | None = None
+
+    @property
+    def save_dir(self) -> str | None:
+        """The directory of a local ``file:`` store, else ``None``."""
+        uri = self.tracking_uri or ""
+        return uri[len("file:"):] if uri.startswith("file:") else None
 
     # -- the run ----------------------------------------------------------------------------
     @property
@@ -141,15 +164,10 @@ class MLFlowLogger(Logger):
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        flat: dict[str, float] = {}
-        for key, value in metrics.items():
-            if isinstance(value, Mapping):
-                flat.update({f"{key}/{k}": _to_float(v) for k, v in value.items()})
-            else:
-                flat[key] = _to_float(value)
+        flat = _flat_metrics(metrics, self._prefix)
         entries = [Metric(key, value, now, int(step)) for key, value in flat.items()]
         for i in range(0, len(entries), _BATCH):
-            self.experiment.log_batch(self.run_id, metrics=entries[i:i + _BATCH], synchronous=True)
+            self.experiment.log_batch(self.run_id, metrics=entries[i:i + _BATCH], synchronous=self._synchronous)
 
     def log_hyperparams(self, params: Any) -> None:
         """Log ``params`` as MLflow parameters (flattened, as strings)."""
@@ -160,7 +178,7 @@ class MLFlowLogger(Logger):
         flat = _flatten_hparams(self._hparams_to_plain(params))
         entries = [Param(key, str(value)) for key, value in flat.items()]
         for i in range(0, len(entries), _PARAM_BATCH):
-            self.experiment.log_batch(self.run_id, params=entries[i:i + _PARAM_BATCH], synchronous=True)
+            self.experiment.log_batch(self.run_id, params=entries[i:i + _PARAM_BATCH], synchronous=self._synchronous)
 
     def log_text(self, tag: str, text: str) -> None:
         """Store ``text`` as the artifact ``<tag>.txt``."""
@@ -172,6 +190,10 @@ class MLFlowLogger(Logger):
         """Mark the run ``FINISHED`` or ``FAILED`` (a later call of the Trainer reopens it)."""
         if not self.is_global_zero or self._run_id is None or self._unreachable:
             return
+        if not self._synchronous:
+            import mlflow
+
+            mlflow.flush_async_logging()  # the run is marked ended once its records are stored
         self.experiment.set_terminated(self._run_id, "FINISHED" if status == "success" else "FAILED")
 
     # -- resume -----------------------------------------------------------------------------

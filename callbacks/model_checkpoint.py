@@ -443,7 +443,9 @@ class ModelCheckpoint(Checkpoint):
 
     # -- saving -----------------------------------------------------------------------------
     def _default_dirpath(self, trainer: TrainerView) -> str:
-        log_dir = trainer.log_dir if trainer.loggers else None
+        log_dir = None
+        if trainer.loggers:  # as in Lightning: beside a TensorBoardLogger's sub_dir, not in it
+            log_dir = getattr(trainer.loggers[0], "version_dir", trainer.log_dir)
         base = log_dir if log_dir is not None else trainer.default_root_dir
         return storage.join(os.fspath(base), "checkpoints")
 

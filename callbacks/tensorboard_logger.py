@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Mapping
 
+import torch
+
 from callbacks._file_logger import _FileLogger
-from callbacks._utils import _flatten_hparams, _to_float
+from callbacks._utils import _flat_metrics, _flatten_hparams
 from trainer.contracts import storage
+from trainer.contracts.arguments import check_bool, check_path
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -34,6 +38,15 @@ class TensorBoardLogger(_FileLogger):
         name: Experiment directory under ``save_dir`` (``""`` or ``None``: none).
         version: ``None`` picks the next free ``version_N``; an int gives ``version_<int>``; a
             str is used as the directory name.
+        log_graph: Add the module's graph (traced on ``module.example_input_array``) at the
+            start of each ``fit``.
+        default_hp_metric: ``log_hyperparams(params)`` without metrics also logs
+            ``hp_metric=-1`` (at step 0) and writes the HPARAMS summary with it; ``False``:
+            hyperparameters without metrics write no HPARAMS summary, as in Lightning.
+        prefix: Put in front of every metric key, joined with ``-`` (``"train-loss"``).
+        sub_dir: Write to ``version_N/<sub_dir>``; the default checkpoints stay in
+            ``version_N/checkpoints``.
+        **kwargs: Passed to ``SummaryWriter`` (``max_queue``, ``flush_secs``, ...).
 
     A Trainer's calls (``fit``, then ``validate``/``test``) write into one event file, which
     stays open (flushed at the end of each call) until an exception or the logger's end: a new
@@ -49,13 +62,37 @@ class TensorBoardLogger(_FileLogger):
         save_dir: str | os.PathLike[str] | None = None,
         name: str | None = "logs",
         version: int | str | None = None,
+        log_graph: bool = False,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(save_dir=save_dir, name=name, version=version)
+        super().__init__(save_dir=save_dir, name=name, version=version, prefix=prefix)
+        check_bool("TensorBoardLogger(log_graph)", log_graph)
+        check_bool("TensorBoardLogger(default_hp_metric)", default_hp_metric)
+        check_path("TensorBoardLogger(sub_dir)", sub_dir)
+        self._log_graph = log_graph
+        self._default_hp_metric = default_hp_metric
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
+        self._writer_kwargs = kwargs
         self._writer: SummaryWriter | None = None
         self._noop = _NoOpExperiment()
         # tag -> (step, value) last written: every record carries `epoch`, and a `validate()`
         # after `fit` repeats the last validation's values at the same step
         self._last_points: dict[str, tuple[int, float]] = {}
+
+    @property
+    def sub_dir(self) -> str | None:
+        """The directory under ``version_N`` this logger writes to, if any."""
+        return self._sub_dir
+
+    @property
+    def log_dir(self) -> str:
+        """``<save_dir>/<name>/version_N[/<sub_dir>]``: where the event files go."""
+        if self._sub_dir is None:
+            return self.version_dir
+        return storage.join(self.version_dir, self._sub_dir)
 
     @property
     def experiment(self) -> Any:
@@ -67,7 +104,7 @@ class TensorBoardLogger(_FileLogger):
 
             # a URL is written by TensorBoard's own file layer (fsspec or, for s3://, boto3)
             storage.makedirs(self.log_dir)
-            self._writer = SummaryWriter(log_dir=self.log_dir)
+            self._writer = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
             weakref.finalize(self, self._writer.close)  # at the logger's end or the interpreter's
         return self._writer
 
@@ -76,31 +113,58 @@ class TensorBoardLogger(_FileLogger):
         """Add each metric as a scalar at ``step``, unless it repeats the tag's last point."""
         if not self.is_global_zero:
             return
-        points: dict[str, float] = {}
-        for key, value in metrics.items():
-            if isinstance(value, Mapping):  # a dict of scalars shares one chart
-                points.update({f"{key}/{sub_key}": _to_float(v) for sub_key, v in value.items()})
-            else:
-                points[key] = _to_float(value)
-        for tag, number in points.items():
+        for tag, number in _flat_metrics(metrics, self._prefix).items():
             point = (int(step), number)
             if self._last_points.get(tag) != point:
                 self.experiment.add_scalar(tag, number, global_step=step)
                 self._last_points[tag] = point
 
-    def log_hyperparams(self, params: Any, metrics: Mapping[str, float] | None = None) -> None:
-        """Record ``params`` for TensorBoard's HParams tab (nested dicts are flattened with ``/``)."""
+    def log_hyperparams(self, params: Any, metrics: Mapping[str, float] | float | None = None) -> None:
+        """Record ``params`` for TensorBoard's HParams tab (nested dicts are flattened with ``/``).
+
+        ``metrics`` (a dict, or one number logged as ``hp_metric``) are logged at step 0 and shown
+        with the hyperparameters; without them see ``default_hp_metric``.
+        """
         if not self.is_global_zero:
             return
-        flat = _flatten_hparams(self._hparams_to_plain(params))
-        if not flat:
+        if metrics is None:
+            metrics = {"hp_metric": -1} if self._default_hp_metric else {}
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
+        if not metrics:  # TensorBoard shows no hyperparameters without a metric: Lightning writes none
             return
+        self.log_metrics(metrics, step=0)
         from torch.utils.tensorboard.summary import hparams
 
-        experiment, session_start, session_end = hparams(flat, dict(metrics or {}))
+        flat = _flatten_hparams(self._hparams_to_plain(params))
+        experiment, session_start, session_end = hparams(flat, dict(_flat_metrics(metrics, self._prefix)))
         file_writer = self.experiment._get_file_writer()
         for summary in (experiment, session_start, session_end):
             file_writer.add_summary(summary)
+
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Add ``model``'s graph, traced on ``input_array`` (default ``model.example_input_array``).
+
+        Does nothing unless ``log_graph=True``; warns when there is no input to trace.
+        """
+        if not self._log_graph or not self.is_global_zero:
+            return
+        inputs = getattr(model, "example_input_array", None) if input_array is None else input_array
+        if not isinstance(inputs, (torch.Tensor, tuple)):
+            warnings.warn(
+                "TensorBoardLogger(log_graph=True) could not log the graph: set `example_input_array` on the "
+                f"module (a tensor or a tuple of forward's arguments), got {type(inputs).__name__}.",
+                stacklevel=2,
+            )
+            return
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        on_device = tuple(v.to(device) if isinstance(v, torch.Tensor) else v for v in inputs) \
+            if isinstance(inputs, tuple) else inputs.to(device)
+        was_training = model.training
+        try:
+            self.experiment.add_graph(model, on_device)
+        finally:
+            model.train(was_training)
 
     def log_text(self, tag: str, text: str) -> None:
         """Add ``text`` under ``tag`` (shown in the Text tab; rendered as Markdown)."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from callbacks._utils import _to_float
+from callbacks._utils import _flat_metrics
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, unreachable
-from trainer.contracts.arguments import check_bool, check_path
+from trainer.contracts.arguments import check_bool, check_path, check_str
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -19,13 +19,16 @@ class WandbLogger(Logger):
     """Logs to W&B (extra ``wandb``) from global rank 0 only.
 
     Args:
-        project: W&B project.
         name: Display name of the run (W&B picks one when ``None``).
         save_dir: Local directory of W&B's files (its ``wandb/`` folder goes there); default: the
             Trainer's ``default_root_dir`` (the current directory when that is a URL).
+        version: Same as ``id`` (Lightning's name for it).
         offline: Write the run to ``<save_dir>/wandb/offline-run-*`` only, with no network
             access; upload it later with ``wandb sync``. ``WANDB_MODE=offline`` does the same.
+        dir: Same as ``save_dir`` (used when ``save_dir`` is not given).
         id: Resume the W&B run with this id (a new run when ``None``).
+        project: W&B project.
+        prefix: Put in front of every metric key, joined with ``-`` (``"train-loss"``).
         entity: W&B team or user.
         tags: Tags of the run.
         timeout: Seconds W&B has to start the run (``wandb.Settings(init_timeout=...)``).
@@ -41,11 +44,14 @@ class WandbLogger(Logger):
 
     def __init__(
         self,
-        project: str = "lockstep",
         name: str | None = None,
         save_dir: str | os.PathLike[str] | None = None,
+        version: str | None = None,
         offline: bool = False,
+        dir: str | os.PathLike[str] | None = None,
         id: str | None = None,
+        project: str = "lockstep",
+        prefix: str = "",
         entity: str | None = None,
         tags: Sequence[str] | None = None,
         timeout: float = 90.0,
@@ -56,7 +62,13 @@ class WandbLogger(Logger):
         except ImportError:
             raise ImportError("WandbLogger needs wandb: pip install 'lockstep-trainer[wandb]'.") from None
         check_path("WandbLogger(save_dir)", save_dir)
+        check_path("WandbLogger(dir)", dir)
         check_bool("WandbLogger(offline)", offline)
+        check_str("WandbLogger(prefix)", prefix)
+        check_str("WandbLogger(version)", version, allow_none=True)
+        save_dir = save_dir if save_dir is not None else dir
+        id = id if id is not None else version
+        self._prefix = prefix
         self.project = project
         self.name = name
         self.offline = offline
@@ -120,12 +132,7 @@ class WandbLogger(Logger):
         """Log the metrics at ``step`` (a dict of scalars as ``key/sub_key``)."""
         if not self.is_global_zero:
             return
-        flat: dict[str, float] = {}
-        for key, value in metrics.items():
-            if isinstance(value, Mapping):
-                flat.update({f"{key}/{k}": _to_float(v) for k, v in value.items()})
-            else:
-                flat[key] = _to_float(value)
+        flat = _flat_metrics(metrics, self._prefix)
         self.experiment.log(flat, step=int(step))
 
     def log_hyperparams(self, params: Any) -> None:

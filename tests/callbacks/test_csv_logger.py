@@ -20,7 +20,7 @@ def _rows(path):
 
 
 def test_columns_grow_and_file_is_rewritten(tmp_path):
-    logger = CSVLogger(tmp_path, flush_every_n_rows=1)
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=1)
     logger.log_metrics({"a": 1.0}, step=1)
     logger.log_metrics({"a": 2.0}, step=2)
     logger.log_metrics({"b": 3.0, "a": 4.0}, step=3)  # new key: rewrite with the union
@@ -39,11 +39,15 @@ def test_columns_grow_and_file_is_rewritten(tmp_path):
 
 
 def test_rows_are_buffered_until_flush(tmp_path):
-    logger = CSVLogger(tmp_path, flush_every_n_rows=3)
-    logger.log_metrics({"a": 1.0}, step=1)
-    logger.log_metrics({"a": 2.0}, step=2)
+    # Lightning's rule: written out when a row's step + 1 is a multiple of n
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=3)
+    logger.log_metrics({"a": 1.0}, step=0)
+    logger.log_metrics({"a": 2.0}, step=1)
     assert not os.path.exists(logger.metrics_file_path)
-    logger.log_metrics({"a": 3.0}, step=3)
+    logger.log_metrics({"a": 3.0}, step=2)
+    assert len(_rows(logger.metrics_file_path)[1]) == 3
+    logger.log_metrics({"a": 4.0}, step=3)
+    logger.log_metrics({"a": 4.5}, step=3)
     assert len(_rows(logger.metrics_file_path)[1]) == 3
 
 
@@ -61,7 +65,7 @@ def test_hparams_json_and_text(tmp_path):
 
 def test_nonzero_rank_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
-    logger = CSVLogger(tmp_path, flush_every_n_rows=1)
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=1)
     logger.log_metrics({"a": 1.0}, step=1)
     logger.log_hyperparams({"lr": 0.1})
     logger.finalize("success")
@@ -69,8 +73,8 @@ def test_nonzero_rank_writes_nothing(tmp_path, monkeypatch):
 
 
 def test_bad_flush_every(tmp_path):
-    with pytest.raises(ValueError, match=r"CSVLogger\(flush_every_n_rows\) must be an int >= 1, got 0"):
-        CSVLogger(tmp_path, flush_every_n_rows=0)
+    with pytest.raises(ValueError, match=r"CSVLogger\(flush_logs_every_n_steps\) must be an int >= 1, got 0"):
+        CSVLogger(tmp_path, flush_logs_every_n_steps=0)
 
 
 def test_fit_writes_metrics_csv(tmp_path):

@@ -49,7 +49,8 @@ def test_logger_api_writes_one_event_file(tmp_path):
 
     files = event_files(tmp_path)
     assert len(files) == 1 and os.path.dirname(files[0]) == logger.log_dir  # no add_hparams sub-run
-    assert scalars(logger.log_dir) == {"a": [(3, 1.0), (6, 0.5)], "b": [(3, 2.0)]}
+    # default_hp_metric: Lightning's hp_metric=-1 at step 0 goes with the hyperparameters
+    assert scalars(logger.log_dir) == {"a": [(3, 1.0), (6, 0.5)], "b": [(3, 2.0)], "hp_metric": [(0, -1.0)]}
     acc = read_event_dir(logger.log_dir)
     assert "run_summary/text_summary" in acc.Tags()["tensors"]
     text = acc.Tensors("run_summary/text_summary")[0].tensor_proto.string_val[0].decode()

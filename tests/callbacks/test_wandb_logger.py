@@ -136,3 +136,18 @@ def test_offline_run_holds_metrics_and_config_and_resume_keeps_the_id(offline_en
     last = [row for row in _records(runs[1], "history") if "train_loss" in row][-1]
     assert last["train_loss"] == pytest.approx(float(trainer.logged_metrics["train_loss"]))
     assert offline_env.connections == 0
+
+
+def test_lightning_arguments_version_dir_and_prefix(offline_env, tmp_path):
+    # Lightning's names: `version` is the run id, `dir` the files' directory, `prefix` + "-" + key
+    logger = WandbLogger(dir=tmp_path / "d", version="lockstep0001", prefix="p", offline=True)
+    logger.log_metrics({"a": 1.0, "g": {"x": 2.0}}, step=3)
+    logger.finalize("success")
+    import wandb
+
+    wandb.teardown()
+    runs = glob.glob(str(tmp_path / "d" / "wandb" / "offline-run-*-lockstep0001"))
+    assert len(runs) == 1
+    rows = [row for row in _records(runs[0], "history") if "p-a" in row]
+    assert [(r["_step"], r["p-a"], r["p-g/x"]) for r in rows] == [(3, 1.0, 2.0)]
+    assert offline_env.connections == 0

@@ -478,9 +478,9 @@ def test_bad_allreduce_strategy_timeout():
         ),
         (lambda: CSVLogger(name=1), TypeError, r"CSVLogger\(name=1\): expected None or a str"),
         (
-            lambda: CSVLogger(flush_every_n_rows=1.0),
+            lambda: CSVLogger(flush_logs_every_n_steps=1.0),
             TypeError,
-            r"CSVLogger\(flush_every_n_rows\) must be an int >= 1, got 1.0",
+            r"CSVLogger\(flush_logs_every_n_steps\) must be an int >= 1, got 1.0",
         ),
         (lambda: TensorBoardLogger(save_dir=123), TypeError, r"TensorBoardLogger\(save_dir\) must be None, a str or an os.PathLike path, got 123"),
     ],

@@ -155,7 +155,7 @@ class FitLoop:
             f"precision {t.precision}, strategy {strategy.name}"
         )
         hparams = merged_hparams(model.hparams, t.datamodule.hparams if t.datamodule is not None else None)
-        t.metric_logger.log_run_start(hparams, summary, strategy)
+        t.metric_logger.log_run_start(hparams, summary, strategy, model)
         self.run()
 
     def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:

@@ -124,11 +124,12 @@ class MetricLogger:
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 
-    def log_run_start(self, hparams: Mapping[str, Any], summary: str, strategy: Strategy) -> None:
-        """Hyperparameters and a one-line summary of the run's shape, once per fit."""
+    def log_run_start(self, hparams: Mapping[str, Any], summary: str, strategy: Strategy, module: Any) -> None:
+        """Hyperparameters, the module's graph and a one-line summary of the run's shape, once per fit."""
         if not self.loggers or not strategy.is_global_zero:
             return
         for lg in self.loggers:
             if hparams:
                 lg.log_hyperparams(dict(hparams))
+            lg.log_graph(module)
             lg.log_text("run_summary", summary)

@@ -20,6 +20,7 @@ from callbacks.progress_bar import ProgressBar
 from callbacks.rich_progress_bar import RichProgressBar
 from callbacks.run_lock import RunLockedError
 from callbacks.service_timeout import ServiceUnreachableError
+from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
 from callbacks.tensorboard_logger import TensorBoardLogger
 from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
@@ -49,6 +50,7 @@ __all__ = [
     "RichProgressBar",
     "RunLockedError",
     "ServiceUnreachableError",
+    "StochasticWeightAveraging",
     "TensorBoardLogger",
     "ThroughputMonitor",
     "Timer",
@@ -59,7 +61,6 @@ __all__ = [
 # Lightning's callbacks and loggers that Lockstep does not provide (docs/migration.md): importing
 # one names it and says so, rather than Python's bare "cannot import name".
 NOT_PROVIDED = {
-    "StochasticWeightAveraging": "weight averaging",
     "WeightAveraging": "weight averaging",
     "EMAWeightAveraging": "weight averaging",
     "ModelPruning": "pruning",

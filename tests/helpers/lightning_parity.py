@@ -111,13 +111,14 @@ def files_under(directory: str | os.PathLike[str]) -> list[str]:
     return sorted(out)
 
 
-def fit(name: str, callbacks: list[Any], epochs: int = 3, module: Any = None, **trainer_args: Any) -> tuple[Any, Any]:
-    """Fit ``module`` (default: `make_module`'s) on framework ``name``: (trainer, module)."""
+def fit(name: str, callbacks: list[Any], epochs: int = 3, module: Any = None, ckpt_path: Any = None,
+        **trainer_args: Any) -> tuple[Any, Any]:
+    """Fit ``module`` (default: `make_module`'s) on framework ``name``, from ``ckpt_path`` if given: (trainer, module)."""
     L, _ = framework(name)
     model = module if module is not None else make_module(L)()
     settings = {**QUIET_BOTH, "num_sanity_val_steps": 0, "enable_checkpointing": False, **trainer_args}
     if any(type(cb).__name__ == "ModelCheckpoint" for cb in callbacks):
         settings["enable_checkpointing"] = True
     trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, callbacks=callbacks, **settings)
-    trainer.fit(model)
+    trainer.fit(model, ckpt_path=ckpt_path)
     return trainer, model

@@ -1,4 +1,21 @@
 """Lockstep callbacks: the `Callback` protocol and the built-in callbacks and loggers."""
+import sys
+
+try:
+    import trainer.contracts  # noqa: F401 - the floor every callback imports
+except ModuleNotFoundError as err:  # `trainer` is not Lockstep's package: a file of the user's hides it
+    if getattr(sys.modules.get("trainer"), "__path__", None) is not None:
+        raise
+    import importlib.util
+    import os
+
+    # the message is the floor's (stdlib only), read from its file: `import trainer...` is what fails
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "trainer", "contracts", "shadowing.py")
+    spec = importlib.util.spec_from_file_location("_lockstep_shadowing", path)
+    shadowing = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shadowing)
+    raise ImportError(shadowing.shadowing_message("trainer", getattr(sys.modules.get("trainer"), "__file__", None))) from err
+
 from callbacks.accumulation_scheduler import GradientAccumulationScheduler
 from callbacks.backbone_finetuning import BackboneFinetuning
 from callbacks.base_finetuning import BaseFinetuning

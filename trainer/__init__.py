@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from trainer.contracts.shadowing import check_not_shadowed
 from trainer.launch.worker_process import adopt_launcher_from_env
+
+check_not_shadowed("callbacks")  # before anything imports it: a user's callbacks.py would break that
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.checkpointing.checkpoint import CheckpointError

@@ -41,6 +41,7 @@ class _FileLogger(Logger):
         self._version = version
         self._picks_version = version is None
         self._version_fixed = False  # set once, by `fix_log_versions`
+        self._made_version_dir = self._made_root_dir = False  # by this run: removed again if left empty
         self._rank: int | None = None
 
     # -- where ------------------------------------------------------------------------------
@@ -94,7 +95,23 @@ class _FileLogger(Logger):
             fix_log_versions(trainer, [self, *trainer.loggers], broadcast=trainer.world_size > 1, restart=restart)
         if trainer.is_global_zero:
             # claim the version now, so a second run started in the same root gets the next one
+            local = not storage.is_url(self.version_dir)
+            self._made_version_dir = local and not os.path.exists(self.version_dir)
+            self._made_root_dir = local and not os.path.exists(self.root_dir)
             storage.makedirs(self.log_dir)
+
+    def _remove_empty_version_dir(self) -> None:
+        """After a failure: the ``version_N`` (and ``<name>``) this run created go again if nothing
+        was written in them (only empty directories are removed; a file anywhere below keeps it all)."""
+        if not self._made_version_dir:
+            return
+        made = sorted((d for d, _, _ in os.walk(self.version_dir)), key=len, reverse=True)
+        for directory in made + ([self.root_dir] if self._made_root_dir else []):
+            try:
+                os.rmdir(directory)  # fails, and keeps it, unless empty
+            except OSError:
+                pass
+        self._made_version_dir = False
 
 
 def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast: bool, restart: bool = False) -> None:

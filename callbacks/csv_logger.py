@@ -114,6 +114,7 @@ class CSVLogger(_FileLogger):
 
     def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         self.save()
+        self._remove_empty_version_dir()
 
     def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self.save()

@@ -208,6 +208,7 @@ class TensorBoardLogger(_FileLogger):
 
     def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
         self._close()
+        self._remove_empty_version_dir()
 
     def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._flush()

@@ -248,3 +248,39 @@ def test_validate_and_test_after_fit_log_into_the_fit_version_without_duplicate_
     val_rows = [(int(r["step"]), r["epoch"]) for r in rows if r["val_loss"]]
     assert val_rows == [(4, "0.0"), (8, "1.0"), (8, "2.0")]
     assert [(int(r["step"]), r["epoch"]) for r in rows if r["test_loss"]] == [(8, "2.0")]
+
+
+class _BrokenOptimizers(Scripted):
+    def configure_optimizers(self):
+        raise RuntimeError("broken optimizer set-up")
+
+
+class _BrokenStep(Scripted):
+    def training_step(self, batch, batch_idx):
+        raise RuntimeError("broken step")
+
+
+def _failed_fit(root, module):
+    trainer = Trainer(accelerator="cpu", max_epochs=1, default_root_dir=root, enable_progress_bar=False,
+                      logger=[TensorBoardLogger(), CSVLogger()])
+    with pytest.raises(RuntimeError, match="broken"):
+        trainer.fit(module, loader())
+
+
+def _tree(root):
+    return sorted(os.path.relpath(os.path.join(d, n), root) for d, dirs, files in os.walk(root) for n in dirs + files)
+
+
+def test_a_run_that_failed_before_writing_leaves_no_empty_version_dir(tmp_path):
+    _failed_fit(tmp_path / "fresh", _BrokenOptimizers())
+    assert _tree(tmp_path / "fresh") == []  # neither logs/version_0 nor logs
+    earlier = tmp_path / "earlier" / "logs" / "version_0"
+    earlier.mkdir(parents=True)
+    _failed_fit(tmp_path / "earlier", _BrokenOptimizers())
+    assert _tree(tmp_path / "earlier") == ["logs", os.path.join("logs", "version_0")]  # only this run's goes
+
+
+def test_a_run_that_failed_after_writing_keeps_its_files(tmp_path):
+    _failed_fit(tmp_path, _BrokenStep())
+    version = tmp_path / "logs" / "version_0"
+    assert len(event_files(version)) == 1 and (version / "hparams.json").exists()

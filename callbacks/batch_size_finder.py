@@ -45,27 +45,15 @@ def _free_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def scale_batch_size(
-    trainer: TrainerView,
-    model: ModuleView,
-    datamodule: Any = None,
-    method: str = "fit",
-    mode: str = "power",
-    steps_per_trial: int = 3,
-    init_val: int = 2,
-    max_trials: int = 25,
-    batch_arg_name: str = "batch_size",
-    margin: float = 0.05,
-    max_val: int = 8192,
-) -> int | None:
-    """The largest batch size (the module's or DataModule's ``batch_arg_name``) that trains
-    without running out of memory; it is left set there. None under ``fast_dev_run``."""
-    if mode not in ("power", "binsearch"):
-        raise ValueError(f"scale_batch_size(mode={mode!r}): use 'power' or 'binsearch'.")
-    if not 0.0 <= margin < 1.0:
-        raise ValueError(f"scale_batch_size(margin={margin!r}): expected 0 <= margin < 1.")
+def scale_batch_size(trainer: TrainerView, model: ModuleView, datamodule: Any, method: str,
+                     finder: BatchSizeFinder) -> int | None:
+    """The largest batch size (the module's or DataModule's ``finder.batch_arg_name``) that trains
+    without running out of memory, searched with ``finder``'s settings; it is left set there.
+    None under ``fast_dev_run``."""
     if method not in ("fit", "validate", "test", "predict"):
         raise ValueError(f"scale_batch_size(method={method!r}): use 'fit', 'validate', 'test' or 'predict'.")
+    mode, steps_per_trial, init_val, max_trials = finder.mode, finder.steps_per_trial, finder.init_val, finder.max_trials
+    batch_arg_name, margin, max_val = finder.batch_arg_name, finder.margin, finder.max_val
     if trainer.fast_dev_run:
         import warnings
 
@@ -196,17 +184,16 @@ class BatchSizeFinder(Callback):
         max_val: int = 8192,
     ) -> None:
         if mode not in ("power", "binsearch"):
-            raise ValueError(f"BatchSizeFinder(mode={mode!r}): use 'power' or 'binsearch'.")
+            raise ValueError(f"scale_batch_size(mode={mode!r}): use 'power' or 'binsearch'.")
+        if not 0.0 <= margin < 1.0:
+            raise ValueError(f"scale_batch_size(margin={margin!r}): expected 0 <= margin < 1.")
         self.mode, self.steps_per_trial, self.init_val = mode, steps_per_trial, init_val
         self.max_trials, self.batch_arg_name, self.margin, self.max_val = max_trials, batch_arg_name, margin, max_val
         self.optimal_batch_size: int | None = init_val
 
     def scale_batch_size(self, trainer: TrainerView, module: ModuleView, method: str = "fit") -> None:
         """Run the search for ``method``'s loaders."""
-        self.optimal_batch_size = scale_batch_size(
-            trainer, module, trainer.datamodule, method, self.mode, self.steps_per_trial, self.init_val,
-            self.max_trials, self.batch_arg_name, self.margin, self.max_val,
-        )
+        self.optimal_batch_size = scale_batch_size(trainer, module, trainer.datamodule, method, self)
 
     def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self.scale_batch_size(trainer, module, stage)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._file_logger import fix_log_versions
 from trainer.contracts import storage
-from callbacks.batch_size_finder import scale_batch_size
+from callbacks.batch_size_finder import BatchSizeFinder, scale_batch_size
 from callbacks.lr_finder import LRFinder, lr_find
 from callbacks.callback import Callback
 from callbacks.logger import Logger
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
-    "with_module_callbacks", "LRFinder", "lr_find", "scale_batch_size",
+    "with_module_callbacks", "BatchSizeFinder", "LRFinder", "lr_find", "scale_batch_size",
 ]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from trainer.data.datamodule import DataModule
-from trainer.default_callbacks import LRFinder, lr_find, scale_batch_size
+from trainer.default_callbacks import BatchSizeFinder, LRFinder, lr_find, scale_batch_size
 from trainer.module import TrainModule
 from trainer.trainer import Trainer
 
@@ -40,17 +40,14 @@ class Tuner:
         """The largest batch size that runs without running out of memory, set on the module (or its
         hparams, or the DataModule) as ``batch_arg_name``. The loaders must come from the module's
         or DataModule's hooks, so that they are rebuilt at each size."""
-        if isinstance(train_dataloaders, DataModule):
-            datamodule, train_dataloaders = train_dataloaders, None
+        datamodule, train_dataloaders = _datamodule_first(datamodule, train_dataloaders)
         if train_dataloaders is not None or val_dataloaders is not None or dataloaders is not None:
             raise ValueError(
                 "Tuner.scale_batch_size cannot change the batch size of loaders passed to it: define "
                 "them in the module's or DataModule's *_dataloader hooks (reading self.batch_size)."
             )
-        return scale_batch_size(
-            self.trainer, model, datamodule, method, mode, steps_per_trial, init_val, max_trials,
-            batch_arg_name, margin, max_val,
-        )
+        finder = BatchSizeFinder(mode, steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val)
+        return scale_batch_size(self.trainer, model, datamodule, method, finder)
 
     def lr_find(
         self,
@@ -74,9 +71,15 @@ class Tuner:
             raise ValueError(f"Tuner.lr_find(method={method!r}): only method='fit' is possible.")
         if dataloaders is not None:
             raise ValueError("Tuner.lr_find(dataloaders=...) is for evaluation methods; pass train_dataloaders.")
-        if isinstance(train_dataloaders, DataModule):
-            datamodule, train_dataloaders = train_dataloaders, None
+        datamodule, train_dataloaders = _datamodule_first(datamodule, train_dataloaders)
         return lr_find(
             self.trainer, model, train_dataloaders, val_dataloaders, datamodule, min_lr, max_lr,
             num_training, mode, early_stop_threshold, update_attr, attr_name,
         )
+
+
+def _datamodule_first(datamodule: Optional[DataModule], train_dataloaders: Any) -> tuple[Optional[DataModule], Any]:
+    """A DataModule passed as ``train_dataloaders`` (Lightning allows it) is the datamodule."""
+    if isinstance(train_dataloaders, DataModule):
+        return train_dataloaders, None
+    return datamodule, train_dataloaders

@@ -43,6 +43,7 @@ from callbacks.throughput_monitor import ThroughputMonitor
 from callbacks.timer import Timer
 from callbacks.tqdm_progress_bar import TQDMProgressBar
 from callbacks.wandb_logger import WandbLogger
+from callbacks.weight_averaging import EMAWeightAveraging, WeightAveraging
 from trainer.contracts import storage  # the storage layer, for loggers of your own (`from callbacks import storage`)
 
 __all__ = [
@@ -73,13 +74,13 @@ __all__ = [
     "Timer",
     "TQDMProgressBar",
     "WandbLogger",
+    "WeightAveraging",
+    "EMAWeightAveraging",
 ]
 
 # Lightning's callbacks and loggers that Lockstep does not provide (docs/migration.md): importing
 # one names it and says so, rather than Python's bare "cannot import name".
 NOT_PROVIDED = {
-    "WeightAveraging": "weight averaging",
-    "EMAWeightAveraging": "weight averaging",
     "ModelPruning": "pruning",
     "SpikeDetection": "loss-spike detection",
     "RichModelSummary": "the rich model summary (ModelSummary prints the same table)",

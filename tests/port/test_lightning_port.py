@@ -54,8 +54,9 @@ def _logger_names(root: str) -> tuple[set[str], set[str]]:
 
 
 def _by_design(scalars: set[str]) -> set[str]:
-    """Names only one framework's loggers get: Lightning's TensorBoard ``hp_metric`` placeholder,
-    the learning rates of Lockstep's default LearningRateMonitor (``lr-Adam``...)."""
+    """Names left out of the comparison: TensorBoard's ``hp_metric`` placeholder (both write it
+    with hyperparameters; Lightning also after an empty ``save_hyperparameters()``), the learning
+    rates of Lockstep's default LearningRateMonitor (``lr-Adam``...)."""
     return {s for s in scalars if s == "hp_metric" or s.startswith("lr-")}
 
 

@@ -33,7 +33,7 @@ DDP_DATA = ("tests/strategies/test_ddp_data.py",)
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the four that once survived -------------------------------------------------------------
-    _m("resume_mid_window_no_rewind", "resume", "trainer/checkpointing/connector.py",
+    _m("resume_mid_window_no_rewind", "resume", "trainer/checkpointing/resume.py",
        "    start = batches_done - batches_done % accumulate\n",
        "    start = batches_done\n",
        "tests/checkpointing/test_resume_mid_window.py",

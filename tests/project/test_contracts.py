@@ -167,14 +167,29 @@ def test_one_argument_check_module_and_one_rank_detection():
     ]
 
 
-def test_the_checkpoint_connector_writes_no_field_of_the_loop():
-    # the fit loop serializes itself (FitLoop.state_dict / load_state_dict)
-    path = REPO / "trainer" / "checkpointing" / "connector.py"
-    writes = [
+def _loop_writes(path: Path) -> list[str]:
+    return [
         ast.unparse(target)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if "fit_loop" in ast.unparse(target) or "progress." in ast.unparse(target)
     ]
-    assert writes == []
+
+
+@pytest.mark.parametrize("name", ["connector.py", "resume.py"])
+def test_the_checkpoint_connector_writes_no_field_of_the_loop(name):
+    # the fit loop serializes itself (FitLoop.state_dict / load_state_dict)
+    assert _loop_writes(REPO / "trainer" / "checkpointing" / name) == []
+
+
+def test_the_loop_write_check_finds_a_write(tmp_path):
+    sample = tmp_path / "c.py"
+    sample.write_text("def f(trainer):\n    trainer.fit_loop.lr_scaled = True\n    trainer.fit_loop.progress.batch_idx += 1\n")
+    assert _loop_writes(sample) == ["trainer.fit_loop.lr_scaled", "trainer.fit_loop.progress.batch_idx"]
+
+
+def test_the_checkpoint_connector_is_short():
+    # what a checkpoint holds and the order of restoring; the resume position lives in resume.py
+    lines = (REPO / "trainer" / "checkpointing" / "connector.py").read_text(encoding="utf-8").count("\n")
+    assert lines <= 150, lines

@@ -26,15 +26,7 @@ from trainer.checkpointing.from_checkpoint import (
     DATAMODULE_STATE_KEY,
     MODULE_HPARAMS_KEY,
 )
-from trainer.checkpointing.resume import (
-    gather_rank_states,
-    restore_generators,
-    restore_loader_position,
-    restore_rng_state,
-    restore_sampler_seeds,
-)
-from trainer.data.global_batch_sampler import global_batch_sampler
-from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.checkpointing.resume import gather_rank_states, restore_position
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
@@ -96,7 +88,7 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) 
     _restore_weights(trainer, checkpoint)
     _restore_callbacks(trainer, checkpoint)
     _restore_optimization(trainer, checkpoint)
-    _restore_position(trainer, checkpoint)
+    restore_position(trainer, checkpoint)
 
 
 def refuse_weights_only(checkpoint: dict[str, Any], path: str) -> None:
@@ -144,73 +136,3 @@ def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     for cfg, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
         cfg.scheduler.load_state_dict(state)
     trainer.precision_plugin.load_state_dict(checkpoint.get("precision", {}))
-
-
-def _restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
-    """The epoch, step and place in the epoch, and the random state that continues from there.
-
-    A checkpoint that records the position in samples (a `GlobalBatchSampler` run) resumes on
-    any world size: the data order continues at the next unseen sample. Rank ``r`` takes the
-    saved random states of rank ``r`` (rank 0's when the saved run had fewer ranks).
-    """
-    trainer.fit_loop.load_state_dict(checkpoint)
-    progress = trainer.fit_loop.progress
-    finished, batches_done = progress.epoch_finished, progress.batches_done
-    samples_done, saved_batch = progress.samples_done, progress.global_batch_size
-    by_samples = samples_done is not None and global_batch_sampler(trainer.train_dataloader) is not None
-    saved_world = int(checkpoint.get("world_size", trainer.world_size))
-    rank_states = checkpoint.get("rank_states")
-    usable = rank_states is not None and (saved_world == trainer.world_size or by_samples)
-    if saved_world != trainer.world_size:
-        rank_zero_warn(
-            f"Resuming a checkpoint made with world size {saved_world} on world size "
-            f"{trainer.world_size}: the module, optimizer and scheduler states are restored (the "
-            "learning rates as saved, not scaled again), "
-            + (
-                "the data order continues exactly at the next unseen sample; random numbers drawn "
-                "per rank (dropout, augmentation) follow other streams than the saved run's "
-                "(docs/fault-tolerance.md)."
-                if by_samples
-                else "but the data order changes"
-                + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
-            )
-        )
-    source = trainer.global_rank if trainer.global_rank < saved_world else 0
-    mine = rank_states[source] if usable else None
-    if finished or not batches_done:
-        if finished:
-            progress.finish_epoch()
-        else:
-            progress.start_epoch(0)
-        if mine is not None:
-            restore_rng_state(mine["rng"])
-            restore_generators(trainer.train_dataloader, mine.get("generators", []))
-            restore_loader_position(trainer.train_dataloader, mine.get("loader"))
-            if mine.get("epoch_state") is not None:
-                restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
-        if by_samples:  # the next epoch starts afresh; its global batch is checked
-            trainer.fit_loop.resume_mid_epoch(0, None, None, samples_done=0, global_batch_size=saved_batch)
-        return
-    progress.start_epoch(0)  # the loop starts the epoch where `resume_mid_epoch` says
-    if usable and any(s is None or s.get("epoch_state") is None for s in rank_states):
-        # Every rank must make the same choice, or one resumes mid-epoch while another restarts
-        # the epoch and they wait in different collectives.
-        rank_zero_warn(
-            "The checkpoint holds the interrupted epoch's order for only some ranks (written by "
-            "save_checkpoint while the run was failing, or outside a fit): the epoch restarts "
-            "from its first batch on every rank."
-        )
-        return
-    if mine is None or mine.get("epoch_state") is None:
-        return  # the epoch restarts from its first batch (warned above)
-    accumulate = int(checkpoint.get("accumulate_grad_batches", 1))
-    start = batches_done - batches_done % accumulate
-    if start != batches_done:
-        rank_zero_warn(
-            f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
-            f"{accumulate} micro batches); that window is trained again from its first micro batch."
-        )
-    trainer.fit_loop.resume_mid_epoch(
-        start, mine["epoch_state"], mine["rng"],
-        samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
-    )

@@ -193,3 +193,33 @@ def test_the_checkpoint_connector_is_short():
     # what a checkpoint holds and the order of restoring; the resume position lives in resume.py
     lines = (REPO / "trainer" / "checkpointing" / "connector.py").read_text(encoding="utf-8").count("\n")
     assert lines <= 150, lines
+
+
+def _writes_of(attribute: str, paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every assignment to ``<anything>.<attribute>`` in ``paths``, as ``file: target``."""
+    return sorted(
+        f"{path.relative_to(root).as_posix()}: {ast.unparse(target)}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr == attribute
+    )
+
+
+def _package_files() -> list[Path]:
+    return [*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")]
+
+
+def test_one_place_counts_the_global_step():
+    # FitProgress owns the step: optimizer_stepped() counts up, load_state_dict() restores
+    assert _writes_of("global_step", _package_files()) == [
+        "trainer/loops/progress.py: self.global_step",
+        "trainer/loops/progress.py: self.global_step",
+    ]
+
+
+def test_the_write_check_finds_a_step_counted_elsewhere(tmp_path):
+    sample = tmp_path / "step.py"
+    sample.write_text("def f(progress):\n    progress.global_step += 1\n")
+    assert _writes_of("global_step", [sample], root=tmp_path) == ["step.py: progress.global_step"]

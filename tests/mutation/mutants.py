@@ -82,7 +82,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "factor = strategy.world_size / total.clamp_min(1.0)", "factor = 1.0 / total.clamp_min(1.0)",
        ("tests/loops/test_loss_normalization.py",), "forgets that DDP already averaged the gradients over W"),
     # -- resume and RNG --------------------------------------------------------------------------
-    _m("resume_rng_not_restored", "resume", "trainer/checkpointing/resume.py",
+    _m("resume_rng_not_restored", "resume", "trainer/rng.py",
        '    torch.set_rng_state(_cpu_bytes(state["torch"]))\n', "",
        RESUME, "resuming leaves torch's CPU RNG where the new process put it"),
     _m("resume_skips_one_batch_too_many", "resume", "trainer/checkpointing/resume.py",

@@ -223,3 +223,28 @@ def test_the_write_check_finds_a_step_counted_elsewhere(tmp_path):
     sample = tmp_path / "step.py"
     sample.write_text("def f(progress):\n    progress.global_step += 1\n")
     assert _writes_of("global_step", [sample], root=tmp_path) == ["step.py: progress.global_step"]
+
+
+_RNG_CALLS = {"getstate", "setstate", "get_state", "set_state", "get_rng_state", "set_rng_state",
+              "get_rng_state_all", "set_rng_state_all", "fork_rng"}
+
+
+def _rng_state_calls(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every call that reads or sets a random state (``random.getstate()``, ``gen.set_state(s)``...)."""
+    return sorted({
+        f"{path.relative_to(root).as_posix()}: {node.func.attr}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _RNG_CALLS
+    })
+
+
+def test_random_states_are_saved_and_restored_in_one_module():
+    files = {line.split(":")[0] for line in _rng_state_calls(_package_files())}
+    assert files == {"trainer/rng.py"}
+
+
+def test_the_rng_check_finds_a_state_restored_elsewhere(tmp_path):
+    sample = tmp_path / "r.py"
+    sample.write_text("import torch\ndef f(s):\n    torch.cuda.set_rng_state(s, 0)\n")
+    assert _rng_state_calls([sample], root=tmp_path) == ["r.py: set_rng_state"]

@@ -13,70 +13,22 @@ restores the states of the moment of the checkpoint, which decide the next epoch
 A checkpoint that records the position in samples (a `GlobalBatchSampler`) resumes on any world
 size with the same global batch; `check_global_batch` refuses another one unless allowed.
 
-RNG states are always restored from CPU byte tensors, whatever device the checkpoint's tensors
-were loaded to: torch, CUDA and generator ``set_state`` accept nothing else.
+The random states are captured and restored by `trainer.rng`.
 """
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.data.dali import DALILoader
 from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
 from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.rng import capture_generators, capture_rng_state, restore_generators, restore_rng_state
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Python, NumPy (as plain lists), torch CPU and every CUDA device's RNG states."""
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np
-    except ImportError:
-        pass
-    else:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _cpu_bytes(state: torch.Tensor) -> torch.Tensor:
-    return state.detach().to(device="cpu", dtype=torch.uint8)
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Undo :func:`capture_rng_state`."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(_cpu_bytes(state["torch"]))
-    if "numpy" in state:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, gauss_np = state["numpy"]
-        np.random.set_state((kind, keys.detach().cpu().numpy().astype("uint32"), pos, has_gauss, gauss_np))
-    if "cuda" in state and torch.cuda.is_available():
-        # a checkpoint from a machine with more GPUs: the devices this one has get their states
-        for index, device_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(_cpu_bytes(device_state), index)
-
-
-def loader_generators(loader: Any) -> list[torch.Generator]:
-    """The torch generators a loader draws its order from (the loader's and its samplers')."""
-    found: list[torch.Generator] = []
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for owner in (loader, getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
-        gen = getattr(owner, "generator", None)
-        if isinstance(gen, torch.Generator) and all(gen is not g for g in found):
-            found.append(gen)
-    return found
 
 
 def _seeded_samplers(loader: Any) -> list[Any]:
@@ -117,17 +69,6 @@ def restore_loader_position(loader: Any, state: dict[str, Any] | None) -> None:
     """Undo :func:`capture_loader_position` (nothing for loaders without a position)."""
     if state is not None and isinstance(loader, DALILoader):
         loader.load_state_dict(state)
-
-
-def capture_generators(loader: Any) -> list[torch.Tensor]:
-    """The states of the generators ``loader`` draws its order from, as of now."""
-    return [g.get_state() for g in loader_generators(loader)]
-
-
-def restore_generators(loader: Any, states: list[torch.Tensor]) -> None:
-    """Undo :func:`capture_generators` on the same kind of loader."""
-    for gen, saved in zip(loader_generators(loader), states):
-        gen.set_state(_cpu_bytes(saved))
 
 
 def restore_sampler_seeds(loader: Any, state: dict[str, Any]) -> None:

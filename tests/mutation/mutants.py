@@ -127,7 +127,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "count = sum_and_count[-1].detach()", "count = local_count[0].detach()",
        ("tests/strategies/test_sync_batchnorm.py",), "the mean divides the global sum by the local count"),
     # -- sync_dist and collectives --------------------------------------------------------------
-    _m("reduce_mean_is_sum", "sync_dist", "trainer/distributed/process_group.py",
+    _m("reduce_mean_is_sum", "sync_dist", "trainer/strategies/process_group.py",
        "        if op == \"mean\":\n            out /= self.world_size\n", "",
        DDP_DATA, "strategy.reduce(op='mean') returns the sum"),
     # -- top-k checkpoints ---------------------------------------------------------------------

@@ -248,3 +248,20 @@ def test_the_rng_check_finds_a_state_restored_elsewhere(tmp_path):
     sample = tmp_path / "r.py"
     sample.write_text("import torch\ndef f(s):\n    torch.cuda.set_rng_state(s, 0)\n")
     assert _rng_state_calls([sample], root=tmp_path) == ["r.py: set_rng_state"]
+
+
+def _strategy_classes(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every class deriving from a ``...Strategy`` base, as ``file: class``."""
+    return sorted(
+        f"{path.relative_to(root).as_posix()}: {node.name}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(base).split(".")[-1].endswith("Strategy") for base in node.bases)
+    )
+
+
+def test_every_strategy_lives_in_the_strategies_folder():
+    found = _strategy_classes(_package_files())
+    assert "trainer/strategies/process_group.py: ProcessGroupStrategy" in found
+    assert [f for f in found if not f.startswith("trainer/strategies/")] == []

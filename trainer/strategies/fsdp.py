@@ -23,7 +23,7 @@ from torch import nn
 
 from trainer.contracts.arguments import check_bool
 from trainer.checkpointing import distributed_checkpoint as sharded
-from trainer.distributed.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
+from trainer.strategies.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.rng import share_torch_rng_state
 from trainer.strategies.strategy import NO_CONTEXT
 

@@ -265,3 +265,51 @@ def test_every_strategy_lives_in_the_strategies_folder():
     found = _strategy_classes(_package_files())
     assert "trainer/strategies/process_group.py: ProcessGroupStrategy" in found
     assert [f for f in found if not f.startswith("trainer/strategies/")] == []
+
+
+def _isinstance_of(class_name: str, paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every ``isinstance(x, class_name)`` and import of ``class_name``, as ``file: what``."""
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and class_name in ast.unparse(node.args[1]):
+                found.add(f"{path.relative_to(root).as_posix()}: isinstance")
+            elif isinstance(node, ast.ImportFrom) and any(a.name == class_name for a in node.names):
+                found.add(f"{path.relative_to(root).as_posix()}: import")
+    return sorted(found)
+
+
+def test_the_loops_and_strategies_know_loaders_by_the_loader_protocol():
+    from trainer.contracts.loader import ShardingLoader
+    from trainer.data.dali import DALILoader  # importable without DALI: it loads DALI on first use
+
+    assert issubclass(DALILoader, ShardingLoader)
+    others = [p for p in _package_files() if p.relative_to(REPO).as_posix() != "trainer/data/dali.py"]
+    assert _isinstance_of("DALILoader", others) == []
+
+
+def test_the_loader_check_finds_a_class_test(tmp_path):
+    sample = tmp_path / "s.py"
+    sample.write_text("from trainer.data.dali import DALILoader\ndef f(x):\n    return isinstance(x, (DALILoader, list))\n")
+    assert _isinstance_of("DALILoader", [sample], root=tmp_path) == ["s.py: import", "s.py: isinstance"]
+
+
+def test_a_loader_of_the_protocol_is_asked_for_its_shard(trainer):
+    class Shards:
+        def __init__(self, place=None):
+            self.place = place
+
+        def sharded(self, shard_id, num_shards, training):
+            return Shards((shard_id, num_shards, training))
+
+        def state_dict(self):
+            return {"place": self.place}
+
+        def load_state_dict(self, state):
+            self.place = state["place"]
+
+        def __iter__(self):
+            return iter(())
+
+    assert trainer.strategy.process_dataloader(Shards(), "fit").place == (0, 1, True)
+    assert trainer.strategy.process_dataloader(Shards(), "validate").place == (0, 1, False)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
-from trainer.data.dali import DALILoader
+from trainer.contracts.loader import ShardingLoader
 from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
 from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.rng import capture_generators, capture_rng_state, restore_generators, restore_rng_state
@@ -61,13 +61,14 @@ def restore_epoch_state(loader: Any, state: dict[str, Any]) -> None:
 
 
 def capture_loader_position(loader: Any) -> dict[str, Any] | None:
-    """The position of a loader that keeps its own (a `DALILoader`: its reader's checkpoint)."""
-    return loader.state_dict() if isinstance(loader, DALILoader) else None
+    """The position of a loader that keeps its own (a `ShardingLoader`, e.g. a `DALILoader`'s
+    reader checkpoint)."""
+    return loader.state_dict() if isinstance(loader, ShardingLoader) else None
 
 
 def restore_loader_position(loader: Any, state: dict[str, Any] | None) -> None:
     """Undo :func:`capture_loader_position` (nothing for loaders without a position)."""
-    if state is not None and isinstance(loader, DALILoader):
+    if state is not None and isinstance(loader, ShardingLoader):
         loader.load_state_dict(state)
 
 

@@ -313,3 +313,59 @@ def test_a_loader_of_the_protocol_is_asked_for_its_shard(trainer):
 
     assert trainer.strategy.process_dataloader(Shards(), "fit").place == (0, 1, True)
     assert trainer.strategy.process_dataloader(Shards(), "validate").place == (0, 1, False)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The modules a file imports when it runs (``if TYPE_CHECKING:`` blocks left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    annotation_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    modules = set()
+    for node in ast.walk(tree):
+        if id(node) in annotation_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def _folder_pairs(root: Path) -> list[tuple[str, str]]:
+    """The folders of ``root/trainer`` (and ``callbacks/``) that import each other at run time."""
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[0] == "callbacks":
+            return "callbacks"
+        if parts[0] == "trainer" and len(parts) > 1 and (root / "trainer" / parts[1]).is_dir():
+            return f"trainer/{parts[1]}"
+        return None
+
+    edges = set()
+    for path in [*root.glob("trainer/*/**/*.py"), *root.glob("callbacks/**/*.py")]:
+        source = folder(".".join(path.relative_to(root).with_suffix("").parts))
+        for module in _runtime_imports(path):
+            target = folder(module)
+            if source and target and target != source:
+                edges.add((source, target))
+    return sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
+
+
+def test_at_most_two_folder_pairs_import_each_other_at_run_time():
+    pairs = _folder_pairs(REPO)
+    assert len(pairs) <= 2, pairs
+
+
+def test_the_pair_check_finds_two_folders_importing_each_other(tmp_path):
+    for folder, target in (("strategies", "distributed"), ("distributed", "strategies"), ("data", "strategies")):
+        (tmp_path / "trainer" / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "trainer" / folder / "m.py").write_text(
+            f"from typing import TYPE_CHECKING\nfrom trainer.{target}.m import x\nif TYPE_CHECKING:\n    import trainer.loops\n"
+        )
+    (tmp_path / "trainer" / "loops").mkdir()
+    (tmp_path / "trainer" / "loops" / "m.py").write_text("import trainer.data.m\n")
+    assert _folder_pairs(tmp_path) == [("trainer/distributed", "trainer/strategies")]

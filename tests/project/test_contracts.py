@@ -369,3 +369,52 @@ def test_the_pair_check_finds_two_folders_importing_each_other(tmp_path):
     (tmp_path / "trainer" / "loops").mkdir()
     (tmp_path / "trainer" / "loops" / "m.py").write_text("import trainer.data.m\n")
     assert _folder_pairs(tmp_path) == [("trainer/distributed", "trainer/strategies")]
+
+
+def _string_constants(path: Path) -> set[str]:
+    return {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def test_the_connector_walks_the_registry_of_stateful_objects(trainer):
+    from trainer.checkpointing.stateful import stateful_objects
+
+    keys = set(stateful_objects(trainer))
+    assert keys == {"callbacks", "optimizer_states", "lr_schedulers", "precision"}
+    # the connector names none of their keys: it saves and restores them by walking the registry
+    assert keys & _string_constants(REPO / "trainer" / "checkpointing" / "connector.py") == set()
+
+
+def test_a_checkpoint_holds_each_registered_state_and_gives_it_back(tmp_path):
+    import torch
+
+    from tests.helpers.models import QUIET, Regression, loader, regression_data
+    from trainer.checkpointing.stateful import stateful_objects
+
+    class Counter(Callback):
+        def __init__(self):
+            self.seen = 0
+
+        def on_train_batch_end(self, *args):
+            self.seen += 1
+
+        def state_dict(self):
+            return {"seen": self.seen}
+
+        def load_state_dict(self, state):
+            self.seen = state["seen"]
+
+    t = Trainer(accelerator="cpu", max_steps=3, callbacks=[Counter()], **QUIET)
+    t.fit(Regression(), loader(regression_data(), batch_size=4))
+    t.save_checkpoint(tmp_path / "c.ckpt")
+    saved = torch.load(tmp_path / "c.ckpt", weights_only=True)
+    assert set(stateful_objects(t)) <= set(saved)
+    assert {"seen": 3} in saved["callbacks"].values()
+    assert len(saved["optimizer_states"]) == 1 and saved["optimizer_states"][0]["state"]
+    resumed = Trainer(accelerator="cpu", max_steps=4, callbacks=[Counter()], **QUIET)
+    resumed.fit(Regression(), loader(regression_data(), batch_size=4), ckpt_path=tmp_path / "c.ckpt")
+    (counter,) = [cb for cb in resumed.callbacks if isinstance(cb, Counter)]
+    assert counter.seen == 4  # 3 restored, one more batch trained

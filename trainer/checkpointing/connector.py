@@ -7,6 +7,8 @@ size and accumulation it was made with, and each rank's RNG and loader-generator
 with the RNG states that decided the interrupted epoch's order (see `trainer.checkpointing.resume`).
 Restoring runs: the DataModule's state (before its loaders are made), then weights, callbacks,
 optimizers and schedulers, position, random state.
+The objects that serialize themselves under a key of their own (callbacks, optimizers,
+schedulers, precision) are saved and restored by walking `trainer.checkpointing.stateful`'s registry.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from trainer.checkpointing.from_checkpoint import (
     MODULE_HPARAMS_KEY,
 )
 from trainer.checkpointing.resume import gather_rank_states, restore_position
+from trainer.checkpointing.stateful import OPTIMIZER_STATES, load_states, save_states, stateful_objects
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
@@ -50,14 +53,9 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
     }
     if not weights_only:
-        checkpoint.update({
-            "optimizer_states": [strategy.optimizer_state(opt) for opt in trainer.optimizers],
-            "optimizer_classes": [type(opt).__qualname__ for opt in trainer.optimizers],
-            "lr_schedulers": [cfg.scheduler.state_dict() for cfg in trainer.lr_scheduler_configs],
-            "precision": trainer.precision_plugin.state_dict(),
-            "rank_states": gather_rank_states(trainer, gather),
-            "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
-        })
+        checkpoint.update(save_states(stateful_objects(trainer)))
+        checkpoint["optimizer_classes"] = [type(opt).__qualname__ for opt in trainer.optimizers]
+        checkpoint["rank_states"] = gather_rank_states(trainer, gather)
     datamodule = trainer.datamodule
     if datamodule is not None:
         checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
@@ -86,14 +84,14 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) 
     DataModule's state is restored before, by `restore_datamodule`, ahead of its loaders)."""
     check_compatible(checkpoint, path, trainer.module, trainer.optimizers, trainer.lr_scheduler_configs)
     _restore_weights(trainer, checkpoint)
-    _restore_callbacks(trainer, checkpoint)
-    _restore_optimization(trainer, checkpoint)
+    trainer.hooks.call_callbacks("on_load_checkpoint", checkpoint)  # before the callbacks' states
+    load_states(stateful_objects(trainer), checkpoint)  # callbacks, optimizers, schedulers, precision
     restore_position(trainer, checkpoint)
 
 
 def refuse_weights_only(checkpoint: dict[str, Any], path: str) -> None:
     """A weights-only checkpoint cannot resume a fit: say so, and what it is good for."""
-    if "optimizer_states" not in checkpoint:
+    if OPTIMIZER_STATES not in checkpoint:
         raise ValueError(
             f"fit(ckpt_path={path!r}): this checkpoint holds only the model's weights (written with "
             "ModelCheckpoint(save_weights_only=True) or trainer.save_checkpoint(..., weights_only=True)), "
@@ -120,19 +118,3 @@ def restore_datamodule(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
 def _restore_weights(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     trainer.strategy.load_module_state(trainer.module, checkpoint["state_dict"])
     trainer.module.on_load_checkpoint(checkpoint)
-
-
-def _restore_callbacks(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
-    trainer.hooks.call_callbacks("on_load_checkpoint", checkpoint)
-    states = checkpoint.get("callbacks", {})
-    for cb in trainer.callbacks:
-        if cb.state_key in states:
-            cb.load_state_dict(states[cb.state_key])
-
-
-def _restore_optimization(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
-    for opt, state in zip(trainer.optimizers, checkpoint["optimizer_states"]):
-        trainer.strategy.load_optimizer_state(opt, state)
-    for cfg, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
-        cfg.scheduler.load_state_dict(state)
-    trainer.precision_plugin.load_state_dict(checkpoint.get("precision", {}))

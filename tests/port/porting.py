@@ -16,6 +16,7 @@ EXAMPLES = Path(__file__).resolve().parent / "lightning_examples"
 IMPORT_RENAMES = {
     "import lightning.pytorch as L": "import trainer as L",
     "import lightning as L": "import trainer as L",
+    "from lightning.pytorch import LightningModule, Trainer, seed_everything": "from trainer import LightningModule, Trainer, seed_everything",
     "from lightning.pytorch.loggers import TensorBoardLogger": "from callbacks import TensorBoardLogger",
 }
 

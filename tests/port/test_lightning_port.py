@@ -1,11 +1,13 @@
 """Issue 12's acceptance: a Lightning 2.x project runs on Lockstep with only its imports renamed
 and computes the same numbers.
 
-Four projects written the way Lightning's public examples are (`lightning_examples/`): a
+Five projects written the way Lightning's public examples are (`lightning_examples/`): a
 classifier with its own data hooks and a torchmetrics Accuracy, an autoencoder fed by a
 LightningDataModule, a GAN with two optimizers in manual optimization, and the language model of
 Lightning's ``examples/pytorch/basics/transformer.py`` on Lightning's demo Transformer and
-WikiText2 (plain torch code, imported on both sides: `porting.KEPT_IMPORTS`). Each runs on Lightning and,
+WikiText2 (plain torch code, imported on both sides: `porting.KEPT_IMPORTS`), and the deep
+Q-network of Lightning's ``reinforce_learn_Qnet.py`` (an IterableDataset replay buffer, an agent
+playing a cart-pole inside ``training_step``, the old dict return). Each runs on Lightning and,
 with the import lines renamed (`porting.IMPORT_RENAMES`), on Lockstep: 1 process, CPU, 32-true,
 same seed. Same final parameters to 1e-6, same names logged. The GAN also runs on 2 Lockstep ranks
 and matches Lightning's 1-process run with the whole batch.
@@ -29,7 +31,7 @@ from tests.port.porting import IMPORT_RENAMES, KEPT_IMPORTS, load, ported_source
 pytest.importorskip("lightning", reason="needs `lightning` (the dev extra: pip install -e '.[dev]')")
 pytest.importorskip("torchmetrics", reason="needs `torchmetrics` (the dev extra)")
 
-EXAMPLES = ["classifier", "autoencoder", "gan", "transformer"]
+EXAMPLES = ["classifier", "autoencoder", "gan", "transformer", "dqn"]
 # with the examples' own accelerator="cpu"
 SAME = {
     "devices": 1,

@@ -3,7 +3,9 @@
 Every hook of Lightning's ``LightningModule`` is either called as Lightning calls it or listed in
 `REFUSED_MODULE_HOOKS` (a test walks the installed Lightning's hook list to keep this true). A
 module that overrides a refused hook, or sets a refused attribute, fails before any work with the
-name and the closest Lockstep alternative, never silently trains differently.
+name and the closest Lockstep alternative, never silently trains differently. Lightning's Trainer
+arguments that Lockstep cannot honour (`REFUSED_TRAINER_ARGUMENTS`) fail the same way at
+``Trainer(...)`` unless given Lightning's default.
 """
 from __future__ import annotations
 

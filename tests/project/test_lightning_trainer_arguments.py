@@ -53,7 +53,7 @@ def test_lightnings_defaults_of_the_refused_arguments_are_taken():
 
 def test_an_unknown_argument_is_still_pythons_type_error():
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_epoch'"):
-        Trainer(max_epoch=1)
+        Trainer(accelerator="cpu", max_epoch=1)
 
 
 # -- the honoured Lightning arguments, compared --------------------------------------------------

@@ -15,9 +15,12 @@ the one definition of the quiet Trainer settings.
 - Every test runs with its own empty ``tmp_path`` as working directory, so output a Trainer writes
   relative to the working directory (its default ``default_root_dir``) is never shared between
   tests or between xdist workers.
-- Under ``pytest -n N`` without a ``--dist`` choice, each test module runs on one worker
-  (``--dist loadfile``): several modules compute a whole distributed run in a module-scoped
-  fixture, which plain ``load`` scheduling would repeat on every worker.
+- Under ``pytest -n N`` without a ``--dist`` choice, tests are spread one by one over the workers
+  (``--dist loadgroup``), except that the tests of a module that share a module-scoped fixture
+  (several compute a whole distributed run once for many asserts) stay together on one worker,
+  as do the tests of ``slurm`` and ``multinode`` modules (one private cluster, one subnet, at a
+  time). Whole-module scheduling (``loadfile``) left one worker running a long module alone at
+  the end of the suite.
 """
 from __future__ import annotations
 
@@ -43,15 +46,30 @@ def cuda_skip_reason(marker: pytest.Mark, available: int) -> str | None:
     return f"needs {needed} CUDA device(s), this machine has {available}"
 
 
+_SERIAL_MARKERS = ("slurm", "multinode")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     chose = any(str(arg).startswith("--dist") for arg in config.invocation_params.args)
     if getattr(config.option, "dist", "no") == "load" and not chose:
-        config.option.dist = "loadfile"
+        config.option.dist = "loadgroup"
+
+
+def _shares_module_state(item: pytest.Item) -> bool:
+    """Whether ``item`` must run on the worker that runs the rest of its module."""
+    if any(item.get_closest_marker(name) for name in _SERIAL_MARKERS):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:  # another pytest's item: keep the module together, as before
+        return True
+    return any(defs and defs[-1].scope in ("module", "package", "class") for defs in info.name2fixturedefs.values())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
+        if _shares_module_state(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
         marker = item.get_closest_marker("cuda")
         if marker is not None:
             reason = cuda_skip_reason(marker, available)

@@ -1,12 +1,11 @@
 """Seeding every random number generator a training run touches."""
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import random
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -90,19 +89,3 @@ def install_worker_seeding(loader: Any, rank: int) -> None:
         return
     if getattr(loader, "num_workers", 0) > 0 and getattr(loader, "worker_init_fn", "absent") is None:
         loader.worker_init_fn = functools.partial(worker_init_fn, rank=rank)
-
-
-@contextlib.contextmanager
-def isolated_rng() -> Iterator[None]:
-    """Run a block without moving any global RNG: their states are restored when it ends.
-
-    The sanity check runs in it, so a seed gives the same training whatever
-    ``num_sanity_val_steps`` is (each DataLoader iterator draws a seed; Lightning does the same).
-    """
-    from trainer.checkpointing.resume import capture_rng_state, restore_rng_state
-
-    state = capture_rng_state()
-    try:
-        yield
-    finally:
-        restore_rng_state(state)

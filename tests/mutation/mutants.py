@@ -33,7 +33,7 @@ DDP_DATA = ("tests/strategies/test_ddp_data.py",)
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- the four that once survived -------------------------------------------------------------
-    _m("resume_mid_window_no_rewind", "resume", "trainer/checkpointing/connector.py",
+    _m("resume_mid_window_no_rewind", "resume", "trainer/checkpointing/resume.py",
        "    start = batches_done - batches_done % accumulate\n",
        "    start = batches_done\n",
        "tests/checkpointing/test_resume_mid_window.py",
@@ -82,7 +82,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "factor = strategy.world_size / total.clamp_min(1.0)", "factor = 1.0 / total.clamp_min(1.0)",
        ("tests/loops/test_loss_normalization.py",), "forgets that DDP already averaged the gradients over W"),
     # -- resume and RNG --------------------------------------------------------------------------
-    _m("resume_rng_not_restored", "resume", "trainer/checkpointing/resume.py",
+    _m("resume_rng_not_restored", "resume", "trainer/rng.py",
        '    torch.set_rng_state(_cpu_bytes(state["torch"]))\n', "",
        RESUME, "resuming leaves torch's CPU RNG where the new process put it"),
     _m("resume_skips_one_batch_too_many", "resume", "trainer/checkpointing/resume.py",
@@ -127,7 +127,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "count = sum_and_count[-1].detach()", "count = local_count[0].detach()",
        ("tests/strategies/test_sync_batchnorm.py",), "the mean divides the global sum by the local count"),
     # -- sync_dist and collectives --------------------------------------------------------------
-    _m("reduce_mean_is_sum", "sync_dist", "trainer/distributed/process_group.py",
+    _m("reduce_mean_is_sum", "sync_dist", "trainer/strategies/process_group.py",
        "        if op == \"mean\":\n            out /= self.world_size\n", "",
        DDP_DATA, "strategy.reduce(op='mean') returns the sum"),
     # -- top-k checkpoints ---------------------------------------------------------------------

@@ -167,14 +167,254 @@ def test_one_argument_check_module_and_one_rank_detection():
     ]
 
 
-def test_the_checkpoint_connector_writes_no_field_of_the_loop():
-    # the fit loop serializes itself (FitLoop.state_dict / load_state_dict)
-    path = REPO / "trainer" / "checkpointing" / "connector.py"
-    writes = [
+def _loop_writes(path: Path) -> list[str]:
+    return [
         ast.unparse(target)
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
         for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if "fit_loop" in ast.unparse(target) or "progress." in ast.unparse(target)
     ]
-    assert writes == []
+
+
+@pytest.mark.parametrize("name", ["connector.py", "resume.py"])
+def test_the_checkpoint_connector_writes_no_field_of_the_loop(name):
+    # the fit loop serializes itself (FitLoop.state_dict / load_state_dict)
+    assert _loop_writes(REPO / "trainer" / "checkpointing" / name) == []
+
+
+def test_the_loop_write_check_finds_a_write(tmp_path):
+    sample = tmp_path / "c.py"
+    sample.write_text("def f(trainer):\n    trainer.fit_loop.lr_scaled = True\n    trainer.fit_loop.progress.batch_idx += 1\n")
+    assert _loop_writes(sample) == ["trainer.fit_loop.lr_scaled", "trainer.fit_loop.progress.batch_idx"]
+
+
+def test_the_checkpoint_connector_is_short():
+    # what a checkpoint holds and the order of restoring; the resume position lives in resume.py
+    lines = (REPO / "trainer" / "checkpointing" / "connector.py").read_text(encoding="utf-8").count("\n")
+    assert lines <= 150, lines
+
+
+def _writes_of(attribute: str, paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every assignment to ``<anything>.<attribute>`` in ``paths``, as ``file: target``."""
+    return sorted(
+        f"{path.relative_to(root).as_posix()}: {ast.unparse(target)}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute) and target.attr == attribute
+    )
+
+
+def _package_files() -> list[Path]:
+    return [*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")]
+
+
+def test_one_place_counts_the_global_step():
+    # FitProgress owns the step: optimizer_stepped() counts up, load_state_dict() restores
+    assert _writes_of("global_step", _package_files()) == [
+        "trainer/loops/progress.py: self.global_step",
+        "trainer/loops/progress.py: self.global_step",
+    ]
+
+
+def test_the_write_check_finds_a_step_counted_elsewhere(tmp_path):
+    sample = tmp_path / "step.py"
+    sample.write_text("def f(progress):\n    progress.global_step += 1\n")
+    assert _writes_of("global_step", [sample], root=tmp_path) == ["step.py: progress.global_step"]
+
+
+_RNG_CALLS = {"getstate", "setstate", "get_state", "set_state", "get_rng_state", "set_rng_state",
+              "get_rng_state_all", "set_rng_state_all", "fork_rng"}
+
+
+def _rng_state_calls(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every call that reads or sets a random state (``random.getstate()``, ``gen.set_state(s)``...)."""
+    return sorted({
+        f"{path.relative_to(root).as_posix()}: {node.func.attr}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _RNG_CALLS
+    })
+
+
+def test_random_states_are_saved_and_restored_in_one_module():
+    files = {line.split(":")[0] for line in _rng_state_calls(_package_files())}
+    assert files == {"trainer/rng.py"}
+
+
+def test_the_rng_check_finds_a_state_restored_elsewhere(tmp_path):
+    sample = tmp_path / "r.py"
+    sample.write_text("import torch\ndef f(s):\n    torch.cuda.set_rng_state(s, 0)\n")
+    assert _rng_state_calls([sample], root=tmp_path) == ["r.py: set_rng_state"]
+
+
+def _strategy_classes(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every class deriving from a ``...Strategy`` base, as ``file: class``."""
+    return sorted(
+        f"{path.relative_to(root).as_posix()}: {node.name}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(base).split(".")[-1].endswith("Strategy") for base in node.bases)
+    )
+
+
+def test_every_strategy_lives_in_the_strategies_folder():
+    found = _strategy_classes(_package_files())
+    assert "trainer/strategies/process_group.py: ProcessGroupStrategy" in found
+    assert [f for f in found if not f.startswith("trainer/strategies/")] == []
+
+
+def _isinstance_of(class_name: str, paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every ``isinstance(x, class_name)`` and import of ``class_name``, as ``file: what``."""
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and class_name in ast.unparse(node.args[1]):
+                found.add(f"{path.relative_to(root).as_posix()}: isinstance")
+            elif isinstance(node, ast.ImportFrom) and any(a.name == class_name for a in node.names):
+                found.add(f"{path.relative_to(root).as_posix()}: import")
+    return sorted(found)
+
+
+def test_the_loops_and_strategies_know_loaders_by_the_loader_protocol():
+    from trainer.contracts.loader import ShardingLoader
+    from trainer.data.dali import DALILoader  # importable without DALI: it loads DALI on first use
+
+    assert issubclass(DALILoader, ShardingLoader)
+    others = [p for p in _package_files() if p.relative_to(REPO).as_posix() != "trainer/data/dali.py"]
+    assert _isinstance_of("DALILoader", others) == []
+
+
+def test_the_loader_check_finds_a_class_test(tmp_path):
+    sample = tmp_path / "s.py"
+    sample.write_text("from trainer.data.dali import DALILoader\ndef f(x):\n    return isinstance(x, (DALILoader, list))\n")
+    assert _isinstance_of("DALILoader", [sample], root=tmp_path) == ["s.py: import", "s.py: isinstance"]
+
+
+def test_a_loader_of_the_protocol_is_asked_for_its_shard(trainer):
+    class Shards:
+        def __init__(self, place=None):
+            self.place = place
+
+        def sharded(self, shard_id, num_shards, training):
+            return Shards((shard_id, num_shards, training))
+
+        def state_dict(self):
+            return {"place": self.place}
+
+        def load_state_dict(self, state):
+            self.place = state["place"]
+
+        def __iter__(self):
+            return iter(())
+
+    assert trainer.strategy.process_dataloader(Shards(), "fit").place == (0, 1, True)
+    assert trainer.strategy.process_dataloader(Shards(), "validate").place == (0, 1, False)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """The modules a file imports when it runs (``if TYPE_CHECKING:`` blocks left out)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    annotation_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    modules = set()
+    for node in ast.walk(tree):
+        if id(node) in annotation_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def _folder_pairs(root: Path) -> list[tuple[str, str]]:
+    """The folders of ``root/trainer`` (and ``callbacks/``) that import each other at run time."""
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[0] == "callbacks":
+            return "callbacks"
+        if parts[0] == "trainer" and len(parts) > 1 and (root / "trainer" / parts[1]).is_dir():
+            return f"trainer/{parts[1]}"
+        return None
+
+    edges = set()
+    for path in [*root.glob("trainer/*/**/*.py"), *root.glob("callbacks/**/*.py")]:
+        source = folder(".".join(path.relative_to(root).with_suffix("").parts))
+        for module in _runtime_imports(path):
+            target = folder(module)
+            if source and target and target != source:
+                edges.add((source, target))
+    return sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
+
+
+def test_at_most_two_folder_pairs_import_each_other_at_run_time():
+    pairs = _folder_pairs(REPO)
+    assert len(pairs) <= 2, pairs
+
+
+def test_the_pair_check_finds_two_folders_importing_each_other(tmp_path):
+    for folder, target in (("strategies", "distributed"), ("distributed", "strategies"), ("data", "strategies")):
+        (tmp_path / "trainer" / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "trainer" / folder / "m.py").write_text(
+            f"from typing import TYPE_CHECKING\nfrom trainer.{target}.m import x\nif TYPE_CHECKING:\n    import trainer.loops\n"
+        )
+    (tmp_path / "trainer" / "loops").mkdir()
+    (tmp_path / "trainer" / "loops" / "m.py").write_text("import trainer.data.m\n")
+    assert _folder_pairs(tmp_path) == [("trainer/distributed", "trainer/strategies")]
+
+
+def _string_constants(path: Path) -> set[str]:
+    return {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def test_the_connector_walks_the_registry_of_stateful_objects(trainer):
+    from trainer.checkpointing.stateful import stateful_objects
+
+    keys = set(stateful_objects(trainer))
+    assert keys == {"callbacks", "optimizer_states", "lr_schedulers", "precision"}
+    # the connector names none of their keys: it saves and restores them by walking the registry
+    assert keys & _string_constants(REPO / "trainer" / "checkpointing" / "connector.py") == set()
+
+
+def test_a_checkpoint_holds_each_registered_state_and_gives_it_back(tmp_path):
+    import torch
+
+    from tests.helpers.models import QUIET, Regression, loader, regression_data
+    from trainer.checkpointing.stateful import stateful_objects
+
+    class Counter(Callback):
+        def __init__(self):
+            self.seen = 0
+
+        def on_train_batch_end(self, *args):
+            self.seen += 1
+
+        def state_dict(self):
+            return {"seen": self.seen}
+
+        def load_state_dict(self, state):
+            self.seen = state["seen"]
+
+    t = Trainer(accelerator="cpu", max_steps=3, callbacks=[Counter()], **QUIET)
+    t.fit(Regression(), loader(regression_data(), batch_size=4))
+    t.save_checkpoint(tmp_path / "c.ckpt")
+    saved = torch.load(tmp_path / "c.ckpt", weights_only=True)
+    assert set(stateful_objects(t)) <= set(saved)
+    assert {"seen": 3} in saved["callbacks"].values()
+    assert len(saved["optimizer_states"]) == 1 and saved["optimizer_states"][0]["state"]
+    resumed = Trainer(accelerator="cpu", max_steps=4, callbacks=[Counter()], **QUIET)
+    resumed.fit(Regression(), loader(regression_data(), batch_size=4), ckpt_path=tmp_path / "c.ckpt")
+    (counter,) = [cb for cb in resumed.callbacks if isinstance(cb, Counter)]
+    assert counter.seen == 4  # 3 restored, one more batch trained

@@ -30,7 +30,7 @@ class StarvedWorkers(Regression):
             except OSError:  # the thread ended meanwhile
                 pass
         if os.environ.get("NO_WAIT") == "1":
-            import trainer.distributed.process_group as process_group
+            import trainer.strategies.process_group as process_group
 
             process_group._GROUPS_JOINED.clear()
         save_rank_result({"global_step": self.global_step, "cpu": cpu})

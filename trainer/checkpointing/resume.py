@@ -8,74 +8,27 @@ loader again so it produces the *same* order, skips the trained batches at the i
 data is loaded for them), and then restores the RNG states of the moment of the checkpoint so
 the rest of training draws what the uninterrupted run drew. Resuming at an epoch boundary
 restores the states of the moment of the checkpoint, which decide the next epoch's order.
+`restore_position` makes that choice for a restored fit.
 
 A checkpoint that records the position in samples (a `GlobalBatchSampler`) resumes on any world
 size with the same global batch; `check_global_batch` refuses another one unless allowed.
 
-RNG states are always restored from CPU byte tensors, whatever device the checkpoint's tensors
-were loaded to: torch, CUDA and generator ``set_state`` accept nothing else.
+The random states are captured and restored by `trainer.rng`.
 """
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from trainer.data.dali import DALILoader
-from trainer.data.global_batch_sampler import GlobalBatchSampler
+from trainer.contracts.loader import ShardingLoader
+from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
 from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.rng import capture_generators, capture_rng_state, restore_generators, restore_rng_state
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Python, NumPy (as plain lists), torch CPU and every CUDA device's RNG states."""
-    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy as np
-    except ImportError:
-        pass
-    else:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _cpu_bytes(state: torch.Tensor) -> torch.Tensor:
-    return state.detach().to(device="cpu", dtype=torch.uint8)
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Undo :func:`capture_rng_state`."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    torch.set_rng_state(_cpu_bytes(state["torch"]))
-    if "numpy" in state:
-        import numpy as np
-
-        kind, keys, pos, has_gauss, gauss_np = state["numpy"]
-        np.random.set_state((kind, keys.detach().cpu().numpy().astype("uint32"), pos, has_gauss, gauss_np))
-    if "cuda" in state and torch.cuda.is_available():
-        # a checkpoint from a machine with more GPUs: the devices this one has get their states
-        for index, device_state in enumerate(state["cuda"][: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(_cpu_bytes(device_state), index)
-
-
-def loader_generators(loader: Any) -> list[torch.Generator]:
-    """The torch generators a loader draws its order from (the loader's and its samplers')."""
-    found: list[torch.Generator] = []
-    batch_sampler = getattr(loader, "batch_sampler", None)
-    for owner in (loader, getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
-        gen = getattr(owner, "generator", None)
-        if isinstance(gen, torch.Generator) and all(gen is not g for g in found):
-            found.append(gen)
-    return found
 
 
 def _seeded_samplers(loader: Any) -> list[Any]:
@@ -108,25 +61,15 @@ def restore_epoch_state(loader: Any, state: dict[str, Any]) -> None:
 
 
 def capture_loader_position(loader: Any) -> dict[str, Any] | None:
-    """The position of a loader that keeps its own (a `DALILoader`: its reader's checkpoint)."""
-    return loader.state_dict() if isinstance(loader, DALILoader) else None
+    """The position of a loader that keeps its own (a `ShardingLoader`, e.g. a `DALILoader`'s
+    reader checkpoint)."""
+    return loader.state_dict() if isinstance(loader, ShardingLoader) else None
 
 
 def restore_loader_position(loader: Any, state: dict[str, Any] | None) -> None:
     """Undo :func:`capture_loader_position` (nothing for loaders without a position)."""
-    if state is not None and isinstance(loader, DALILoader):
+    if state is not None and isinstance(loader, ShardingLoader):
         loader.load_state_dict(state)
-
-
-def capture_generators(loader: Any) -> list[torch.Tensor]:
-    """The states of the generators ``loader`` draws its order from, as of now."""
-    return [g.get_state() for g in loader_generators(loader)]
-
-
-def restore_generators(loader: Any, states: list[torch.Tensor]) -> None:
-    """Undo :func:`capture_generators` on the same kind of loader."""
-    for gen, saved in zip(loader_generators(loader), states):
-        gen.set_state(_cpu_bytes(saved))
 
 
 def restore_sampler_seeds(loader: Any, state: dict[str, Any]) -> None:
@@ -247,4 +190,74 @@ def check_global_batch(saved: int | None, sampler: GlobalBatchSampler, allowed: 
     rank_zero_warn(
         f"{what} allow_global_batch_change=True: training continues from the next unseen sample of the "
         f"epoch with {G} samples per step, so it is not the run the checkpoint came from."
+    )
+
+
+def restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+    """Restore a fit's epoch, step and place in the epoch, and the random state that continues from there.
+
+    A checkpoint that records the position in samples (a `GlobalBatchSampler` run) resumes on
+    any world size: the data order continues at the next unseen sample. Rank ``r`` takes the
+    saved random states of rank ``r`` (rank 0's when the saved run had fewer ranks).
+    """
+    trainer.fit_loop.load_state_dict(checkpoint)
+    progress = trainer.fit_loop.progress
+    finished, batches_done = progress.epoch_finished, progress.batches_done
+    samples_done, saved_batch = progress.samples_done, progress.global_batch_size
+    by_samples = samples_done is not None and global_batch_sampler(trainer.train_dataloader) is not None
+    saved_world = int(checkpoint.get("world_size", trainer.world_size))
+    rank_states = checkpoint.get("rank_states")
+    usable = rank_states is not None and (saved_world == trainer.world_size or by_samples)
+    if saved_world != trainer.world_size:
+        rank_zero_warn(
+            f"Resuming a checkpoint made with world size {saved_world} on world size "
+            f"{trainer.world_size}: the module, optimizer and scheduler states are restored (the "
+            "learning rates as saved, not scaled again), "
+            + (
+                "the data order continues exactly at the next unseen sample; random numbers drawn "
+                "per rank (dropout, augmentation) follow other streams than the saved run's "
+                "(docs/fault-tolerance.md)."
+                if by_samples
+                else "but the data order changes"
+                + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
+            )
+        )
+    source = trainer.global_rank if trainer.global_rank < saved_world else 0
+    mine = rank_states[source] if usable else None
+    if finished or not batches_done:
+        if finished:
+            progress.finish_epoch()
+        else:
+            progress.start_epoch(0)
+        if mine is not None:
+            restore_rng_state(mine["rng"])
+            restore_generators(trainer.train_dataloader, mine.get("generators", []))
+            restore_loader_position(trainer.train_dataloader, mine.get("loader"))
+            if mine.get("epoch_state") is not None:
+                restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
+        if by_samples:  # the next epoch starts afresh; its global batch is checked
+            trainer.fit_loop.resume_mid_epoch(0, None, None, samples_done=0, global_batch_size=saved_batch)
+        return
+    progress.start_epoch(0)  # the loop starts the epoch where `resume_mid_epoch` says
+    if usable and any(s is None or s.get("epoch_state") is None for s in rank_states):
+        # Every rank must make the same choice, or one resumes mid-epoch while another restarts
+        # the epoch and they wait in different collectives.
+        rank_zero_warn(
+            "The checkpoint holds the interrupted epoch's order for only some ranks (written by "
+            "save_checkpoint while the run was failing, or outside a fit): the epoch restarts "
+            "from its first batch on every rank."
+        )
+        return
+    if mine is None or mine.get("epoch_state") is None:
+        return  # the epoch restarts from its first batch (warned above)
+    accumulate = int(checkpoint.get("accumulate_grad_batches", 1))
+    start = batches_done - batches_done % accumulate
+    if start != batches_done:
+        rank_zero_warn(
+            f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
+            f"{accumulate} micro batches); that window is trained again from its first micro batch."
+        )
+    trainer.fit_loop.resume_mid_epoch(
+        start, mine["epoch_state"], mine["rng"],
+        samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
     )

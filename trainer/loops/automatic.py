@@ -243,7 +243,7 @@ class AutomaticOptimization:
             for optimizer in self._optimizers:
                 t.hooks.call("on_before_zero_grad", optimizer)
                 optimizer.zero_grad(set_to_none=True)
-        progress.global_step += 1
+        progress.optimizer_stepped()
         if t.lr_scheduler_configs:
             self.step_schedulers("step", progress.global_step)
         if progress.global_step % t.log_every_n_steps == 0:

@@ -32,7 +32,8 @@ from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.loops.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
-from trainer.seed import install_worker_seeding, isolated_rng
+from trainer.rng import isolated_rng
+from trainer.seed import install_worker_seeding
 from trainer.stage import Stage
 
 if TYPE_CHECKING:

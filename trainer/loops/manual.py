@@ -107,7 +107,7 @@ class ManualOptimization:
             self._before_step(optimizer)
             precision.optimizer_step(optimizer, **kwargs)
         precision.update()
-        progress.global_step += 1
+        progress.optimizer_stepped()
         return output
 
     def clip(self, optimizer: Optimizer, value: float | None, algorithm: str | None) -> None:

@@ -25,6 +25,10 @@ class FitProgress:
         self.batch_idx = self.batches_done = first_batch
         self.samples_done, self.global_batch_size = samples_done, global_batch_size
 
+    def optimizer_stepped(self) -> None:
+        """An optimizer step was taken: the one place ``global_step`` counts up."""
+        self.global_step += 1
+
     def window_stepped(self, samples_done: int | None) -> None:
         """An optimizer step ended a window: ``samples_done`` samples of the epoch are trained."""
         self.samples_done = samples_done

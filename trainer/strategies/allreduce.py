@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.distributed.process_group import ProcessGroupStrategy
+from trainer.strategies.process_group import ProcessGroupStrategy
 
 
 class ParameterMismatchError(RuntimeError):

@@ -9,7 +9,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from trainer.contracts.arguments import check_bool, check_number
-from trainer.distributed.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
+from trainer.strategies.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.strategies.strategy import NO_CONTEXT
 
 

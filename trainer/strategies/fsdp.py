@@ -23,7 +23,8 @@ from torch import nn
 
 from trainer.contracts.arguments import check_bool
 from trainer.checkpointing import distributed_checkpoint as sharded
-from trainer.distributed.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
+from trainer.strategies.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
+from trainer.rng import share_torch_rng_state
 from trainer.strategies.strategy import NO_CONTEXT
 
 ShardPolicy = Union[Iterable[type], Callable[[nn.Module], bool], None]
@@ -260,9 +261,7 @@ class FSDPStrategy(ProcessGroupStrategy):
                     dist.broadcast(tensor, src=0, group=group)
         if not on_meta:
             return
-        torch.set_rng_state(self.broadcast(torch.get_rng_state()))
-        if self.root_device.type == "cuda":
-            torch.cuda.set_rng_state(self.broadcast(torch.cuda.get_rng_state(self.root_device)), self.root_device)
+        share_torch_rng_state(self.broadcast, self.root_device)
 
     @torch.no_grad()
     def _materialize(self, module: nn.Module) -> None:

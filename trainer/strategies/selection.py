@@ -52,7 +52,7 @@ def select_strategy(
     precision: str = "32-true",
 ) -> Strategy:
     """The strategy for this run, connected to ``accelerator`` and placed in the job."""
-    from trainer.distributed.process_group import ProcessGroupStrategy
+    from trainer.strategies.process_group import ProcessGroupStrategy
 
     per_node = parse_devices(devices)
     check_int("num_nodes", num_nodes, minimum=1)

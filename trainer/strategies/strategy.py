@@ -14,7 +14,7 @@ from torch import nn
 from trainer.accelerators.accelerator import Accelerator
 from trainer.checkpointing.checkpoint import atomic_save
 from trainer.checkpointing.distributed_checkpoint import load_full
-from trainer.data.dali import DALILoader
+from trainer.contracts.loader import ShardingLoader
 from trainer.seed import global_seed
 from trainer.data.distributed_sampler import distribute_dataloader, set_epoch
 from trainer.distributed.cluster_environment import ClusterEnvironment
@@ -187,13 +187,14 @@ class Strategy:
         return num_batches, False
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """Adapt a DataLoader to this strategy (e.g. shard it across ranks); a `DALILoader` gets
-        this rank's shard (``shard_id = global rank``, ``num_shards = world size``).
+        """Adapt a DataLoader to this strategy (e.g. shard it across ranks); a loader that shards
+        itself (a `ShardingLoader`, e.g. a `DALILoader`) gets this rank's shard (``shard_id =
+        global rank``, ``num_shards = world size``).
 
         A training DataLoader gets a `GlobalBatchSampler` on any number of ranks, one included
         (unless ``use_distributed_sampler=False``): the epoch's order and its optimizer steps are
         the same whatever the world size (trainer/data/global_batch_sampler.py)."""
-        if isinstance(dataloader, DALILoader):
+        if isinstance(dataloader, ShardingLoader):
             return dataloader.sharded(self.global_rank, self.world_size, training=stage == "fit")
         if stage == "fit" and self.use_distributed_sampler:
             return distribute_dataloader(

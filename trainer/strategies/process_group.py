@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.contracts.arguments import check_str
-from trainer.data.dali import DALILoader
+from trainer.contracts.loader import ShardingLoader
 from trainer.seed import global_seed
 from trainer.distributed.heartbeat import Heartbeat
 from trainer.launch.failure_notes import explain_failure, note_early_exit, reaches_every_rank
@@ -145,7 +145,7 @@ class ProcessGroupStrategy(Strategy):
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
         """Shard ``dataloader`` across ranks (exactly once each for evaluation; for predict in
         consecutive blocks, so the gathered predictions are in dataset order)."""
-        if stage == "fit" or not self.use_distributed_sampler or self.world_size == 1 or isinstance(dataloader, DALILoader):
+        if stage == "fit" or not self.use_distributed_sampler or self.world_size == 1 or isinstance(dataloader, ShardingLoader):
             return super().process_dataloader(dataloader, stage)
         from trainer.data.distributed_sampler import distribute_dataloader
 

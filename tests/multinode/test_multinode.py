@@ -156,3 +156,19 @@ def test_three_nodes_launched_by_lockstep_equal_one_process(cluster, tmp_path, o
         assert r["global_step"] == one_process_reference["global_step"] == 6  # 32 samples: 3 steps an epoch
         for a, b in zip(r["params"], one_process_reference["params"]):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_lost_node_is_named_under_lockstep_s_own_launcher(cluster, tmp_path):
+    """The same power cut with `python script.py` and `Trainer(num_nodes=2)` on each node."""
+    port = next(_PORTS)
+    procs = []
+    for node in range(2):
+        env = script_env({"MASTER_ADDR": cluster.addresses[0], "MASTER_PORT": str(port), "NODE_RANK": str(node)})
+        command = [sys.executable, SCRIPT, "--root", str(tmp_path / "run"), "--num-nodes", "2",
+                   "--mode", "hold", "--rank", "1", "--step", "3"]
+        procs.append(cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    _wait_for(tmp_path / "run" / "holding")
+    cluster.kill_node(1)
+    (code0, err0), _ = _finish(procs)
+    assert code0 != 0
+    assert "Rank 1 on host lsnode1 (node 1) stopped answering at epoch 0, global step 3" in err0, err0[-4000:]

@@ -13,6 +13,7 @@ from trainer.loops.optimization import lr_scale_factor
 from trainer.profiler import make_profiler
 from trainer.module import TrainModule
 from trainer.stage import EVALUATION, Stage
+from trainer.unsupported import check_trainer_supported
 
 
 _FLAGS = (
@@ -27,12 +28,16 @@ _FLAGS = (
     "channels_last",
     "pin_memory",
     "enable_model_summary",
+    "inference_mode",
+    "detect_anomaly",
+    "enable_autolog_hparams",
 )
 
 
 def check_trainer_arguments(args: Mapping[str, Any]) -> None:
     """The checks of `Trainer`'s own arguments (devices, strategy, accelerator and precision are
     checked where they are parsed)."""
+    check_trainer_supported(args)
     check_int("max_steps", args["max_steps"], minimum=-1)
     if args["max_epochs"] is not None:
         check_int("max_epochs", args["max_epochs"], minimum=-1)
@@ -61,6 +66,8 @@ def check_trainer_arguments(args: Mapping[str, Any]) -> None:
         raise TypeError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
     if deterministic not in (True, False, "warn"):
         raise ValueError(f"deterministic must be True, False or 'warn', got {deterministic!r}")
+    if args["benchmark"] is not None:
+        check_bool("benchmark", args["benchmark"])
     check_path("default_root_dir", args["default_root_dir"])
     _check_fast_dev_run(args["fast_dev_run"])
     overfit = args["overfit_batches"]

@@ -47,6 +47,9 @@ class TrainerConfig:
     fast_dev_run: int  # batches per loader (0: off)
     overfit_batches: int | float
     reload_dataloaders_every_n_epochs: int
+    inference_mode: bool  # evaluation under torch.inference_mode (else no_grad), as Lightning chooses
+    detect_anomaly: bool  # the fit loop under torch.autograd.set_detect_anomaly
+    enable_autolog_hparams: bool  # the hyperparameters go to the loggers at the start of a fit
 
     @classmethod
     def from_arguments(cls, args: Mapping[str, Any]) -> TrainerConfig:
@@ -136,3 +139,4 @@ class TrainerSettings:
     fast_dev_run = _Setting()
     overfit_batches = _Setting()
     reload_dataloaders_every_n_epochs = _Setting()
+    enable_autolog_hparams = _Setting()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import random
+import warnings
 from typing import Any
 
 import torch
@@ -11,11 +12,23 @@ import torch
 _SEED_ENV = "LOCKSTEP_GLOBAL_SEED"
 
 
-def use_deterministic_algorithms(deterministic: bool | str) -> None:
-    """``Trainer(deterministic=True | "warn")``: torch's deterministic algorithms (``"warn"``: warn only)."""
+def set_torch_flags(deterministic: bool | str, benchmark: bool | None) -> None:
+    """``Trainer(deterministic=True | "warn")``: torch's deterministic algorithms (``"warn"``: warn
+    only). ``benchmark``: the value of ``torch.backends.cudnn.benchmark``, as Lightning sets it
+    (None keeps the session's value, or False under ``deterministic``)."""
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=deterministic == "warn")
+        if benchmark is None:
+            benchmark = False
+        elif benchmark:
+            warnings.warn(
+                "Trainer(deterministic=True, benchmark=True): torch ignores cudnn's deterministic mode "
+                "while torch.backends.cudnn.benchmark is True.",
+                stacklevel=3,
+            )
+    if benchmark is not None:
+        torch.backends.cudnn.benchmark = benchmark
 
 
 def global_seed() -> int:

@@ -31,7 +31,7 @@ from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
 from trainer.profiler import Profiler, make_profiler
 from trainer.run_state import RunState, RunStateFields
-from trainer.seed import use_deterministic_algorithms
+from trainer.seed import set_torch_flags
 from trainer.stage import Stage, TrainerState
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
@@ -84,6 +84,13 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         profiler: str | Profiler | None = None,
         min_epochs: int | None = None,
         min_steps: int | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True,
+        detect_anomaly: bool = False,
+        enable_autolog_hparams: bool = True,
+        barebones: bool = False,
+        plugins: Any = None,
+        model_registry: str | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)
         self.config = TrainerConfig.from_arguments(args)  # checked once; fast_dev_run / overfit_batches applied
@@ -100,7 +107,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
             precision=self.precision,
         )
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
-        use_deterministic_algorithms(deterministic)
+        set_torch_flags(deterministic, benchmark)
 
         self.loggers: list[Logger] = make_loggers(False if self.fast_dev_run else logger, self.default_root_dir)
         self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, args)
@@ -231,11 +238,9 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
     ) -> None:
         """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
-        A restarted run (torch's elastic agent restarting the worker
-        group on any node, or SLURM requeueing the job; `Strategy.is_restart`) resumes from the last
-        checkpoint when ``ckpt_path`` is None. ``weights_only=False`` allows checkpoints with
-        arbitrary pickled objects: only for files you trust.
-        """
+        A restarted run (torch's elastic agent restarting the worker group on any node, or SLURM
+        requeueing the job; `Strategy.is_restart`) resumes from the last checkpoint when ``ckpt_path``
+        is None. ``weights_only=False`` allows arbitrary pickled objects: only for files you trust."""
         check_call(model, Stage.FIT, ckpt_path, weights_only)
         train_dataloaders, datamodule = attach_datamodule(self, Stage.FIT, train_dataloaders, datamodule, val_dataloaders)
         args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)

@@ -13,174 +13,18 @@ is either called (this test saw it) or refused at fit start by name.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks.callback import Callback
 from tests.helpers.models import QUIET
+from tests.loops.hook_module import FIT, HookBody, fit_hook_module, hook_loader
 from trainer import Trainer, TrainModule
 
 pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
-
-FIT = dict(max_epochs=2, min_epochs=3, accumulate_grad_batches=2, gradient_clip_val=0.05,
-           gradient_clip_algorithm="norm", limit_val_batches=2, num_sanity_val_steps=1)
-
-
-def _data(n: int, seed: int) -> TensorDataset:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 4, generator=g)
-    return TensorDataset(x, x.sum(1, keepdim=True) + 0.1 * torch.randn(n, 1, generator=g))
-
-
-def _loader(n: int, seed: int = 0) -> DataLoader:
-    return DataLoader(_data(n, seed), batch_size=2)
-
-
-def _arg(value: Any) -> Any:
-    """A framework-neutral record of a hook argument."""
-    if isinstance(value, torch.Tensor):
-        return round(float(value.detach()), 5) if value.numel() == 1 else tuple(value.shape)
-    if isinstance(value, torch.optim.Optimizer) or hasattr(value, "param_groups"):
-        return "optimizer"
-    if isinstance(value, torch.optim.lr_scheduler.LRScheduler):
-        return "scheduler"
-    if isinstance(value, torch.device):
-        return value.type
-    if isinstance(value, (list, tuple)):
-        return tuple(_arg(v) for v in value)
-    if callable(value):
-        return "closure"
-    return getattr(value, "value", value)  # Lightning passes its clip algorithm as a str enum
-
-
-class _Body:
-    """The shared class body; the framework's base class comes second in the bases."""
-
-    def __init__(self, events: list[Any], callback: Any) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-        self.events = events
-        self.callback = callback
-
-    def rec(self, name: str, *args: Any) -> None:
-        self.events.append((name, *(_arg(a) for a in args)))
-
-    def forward(self, x):
-        return self.net(x)
-
-    def configure_optimizers(self):
-        opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.8)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    def configure_callbacks(self):
-        self.rec("configure_callbacks")
-        return [self.callback]
-
-    def training_step(self, batch, batch_idx):
-        self.rec("training_step", batch_idx)
-        x, y = batch
-        return nn.functional.mse_loss(self(x), y)
-
-    def validation_step(self, batch, batch_idx):
-        self.rec("validation_step", batch_idx, self.training)
-        x, y = batch
-        self.log("val_loss", nn.functional.mse_loss(self(x), y))
-
-    def test_step(self, batch, batch_idx):
-        self.rec("test_step", batch_idx, self.training)
-        x, y = batch
-        self.log("test_loss", nn.functional.mse_loss(self(x), y))
-
-    def predict_step(self, batch, batch_idx, dataloader_idx=0):
-        self.rec("predict_step", batch_idx, self.training)
-        return self(batch[0])
-
-    # the optimization step
-    def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
-        self.rec("optimizer_step", epoch, batch_idx, optimizer, optimizer_closure)
-        if self.trainer.global_step < 2:  # a warm-up, as real projects write it
-            for group in optimizer.param_groups:
-                group["lr"] = 0.1 * (self.trainer.global_step + 1) / 2
-        loss = optimizer.step(closure=optimizer_closure)
-        self.rec("closure returned", loss)
-
-    def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
-        self.rec("optimizer_zero_grad", epoch, batch_idx, optimizer)
-        optimizer.zero_grad()
-
-    def lr_scheduler_step(self, scheduler, metric):
-        self.rec("lr_scheduler_step", scheduler, metric)
-        scheduler.step()
-
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
-        self.rec("configure_gradient_clipping", optimizer, gradient_clip_val, gradient_clip_algorithm)
-        self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val, gradient_clip_algorithm=gradient_clip_algorithm)
-
-    def backward(self, loss, *args, **kwargs):
-        self.rec("backward", loss)
-        loss.backward(*args, **kwargs)
-
-    def on_before_backward(self, loss):
-        self.rec("on_before_backward", loss)
-
-    def on_after_backward(self):
-        self.rec("on_after_backward", self.net[0].weight.grad.norm())
-
-    def on_before_optimizer_step(self, optimizer):
-        self.rec("on_before_optimizer_step", optimizer)
-
-    def on_before_zero_grad(self, optimizer):
-        self.rec("on_before_zero_grad", optimizer)
-
-    def on_train_epoch_end(self):
-        self.rec("on_train_epoch_end", self.current_epoch)
-        self.trainer.should_stop = True  # min_epochs=3 keeps training: max_epochs=2 ends it
-
-    # batches
-    def on_before_batch_transfer(self, batch, dataloader_idx):
-        self.rec("on_before_batch_transfer", dataloader_idx)
-        return batch
-
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        self.rec("transfer_batch_to_device", device, dataloader_idx)
-        return [t.to(device) for t in batch]
-
-    def on_after_batch_transfer(self, batch, dataloader_idx):
-        self.rec("on_after_batch_transfer", dataloader_idx)
-        x, y = batch
-        return [x * 1.0, y]
-
-    # modes
-    def on_validation_model_zero_grad(self):
-        self.rec("on_validation_model_zero_grad")
-        super().on_validation_model_zero_grad()
-
-    def on_validation_model_eval(self):
-        self.rec("on_validation_model_eval")
-        super().on_validation_model_eval()
-
-    def on_validation_model_train(self):
-        self.rec("on_validation_model_train")
-        super().on_validation_model_train()
-
-    def on_test_model_eval(self):
-        self.rec("on_test_model_eval")
-        super().on_test_model_eval()
-
-    def on_test_model_train(self):
-        self.rec("on_test_model_train")
-        super().on_test_model_train()
-
-    def on_predict_model_eval(self):
-        self.rec("on_predict_model_eval")
-        super().on_predict_model_eval()
 
 
 def _callback_body(events: list[Any]) -> dict[str, Any]:
@@ -190,24 +34,24 @@ def _callback_body(events: list[Any]) -> dict[str, Any]:
     return {"on_validation_batch_end": batch_end}
 
 
-def _run(framework: str, tmp_path) -> tuple[dict[str, list[Any]], list[torch.Tensor]]:
+def _run(framework: str, tmp_path, **extra: Any) -> tuple[dict[str, list[Any]], list[torch.Tensor]]:
     events: list[Any] = []
     if framework == "lightning":
         callback = type("C", (pl.Callback,), _callback_body(events))()
-        module = type("M", (_Body, pl.LightningModule), {})(events, callback)
+        module = type("M", (HookBody, pl.LightningModule), {})(events, callback)
         trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                              enable_checkpointing=False, enable_model_summary=False,
-                             default_root_dir=tmp_path, **FIT)
+                             default_root_dir=tmp_path, **FIT, **extra)
     else:
         callback = type("C", (Callback,), _callback_body(events))()
-        module = type("M", (_Body, TrainModule), {})(events, callback)
-        trainer = Trainer(accelerator="cpu", default_root_dir=tmp_path, **QUIET, **FIT)
+        module = type("M", (HookBody, TrainModule), {})(events, callback)
+        trainer = Trainer(accelerator="cpu", default_root_dir=tmp_path, **QUIET, **FIT, **extra)
     out = {}
     for stage, call in [
-        ("fit", lambda: trainer.fit(module, _loader(8), _loader(4, seed=1))),
-        ("validate", lambda: trainer.validate(module, _loader(4, seed=1))),
-        ("test", lambda: trainer.test(module, _loader(2, seed=2))),
-        ("predict", lambda: trainer.predict(module, _loader(4, seed=3))),
+        ("fit", lambda: trainer.fit(module, hook_loader(8), hook_loader(4, seed=1))),
+        ("validate", lambda: trainer.validate(module, hook_loader(4, seed=1))),
+        ("test", lambda: trainer.test(module, hook_loader(2, seed=2))),
+        ("predict", lambda: trainer.predict(module, hook_loader(4, seed=3))),
     ]:
         events.clear()
         call()
@@ -240,6 +84,23 @@ def test_the_module_ends_with_lightnings_parameters(runs):
     assert runs["lockstep"][0]["fit.end"] == [2, 4]
 
 
+# -- the overridden optimizer_step and configure_gradient_clipping under "bf16-mixed" ------------
+@pytest.fixture(scope="module")
+def bf16_runs(tmp_path_factory):
+    return {fw: _run(fw, tmp_path_factory.mktemp(f"bf16-{fw}"), precision="bf16-mixed") for fw in ("lightning", "lockstep")}
+
+
+def test_under_bf16_mixed_the_overrides_run_as_in_lightning(bf16_runs, runs):
+    (theirs, their_params), (ours, our_params) = bf16_runs["lightning"], bf16_runs["lockstep"]
+    assert ours["fit"] == theirs["fit"]  # every call, its arguments (losses, gradient norms to 1e-5) and order
+    assert ours["fit.end"] == theirs["fit.end"] == [2, 4]
+    for a, b in zip(their_params, our_params):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+    # the precision took effect: the parameters are not those of the 32-true run
+    assert max((a - b).abs().max().item() for a, b in zip(our_params, runs["lockstep"][1])) > 1e-5
+    assert sum(e[0] == "configure_gradient_clipping" for e in ours["fit"]) == 4
+
+
 # -- every hook of Lightning's LightningModule: called, or refused at fit start ------------------
 def _lightning_hooks() -> list[str]:
     from lightning.pytorch.core.hooks import CheckpointHooks, DataHooks, ModelHooks
@@ -270,10 +131,10 @@ def test_an_unsupported_override_is_refused_at_fit_start_naming_it(name, tmp_pat
     def hook(self, *args, **kwargs):
         raise AssertionError("must not run")
 
-    module = type("WithHook", (_Body, TrainModule), {name: hook})([], Callback())
+    module = type("WithHook", (HookBody, TrainModule), {name: hook})([], Callback())
     trainer = Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, **QUIET)
     with pytest.raises(NotImplementedError, match=rf"WithHook\.{name}"):
-        trainer.fit(module, _loader(4))
+        trainer.fit(module, hook_loader(4))
 
 
 def test_lightning_module_attributes_are_all_known():
@@ -289,24 +150,15 @@ def test_lightning_module_attributes_are_all_known():
 
 
 def test_strict_loading_false_is_refused(tmp_path):
-    module = type("M", (_Body, TrainModule), {})([], Callback())
+    module = type("M", (HookBody, TrainModule), {})([], Callback())
     module.strict_loading = False
     with pytest.raises(NotImplementedError, match=r"M\.strict_loading = False .*load_from_checkpoint\(strict=False\)"):
-        Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, **QUIET).fit(module, _loader(4))
+        Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, **QUIET).fit(module, hook_loader(4))
 
 
 # -- the same module on 2 ranks: the closure under DDP's no_sync, the same numbers ------------
-def _fit_hook_module(root: str, batch_size: int, **kwargs: Any) -> dict[str, Any]:
-    events: list[Any] = []
-    module = type("M", (_Body, TrainModule), {})(events, type("C", (Callback,), {})())
-    trainer = Trainer(accelerator="cpu", default_root_dir=root, **QUIET, **FIT, **kwargs)
-    trainer.fit(module, DataLoader(_data(8, 0), batch_size=batch_size), DataLoader(_data(4, 1), batch_size=batch_size))
-    return {"params": [p.detach().clone() for p in module.parameters()], "global_step": trainer.global_step,
-            "steps": sum(e[0] == "optimizer_step" for e in events)}
-
-
 def _hook_module_on_rank(rank: int, world_size: int, root: str) -> dict[str, Any]:
-    return _fit_hook_module(root, batch_size=1, devices=2, strategy="ddp")
+    return fit_hook_module(root, batch_size=1, devices=2, strategy="ddp")
 
 
 @pytest.mark.slow
@@ -315,7 +167,7 @@ def _hook_module_on_rank(rank: int, world_size: int, root: str) -> dict[str, Any
 def test_the_hook_module_on_two_ranks_equals_one_process_with_the_global_batch(tmp_path):
     from tests.helpers.distributed import run_ranks
 
-    want = _fit_hook_module(str(tmp_path / "one"), batch_size=2)
+    want = fit_hook_module(str(tmp_path / "one"), batch_size=2)
     for got in run_ranks(_hook_module_on_rank, args=(str(tmp_path / "two"),), init_group=False, timeout=150):
         assert got["global_step"] == want["global_step"] == got["steps"] == 4
         for a, b in zip(got["params"], want["params"]):

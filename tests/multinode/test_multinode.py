@@ -1,6 +1,13 @@
-"""Faults across nodes on a simulated cluster: two network namespaces on a private subnet
-(tests/multinode/cluster.py), one torchrun agent and worker per node, gloo over the veth links,
-torch's dynamic (c10d) rendezvous on node 0. One cluster for the module, removed after it.
+"""Training and faults across nodes on a simulated cluster: three network namespaces on a private
+subnet (tests/multinode/cluster.py), gloo over the veth links. One cluster for the module, removed
+after it.
+
+- three nodes launched by Lockstep's own launcher (`python script.py` with `Trainer(num_nodes=3)`,
+  `MASTER_ADDR`/`NODE_RANK` per node), DDP and FSDP: every rank ends with the parameters of one
+  process with the global batch 3 x 4 (the last window of each epoch shorter);
+
+The faults run one torchrun agent and worker on each of nodes 0 and 1, torch's dynamic (c10d)
+rendezvous on node 0:
 
 - a worker killed on node 1: both nodes restart, resume from the same checkpoint and end with
   the uninterrupted run's parameters;
@@ -18,9 +25,11 @@ import pytest
 import torch
 
 from tests.helpers.distributed import REPO_ROOT, read_rank_results, script_env
+from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
 from tests.multinode.cluster import Cluster, unavailable
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
+FIT_SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "ddp_fit.py")  # 32 samples, micro batch 4, 2 epochs
 RUN_TIMEOUT_S = 150
 pytestmark = [pytest.mark.multinode, pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)]
 _PORTS = itertools.count(29400)  # a fresh network: any port is free, one per job
@@ -31,7 +40,7 @@ def cluster():
     reason = unavailable()
     if reason is not None:
         pytest.skip(reason)
-    nodes = Cluster(2)
+    nodes = Cluster(3)
     try:
         yield nodes
     finally:
@@ -117,3 +126,49 @@ def test_a_lost_store_host_is_named_as_such(cluster, tmp_path):
     print(f"node 1 ended {time.monotonic() - killed:.1f} s after node 0 (the store host) was lost")
     assert code1 != 0
     assert "The rendezvous store at" in err1 and "stopped answering" in err1 and "store host, node 0" in err1, err1[-4000:]
+
+
+@pytest.fixture(scope="module")
+def one_process_reference():
+    """One process with the global batch of three nodes x micro batch 4: what every rank must end with."""
+    from trainer import Trainer
+
+    module = Regression("sgd")
+    trainer = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
+    trainer.fit(module, loader(regression_data(32), 12))
+    return {"params": params_of(module), "global_step": trainer.global_step}
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_three_nodes_launched_by_lockstep_equal_one_process(cluster, tmp_path, one_process_reference, strategy):
+    port = next(_PORTS)
+    procs = []
+    for node in range(3):
+        env = script_env({"LOCKSTEP_TEST_OUT": str(tmp_path), "MASTER_ADDR": cluster.addresses[0],
+                          "MASTER_PORT": str(port), "NODE_RANK": str(node)})
+        command = [sys.executable, FIT_SCRIPT, "--devices", "1", "--num-nodes", "3", "--strategy", strategy]
+        procs.append(cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = _finish(procs)
+    assert all(code == 0 for code, _ in results), "\n".join(err[-2000:] for _, err in results)
+    ranks = read_rank_results(tmp_path)
+    assert [(r["global_rank"], r["node_rank"], r["world_size"]) for r in ranks] == [(0, 0, 3), (1, 1, 3), (2, 2, 3)]
+    for r in ranks:
+        assert r["global_step"] == one_process_reference["global_step"] == 6  # 32 samples: 3 steps an epoch
+        for a, b in zip(r["params"], one_process_reference["params"]):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_lost_node_is_named_under_lockstep_s_own_launcher(cluster, tmp_path):
+    """The same power cut with `python script.py` and `Trainer(num_nodes=2)` on each node."""
+    port = next(_PORTS)
+    procs = []
+    for node in range(2):
+        env = script_env({"MASTER_ADDR": cluster.addresses[0], "MASTER_PORT": str(port), "NODE_RANK": str(node)})
+        command = [sys.executable, SCRIPT, "--root", str(tmp_path / "run"), "--num-nodes", "2",
+                   "--mode", "hold", "--rank", "1", "--step", "3"]
+        procs.append(cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    _wait_for(tmp_path / "run" / "holding")
+    cluster.kill_node(1)
+    (code0, err0), _ = _finish(procs)
+    assert code0 != 0
+    assert "Rank 1 on host lsnode1 (node 1) stopped answering at epoch 0, global step 3" in err0, err0[-4000:]

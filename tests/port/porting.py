@@ -15,8 +15,15 @@ EXAMPLES = Path(__file__).resolve().parent / "lightning_examples"
 # Lightning's import line -> Lockstep's. Only import lines are ever rewritten.
 IMPORT_RENAMES = {
     "import lightning.pytorch as L": "import trainer as L",
+    "import lightning as L": "import trainer as L",
+    "from lightning.pytorch import LightningModule, Trainer, seed_everything": "from trainer import LightningModule, Trainer, seed_everything",
     "from lightning.pytorch.loggers import TensorBoardLogger": "from callbacks import TensorBoardLogger",
 }
+
+
+# Imports of plain torch code (an nn.Module, a Dataset) from Lightning's demos, kept on both sides: the
+# same objects run on both frameworks, and nothing of Lightning's Trainer or LightningModule is used.
+KEPT_IMPORTS = {"from lightning.pytorch.demos import Transformer, WikiText2"}
 
 
 def ported_source(name: str) -> tuple[str, str]:

@@ -9,7 +9,7 @@ Markers on stdout let the test count which processes ran which part of the scrip
 - ``END pid=<pid> rank=<$RANK>``: the last line of the script.
 
 Options: ``--devices N``, ``--num-nodes N``, ``--strategy NAME`` (Trainer arguments; default:
-adopt the launcher),
+adopt the launcher; under ``fsdp`` the saved parameters are the gathered whole ones),
 ``--fail-rank R --fail-step S`` (``training_step`` raises ``RuntimeError("boom on rank R")`` on
 global rank R at global step S; with ``--stall-others`` every other rank then stalls for 10
 minutes, a stand-in for a collective that never learns of the dead peer, as NCCL waits for its
@@ -53,6 +53,10 @@ class Model(Regression):
             if self.stall_others:
                 time.sleep(600)
         return super().training_step(batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        # under FSDP each rank holds shards: gather the whole parameters while the group exists
+        self.final_params = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in params_of(self)]
 
 
 @rank_zero_only
@@ -99,7 +103,7 @@ def main() -> None:
             # the module sees the same placement as its Trainer
             "module_ranks": (model.global_rank, model.local_rank, model.node_rank, model.world_size),
             "global_step": trainer.global_step,
-            "params": params_of(model),
+            "params": model.final_params,
             "best_model_path": trainer.checkpoint_callback.best_model_path if args.checkpointing else None,
         },
         rank=trainer.global_rank,

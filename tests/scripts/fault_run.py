@@ -1,6 +1,7 @@
 """A 2-rank training run that tests interrupt: pre-emption signals, a killed worker, a raising rank.
 
     --mode straight | preempt | kill | raise | hold     --root DIR     [--resume last]     [--rank R]
+    [--num-nodes N]  (Lockstep's own launcher on each node: one worker there, N nodes in all)
 Rank R (default 1) is interrupted; ``kill`` kills it once per ``--root`` (a marker file there),
 whatever node it is on; ``hold`` makes it write ``<root>/holding`` and wait (at most 120 s),
 for a test to kill its node. Each rank saves its final parameters, its global step and the step
@@ -57,7 +58,9 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--step", type=int, default=7)
     parser.add_argument("--rank", type=int, default=1)
+    parser.add_argument("--num-nodes", type=int, default=None)
     args = parser.parse_args()
+    placement = {} if args.num_nodes is None else {"devices": 1, "num_nodes": args.num_nodes}
     torch.set_num_threads(1)
     seed_everything(0)
     module = Noisy()
@@ -67,7 +70,7 @@ def main() -> None:
         callbacks.append(interrupt)
     trainer = Trainer(accelerator="cpu",
         max_epochs=2, accumulate_grad_batches=2, callbacks=callbacks, default_root_dir=args.root,
-        logger=False, enable_progress_bar=False,
+        logger=False, enable_progress_bar=False, **placement,
     )
     trainer.fit(module, make_loader(), ckpt_path=args.resume)
     save_rank_result({"params": [p.detach().clone() for p in module.parameters()], "step": trainer.global_step,

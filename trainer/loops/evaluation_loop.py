@@ -24,9 +24,10 @@ if TYPE_CHECKING:
 class EvaluationLoop:
     """Runs the stage's step (``validation_step``, ...) over its dataloaders with gradients off."""
 
-    def __init__(self, trainer: Trainer, stage: Stage) -> None:
+    def __init__(self, trainer: Trainer, stage: Stage, within_fit: bool = False) -> None:
         self.trainer = trainer
         self.stage = stage
+        self.within_fit = within_fit  # the fit's sanity check or validation: no_grad, as in Lightning
         self.settings = EVALUATION[stage]
         self.metrics = MetricStore(training=False)
         self.dataloader_idx = 0
@@ -81,7 +82,7 @@ class EvaluationLoop:
         predictions: list[list[Any]] = [[] for _ in dataloaders]
         multiple = self._several = len(dataloaders) > 1
         try:
-            with torch.no_grad():
+            with self._grad_mode():
                 hooks.call(s.start)
                 hooks.call(s.epoch_start)
                 for dl_idx, loader in enumerate(dataloaders):
@@ -141,6 +142,17 @@ class EvaluationLoop:
             return ""
         loader = f", dataloader index {self.dataloader_idx}" if self._several else ""
         return f"{loader}, batch index {self.batch_idx}"
+
+    def _grad_mode(self) -> Any:
+        """``torch.inference_mode`` when ``Trainer(inference_mode=True)``, else ``no_grad``. As in
+        Lightning, ``no_grad`` inside fit (training goes on with the tensors), and under gloo and
+        FSDP, where inference tensors do not work."""
+        dist = torch.distributed
+        gloo = dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"
+        inference = self.trainer.config.inference_mode and not self.within_fit
+        if inference and not gloo and self.trainer.strategy.name != "fsdp":
+            return torch.inference_mode()
+        return torch.no_grad()
 
     def _batches(self, loader: Any, limit: int | float | None) -> int | None:
         n = num_batches(loader, limit, self.settings.limit_label)

@@ -156,8 +156,9 @@ class FitLoop:
             f"precision {t.precision}, strategy {strategy.name}"
         )
         hparams = merged_hparams(model.hparams, t.datamodule.hparams if t.datamodule is not None else None)
-        t.metric_logger.log_run_start(hparams, summary, strategy, model)
-        self.run()
+        t.metric_logger.log_run_start(hparams if t.enable_autolog_hparams else {}, summary, strategy, model)
+        with torch.autograd.set_detect_anomaly(t.config.detect_anomaly):
+            self.run()
 
     def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:
         """The fit's loaders (given, or the DataModule's or module's hooks), sharded, seeded, pinned and counted."""
@@ -260,7 +261,7 @@ class FitLoop:
             t.state.stage = Stage.SANITY_CHECK
             hooks.call("on_sanity_check_start")
             with isolated_rng():  # training draws the same random numbers with or without it
-                EvaluationLoop(t, Stage.SANITY_CHECK).run(t.val_dataloaders)
+                EvaluationLoop(t, Stage.SANITY_CHECK, within_fit=True).run(t.val_dataloaders)
             hooks.call("on_sanity_check_end")
             t.state.stage = Stage.FIT
         hooks.call("on_train_start")
@@ -478,7 +479,7 @@ class FitLoop:
         if window_end:  # release the gradients' memory for validation (Lightning's hook)
             t.module.on_validation_model_zero_grad()
         t.state.stage = Stage.VALIDATE
-        EvaluationLoop(t, Stage.VALIDATE).run(t.val_dataloaders)
+        EvaluationLoop(t, Stage.VALIDATE, within_fit=True).run(t.val_dataloaders)
         self._validated = True
         t.state.stage = Stage.FIT
         t.metric_logger.end_evaluation()

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.source_imports import runtime_imports
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")])
 
@@ -58,24 +60,6 @@ def test_the_private_write_check_finds_writes(tmp_path):
     assert _private_writes(source) == ["trainer._global_step", "loop.progress._x"]
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """Modules ``path`` imports when it runs (not those under ``if TYPE_CHECKING:``)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
-            skipped.update(id(n) for n in ast.walk(node))
-    modules = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            modules.add(node.module)
-        elif isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-    return modules
-
-
 def _all_imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     modules = set()
@@ -99,7 +83,7 @@ def _is_floor(module: str) -> bool:
 def test_callbacks_import_only_the_contracts_floor_of_the_trainer():
     # At run time callbacks import the floor only (importing it does not import the Trainer).
     for path in REPO.glob("callbacks/**/*.py"):
-        for module in _runtime_imports(path):
+        for module in runtime_imports(path):
             if module == "trainer" or module.startswith("trainer."):
                 assert _is_floor(module), f"{path.name} imports {module} at run time: use trainer.contracts"
         for module in _all_imports(path):
@@ -117,7 +101,7 @@ def test_the_trainer_reaches_callbacks_in_one_place():
 
 
 def test_no_import_cycle_between_trainer_and_callbacks():
-    graph = {_module_name(p): {m for m in _runtime_imports(p) if m.split(".")[0] in ("trainer", "callbacks")} for p in SOURCES}
+    graph = {_module_name(p): {m for m in runtime_imports(p) if m.split(".")[0] in ("trainer", "callbacks")} for p in SOURCES}
     # An import of a module also runs its packages' __init__ files.
     for name, deps in graph.items():
         graph[name] = {".".join(d.split(".")[:i]) for d in deps for i in range(1, d.count(".") + 2)} - {name}

@@ -16,6 +16,8 @@ from trainer.contracts import protocols
 from trainer.loops.progress import FitProgress
 from trainer.strategies.strategy import SingleDeviceStrategy
 
+from tests.helpers.source_imports import runtime_imports
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -315,26 +317,6 @@ def test_a_loader_of_the_protocol_is_asked_for_its_shard(trainer):
     assert trainer.strategy.process_dataloader(Shards(), "validate").place == (0, 1, False)
 
 
-def _runtime_imports(path: Path) -> set[str]:
-    """The modules a file imports when it runs (``if TYPE_CHECKING:`` blocks left out)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    annotation_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for inner in ast.walk(node)
-    }
-    modules = set()
-    for node in ast.walk(tree):
-        if id(node) in annotation_only:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            modules.add(node.module)
-        elif isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-    return modules
-
-
 def _folder_pairs(root: Path) -> list[tuple[str, str]]:
     """The folders of ``root/trainer`` (and ``callbacks/``) that import each other at run time."""
     def folder(module: str) -> str | None:
@@ -348,7 +330,7 @@ def _folder_pairs(root: Path) -> list[tuple[str, str]]:
     edges = set()
     for path in [*root.glob("trainer/*/**/*.py"), *root.glob("callbacks/**/*.py")]:
         source = folder(".".join(path.relative_to(root).with_suffix("").parts))
-        for module in _runtime_imports(path):
+        for module in runtime_imports(path):
             target = folder(module)
             if source and target and target != source:
                 edges.add((source, target))

@@ -103,7 +103,8 @@ def main() -> None:
             # the module sees the same placement as its Trainer
             "module_ranks": (model.global_rank, model.local_rank, model.node_rank, model.world_size),
             "global_step": trainer.global_step,
-            "params": model.final_params,
+            # ddp_spawn's launching process gets the trained weights copied back, but ran no hooks
+            "params": getattr(model, "final_params", None) or params_of(model),
             "best_model_path": trainer.checkpoint_callback.best_model_path if args.checkpointing else None,
         },
         rank=trainer.global_rank,

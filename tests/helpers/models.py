@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainer import TrainModule
+from trainer import TrainModule, Trainer
 
 # The quiet Trainer settings, defined once for the whole suite (tests, spawned ranks, scripts):
 # no logger, no progress bar, no checkpointing, no model summary. Each Trainer call still names
@@ -72,3 +72,12 @@ def assert_params_close(a: list[torch.Tensor], b: list[torch.Tensor], atol: floa
     for i, (x, y) in enumerate(zip(a, b)):
         diff = (x - y).abs().max().item()
         assert diff <= atol, f"parameter {i} differs by {diff} > {atol}"
+
+
+def one_process_regression(global_batch: int) -> dict[str, Any]:
+    """`Regression` fitted in one process, 2 epochs on `regression_data(32)` with batch ``global_batch``:
+    the parameters and step count a distributed run with that global batch must end with."""
+    module = Regression("sgd")
+    trainer = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
+    trainer.fit(module, loader(regression_data(32), global_batch))
+    return {"params": params_of(module), "global_step": trainer.global_step}

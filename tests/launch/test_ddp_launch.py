@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.helpers.distributed import free_port, read_rank_results, run_ranks, run_script
-from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
+from tests.helpers.models import QUIET, assert_params_close, one_process_regression
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "ddp_fit.py")
 REPO = str(Path(__file__).resolve().parents[2])
@@ -31,12 +31,7 @@ pytestmark = pytest.mark.distributed
 @pytest.fixture(scope="module")
 def reference():
     """One process, the global batch 2 * 4, same epochs: what every rank must end with."""
-    from trainer import Trainer
-
-    module = Regression("sgd")
-    trainer = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
-    trainer.fit(module, loader(regression_data(32), 8))
-    return {"params": params_of(module), "global_step": trainer.global_step}
+    return one_process_regression(8)
 
 
 def _launch(tmp_path, *script_args, **kwargs):

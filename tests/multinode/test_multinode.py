@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from tests.helpers.distributed import REPO_ROOT, read_rank_results, script_env
-from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
+from tests.helpers.models import one_process_regression
 from tests.multinode.cluster import Cluster, unavailable
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
@@ -131,12 +131,7 @@ def test_a_lost_store_host_is_named_as_such(cluster, tmp_path):
 @pytest.fixture(scope="module")
 def one_process_reference():
     """One process with the global batch of three nodes x micro batch 4: what every rank must end with."""
-    from trainer import Trainer
-
-    module = Regression("sgd")
-    trainer = Trainer(accelerator="cpu", max_epochs=2, **QUIET)
-    trainer.fit(module, loader(regression_data(32), 12))
-    return {"params": params_of(module), "global_step": trainer.global_step}
+    return one_process_regression(12)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

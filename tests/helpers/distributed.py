@@ -34,8 +34,10 @@ OUT_ENV_VAR = "LOCKSTEP_TEST_OUT"
 
 # Another test (or engineer) may grab the port between `free_port` and the bind in rank 0.
 _PORT_RETRIES = 3
-# What the fork server imports once, before it forks any rank.
-_PRELOAD = ("torch", "torch.distributed", "trainer", "callbacks", "tests.helpers.models")
+# What the fork server imports once, before it forks any rank. torch._dynamo too: torch imports
+# it lazily on the first optimizer a process builds (`Optimizer.add_param_group` is wrapped in
+# `torch._disable_dynamo`), which costs a fresh process about 2.5 s of CPU, more than torch itself.
+_PRELOAD = ("torch", "torch._dynamo", "torch.distributed", "trainer", "callbacks", "tests.helpers.models")
 # Once one rank has failed the others usually block in a collective; give them this long to
 # report their own error before they are killed.
 _FAILURE_GRACE_S = 3.0

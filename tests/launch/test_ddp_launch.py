@@ -183,9 +183,12 @@ def test_a_failing_worker_ends_the_run_fast_with_its_error(tmp_path, launcher):
     if launcher == "torchrun":
         cause = _root_cause(proc.stderr)
         assert re.search(r"rank\s*: 1 \(local_rank: 1\)", cause)
-    else:  # the Trainer's launcher reports the root cause itself
+    else:  # the Trainer's launcher reports the root cause itself, once, with the rank's position
         cause = proc.stderr[proc.stderr.index("[lockstep] worker rank"):]
         assert cause.startswith("[lockstep] worker rank 1 failed with exit code 1: RuntimeError: boom on rank 1\n")
+        assert proc.stderr.count("[lockstep] worker rank 1 failed") == 1, proc.stderr[-4000:]
+        assert 'raise RuntimeError(f"boom on rank {self.global_rank}")' in cause  # rank 1's own traceback
+        assert "[lockstep] rank 1 failed at epoch 0, global step 3, batch index 3" in cause
     assert "RuntimeError: boom on rank 1" in cause
     assert "Traceback (most recent call last)" in cause  # the Trainer wrote TORCHELASTIC_ERROR_FILE
     assert "END pid=" not in proc.stdout and "FIT_DONE" not in proc.stdout

@@ -1,7 +1,7 @@
 """A 2-worker run launched by `python` (Trainer(devices=2) or ddp_spawn) for the launcher tests in
 tests/launch/test_launch_lifecycle.py: what happens when the launcher dies, a rank fails, workers print.
 
-    --mode train | print | raise-setup | raise-step    [--strategy ddp|ddp_spawn]
+    --mode train | print | raise-setup    [--strategy ddp|ddp_spawn]
 
 - ``train``: trains slowly for a long time, checkpointing every 2 steps under ``$OUT/ckpts``; each
   worker appends ``pid=<pid>`` to ``$OUT/pids.txt`` once training runs, then ``READY`` lines
@@ -9,7 +9,8 @@ tests/launch/test_launch_lifecycle.py: what happens when the launcher dies, a ra
 - ``print``: in ``setup`` every rank prints ``--lines`` lines of ``--width`` characters with
   plain ``print`` (``R<rank> <i> xxxx...``).
 - ``raise-setup``: rank 1 raises ``RuntimeError("setup failed on rank 1")`` in ``setup``.
-- ``raise-step``: rank 1 raises ``RuntimeError("boom on rank 1")`` at global step 3 (batch 3).
+
+A rank failing inside a step is tests/scripts/ddp_fit.py's ``--fail-rank``.
 """
 from __future__ import annotations
 
@@ -47,8 +48,6 @@ class Model(Regression):
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         if self.mode == "train":
             time.sleep(0.05)
-        elif self.mode == "raise-step" and self.global_rank == 1 and self.global_step == 3:
-            raise RuntimeError("boom on rank 1")
         return super().training_step(batch, batch_idx)
 
 

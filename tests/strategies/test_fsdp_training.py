@@ -30,6 +30,14 @@ class Grab(Callback):
         self.local_dtypes = {(p.to_local() if hasattr(p, "to_local") else p).dtype for p in module.parameters()}
 
 
+class FirstGrads(Callback):
+    """The full gradients of the first optimizer step, as reduced over the ranks."""
+
+    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+        if not hasattr(self, "grads"):
+            self.grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad.clone() for p in module.parameters()]
+
+
 def _fit(
     module: Any, data: Any, batch: int, accumulate: int = A, strategy: Any = "fsdp", epochs: int = 2, val: Any = None, **kwargs: Any
 ) -> Grab:
@@ -73,6 +81,11 @@ def _scenarios(rank: int, world_size: int) -> dict[str, Any]:
     out["bf16_mixed"] = (grab.params, grab.local_dtypes, probe.seen_dtype)
     grab = _fit(Regression("sgd"), data, B, precision="bf16-true")
     out["bf16_true"] = (grab.params, grab.local_dtypes)
+    first = FirstGrads()
+    Trainer(accelerator="cpu", strategy="fsdp", precision="bf16-mixed", max_steps=1, callbacks=[first], **QUIET).fit(
+        Regression("sgd"), loader(data, B)
+    )
+    out["bf16_mixed_grads"] = first.grads
 
     # peak parameter bytes while configure_model's layers are materialized
     big = fm.Blocks(depth=8, width=32, meta=True, linear=fm.ProbeLinear)
@@ -205,6 +218,17 @@ def test_bf16_mixed_gathers_bf16_keeps_fp32_shards(fsdp_runs):
         params, local_dtypes, seen = run["bf16_mixed"]
         assert local_dtypes == {torch.float32} and seen == torch.bfloat16
         assert_params_close(params, expected, 2e-2)  # bf16 compute: rounding differs with the batch split
+
+
+def test_bf16_mixed_averages_gradients_over_the_ranks_in_fp32(fsdp_runs):
+    """Each rank's gradient is bf16; their mean is taken in fp32 (``reduce_dtype``). The mean of two
+    bf16 numbers mostly needs more than bf16's 8 significant bits, which a reduction in bf16 would
+    round off: then every element would be a bf16 number."""
+    for run in fsdp_runs:
+        grads = torch.cat([g.flatten() for g in run["bf16_mixed_grads"]])
+        assert grads.dtype == torch.float32 and grads.numel() == 49
+        finer_than_bf16 = (grads != grads.bfloat16().float()).float().mean().item()
+        assert finer_than_bf16 > 0.2, f"only {finer_than_bf16:.0%} of the gradient is finer than bf16"
 
 
 def test_bf16_true_keeps_everything_in_bf16(fsdp_runs):

@@ -90,6 +90,13 @@ def _decisions(rank, world_size):
             (monitor, stopper.stopped_epoch, trainer.current_epoch, stopper.best_score, stopper.wait_count)
         )
 
+    # EarlyStopping states that differ between ranks (patience 1 on rank 1 only) on the same mean:
+    # rank 1 would stop after epoch 2 and rank 0 never; any rank stopping stops every rank
+    stopper = EarlyStopping("val_metric", patience=1 if rank == 1 else 100)
+    trainer = Trainer(accelerator="cpu", max_epochs=8, callbacks=[stopper], num_sanity_val_steps=0, **QUIET)
+    trainer.fit(Scripted(val_script=script), loader(32, 8), loader(16, 8))
+    results.append(("patience", stopper.stopped_epoch, trainer.current_epoch))
+
     # a bad monitor is found on rank 0, which decides alone: every rank must raise, none may hang
     trainer = Trainer(accelerator="cpu",
         max_epochs=1,
@@ -106,8 +113,9 @@ def _decisions(rank, world_size):
 def test_early_stopping_and_checkpoint_errors_agree_on_every_rank():
     r0, r1 = run_ranks(_decisions, world_size=2)
     assert r0[:2] == r1[:2] == [("train_metric", 3, 4, 0.5, 2), ("val_metric", 3, 4, 0.5, 2)]
-    assert r0[2].startswith("ModelCheckpoint(monitor='val_acc') could not find 'val_acc'")
-    assert r1[2] == f"ModelCheckpoint failed on global rank 0: {r0[2]}"
+    assert r0[2] == r1[2] == ("patience", 2, 3)
+    assert r0[3].startswith("ModelCheckpoint(monitor='val_acc') could not find 'val_acc'")
+    assert r1[3] == f"ModelCheckpoint failed on global rank 0: {r0[3]}"
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ import enum
 import os
 import pathlib
 import pickle
+import stat
 import zipfile
 
 import numpy as np
@@ -182,6 +183,34 @@ def test_ctrl_c_during_a_write_is_an_interrupt_and_keeps_the_old_file(tmp_path, 
         atomic_save({"state_dict": {"w": torch.ones(100_000)}}, path)
     assert path.read_bytes() == old
     assert os.listdir(tmp_path) == ["last.ckpt"]  # the temporary file is gone
+
+
+def test_the_bytes_then_the_rename_then_the_directory_reach_the_disk(tmp_path, monkeypatch):
+    """After a power cut the path must be the old file or the whole new one: the temporary file's
+    complete bytes are fsync'ed before the rename, and the directory (the rename) after it. The
+    real calls are made; the test only notes them."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        events.append(("fsync", st.st_ino, st.st_size, stat.S_ISDIR(st.st_mode)))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", pathlib.Path(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = tmp_path / "ckpts" / "last.ckpt"
+    atomic_save({"state_dict": {"w": torch.ones(1000)}}, path)
+    final = path.stat()
+    assert events == [
+        ("fsync", final.st_ino, final.st_size, False),
+        ("replace", path),
+        ("fsync", path.parent.stat().st_ino, path.parent.stat().st_size, True),
+    ]
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o077], ids=["umask022", "umask077"])

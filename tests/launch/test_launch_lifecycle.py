@@ -1,6 +1,8 @@
-"""The launcher and its workers as one run: workers die with their launcher, the rank that failed
-first is the one named (with its step and batch), output lines stay whole, Ctrl-C and pre-emption
-say one short thing. Real processes, gloo on 127.0.0.1 (tests/scripts/launch_lifecycle.py)."""
+"""The launcher and its workers as one run: the rank that failed first is the one named, output
+lines stay whole, Ctrl-C and pre-emption say one short thing. Real processes, gloo on 127.0.0.1
+(tests/scripts/launch_lifecycle.py). That workers die with a launcher killed by SIGKILL is the
+fault matrix's ``sigkill_launcher`` case under each launcher (tests/faults/test_fault_matrix.py);
+a rank failing inside a step is named with its step and batch in tests/launch/test_ddp_launch.py."""
 from __future__ import annotations
 
 import json
@@ -23,14 +25,6 @@ BOUND_S = 60  # generous: the machine running the suite may be loaded
 pytestmark = pytest.mark.distributed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-    except OSError:
-        return False
-
-
 def _wait_for(condition, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -38,32 +32,6 @@ def _wait_for(condition, seconds: float) -> bool:
             return True
         time.sleep(0.1)
     return condition()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process tree from /proc")
-@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
-def test_killing_the_launcher_kills_every_worker(tmp_path, strategy):
-    """SIGKILL to `python script.py` (Trainer(devices=2)): no worker may go on training as an orphan."""
-    proc = subprocess.Popen(
-        [sys.executable, SCRIPT, "--mode", "train", "--strategy", strategy], env=script_env({OUT: str(tmp_path)}),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-    )
-    pids_file = tmp_path / "pids.txt"
-    tree: list[int] = []
-    try:
-        started = _wait_for(lambda: pids_file.exists() and len(pids_file.read_text().split()) == 2, 120)
-        assert started, proc.stderr.read().decode()[-3000:] if proc.poll() is not None else "workers never started"
-        workers = [int(p.split("=")[1]) for p in pids_file.read_text().split()]
-        tree = descendants(proc.pid)
-        assert set(workers) <= set(tree)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        assert _wait_for(lambda: not any(_alive(p) for p in tree), BOUND_S), [p for p in tree if _alive(p)]
-    finally:
-        kill_all([proc.pid, *tree])
-        proc.wait()
 
 
 @pytest.mark.slow
@@ -278,3 +246,20 @@ def test_an_error_about_another_rank_is_a_consequence():
     assert not is_consequence(about_1, 1)
     assert not is_consequence(NonFiniteLossError("The training loss is nan"), 0)
     assert pickle.loads(pickle.dumps(about_1)).rank == 1
+
+
+def test_the_peer_named_is_the_one_that_failed_first():
+    """Ranks 2 and 1 fail on their own, in that order; then rank 0's collective breaks. Rank 0
+    names rank 2, the first failure: not the latest note, nor the lowest rank. A real store."""
+    from torch.distributed import DistNetworkError, HashStore
+
+    from trainer.launch.failure_notes import RankFailedError, explain_failure, read_failure_notes
+
+    store = HashStore()
+    assert explain_failure(store, 2, 3, RuntimeError("disk full on rank 2"), "epoch 0, global step 4, batch index 4") is None
+    time.sleep(0.01)  # two distinct wall times
+    assert explain_failure(store, 1, 3, ValueError("bad batch on rank 1"), "epoch 0, global step 5, batch index 5") is None
+    assert [n["rank"] for n in read_failure_notes(store)] == [2, 1]
+    named = explain_failure(store, 0, 3, DistNetworkError("connection closed by peer"), "epoch 0, global step 4, batch index 4")
+    assert isinstance(named, RankFailedError) and named.rank == 2
+    assert str(named).startswith("Rank 2 failed at epoch 0, global step 4, batch index 4: RuntimeError: disk full on rank 2.")

@@ -1,16 +1,15 @@
-"""A 2-worker run launched by `python` (Trainer(devices=2) or ddp_spawn) for the launcher tests in
-tests/launch/test_launch_lifecycle.py: what happens when the launcher dies, a rank fails, workers print.
+"""A 2-worker run launched by `python` (Trainer(devices=2)) for the launcher tests in
+tests/launch/test_launch_lifecycle.py: what happens when the launcher is interrupted, workers print.
 
-    --mode train | print | raise-setup    [--strategy ddp|ddp_spawn]
+    --mode train | print
 
 - ``train``: trains slowly for a long time, checkpointing every 2 steps under ``$OUT/ckpts``; each
   worker appends ``pid=<pid>`` to ``$OUT/pids.txt`` once training runs, then ``READY`` lines
   follow on stdout (the test then kills or interrupts the launcher).
 - ``print``: in ``setup`` every rank prints ``--lines`` lines of ``--width`` characters with
   plain ``print`` (``R<rank> <i> xxxx...``).
-- ``raise-setup``: rank 1 raises ``RuntimeError("setup failed on rank 1")`` in ``setup``.
 
-A rank failing inside a step is tests/scripts/ddp_fit.py's ``--fail-rank``.
+A rank failing is tests/scripts/ddp_fit.py's ``--fail-rank``.
 """
 from __future__ import annotations
 
@@ -33,8 +32,6 @@ class Model(Regression):
         self.mode, self.lines, self.width = mode, lines, width
 
     def setup(self, stage: str) -> None:
-        if self.mode == "raise-setup" and self.global_rank == 1:
-            raise RuntimeError("setup failed on rank 1")
         if self.mode == "print":
             tag = f"R{self.global_rank}"
             for i in range(self.lines):
@@ -54,17 +51,15 @@ class Model(Regression):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", required=True)
-    parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--lines", type=int, default=200)
     parser.add_argument("--width", type=int, default=1000)
     args = parser.parse_args()
-    strategy: Any = DDPStrategy(timeout=60) if args.strategy == "ddp" else args.strategy
     callbacks = []
     if args.mode == "train":
         callbacks.append(ModelCheckpoint(dirpath=os.path.join(OUT, "ckpts"), every_n_train_steps=2, save_top_k=-1))
     options = {**QUIET, "enable_checkpointing": bool(callbacks), "default_root_dir": OUT}
     trainer = Trainer(
-        max_epochs=1000 if args.mode == "train" else 2, devices=2, accelerator="cpu", strategy=strategy,
+        max_epochs=1000 if args.mode == "train" else 2, devices=2, accelerator="cpu", strategy=DDPStrategy(timeout=60),
         callbacks=callbacks, **options,
     )
     trainer.fit(Model(args.mode, args.lines, args.width), loader(regression_data(32), 4))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,8 +47,14 @@ def tracking_uri(tmp_path_factory):
                 time.sleep(0.3)
         yield uri
     finally:
-        os.killpg(server.pid, 15)  # uvicorn's worker processes too
-        server.wait(timeout=30)
+        os.killpg(server.pid, signal.SIGTERM)  # uvicorn's worker processes too
+        try:
+            # uvicorn waits for the clients' keep-alive connections before it exits (12 s here);
+            # nothing of this throw-away server needs to outlive the test
+            server.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
 
 
 def _trainer(tmp_path, logger, **kw):

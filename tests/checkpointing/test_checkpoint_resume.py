@@ -33,6 +33,17 @@ def test_resume_is_bitwise_single_process(tmp_path, position, own_generator):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("position", ["mid-epoch", "after-max_steps"])
+def test_resume_with_a_sampler_of_the_users_own_is_bitwise(tmp_path, position):
+    """A sampler of the user's own is not rebuilt into the Trainer's GlobalBatchSampler, so the
+    resumed epoch skips its trained batches at the batch-sampler level instead."""
+    stop, stop_step = POSITIONS[position]
+    straight, resumed, steps = straight_and_resumed(str(tmp_path), stop_step, stop=stop, own_sampler=True)
+    assert steps == 24
+    for a, b in zip(straight, resumed):
+        assert torch.equal(a, b)
+
+
 def _two_rank_resume(rank, world_size, tmp):
     torch.set_num_threads(1)
     outcomes = []
@@ -219,14 +230,18 @@ def _scaled_run_and_resume(rank, world_size, tmp):
     lr_after_fit = t.optimizers[0].param_groups[0]["lr"]
     resumed = Trainer(accelerator="cpu", max_epochs=2, **kw)
     resumed.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4), ckpt_path=f"{tmp}/w2.ckpt")
-    return lr_after_fit, resumed.optimizers[0].param_groups[0]["lr"]
+    resumed.save_checkpoint(f"{tmp}/again.ckpt")  # the record survives a resume: a third fit reads it too
+    records = None
+    if rank == 0:  # the writer: no other rank waits for the file
+        records = [torch.load(f"{tmp}/{name}.ckpt", weights_only=False)["lr_scaled"] for name in ("w2", "again")]
+    return lr_after_fit, resumed.optimizers[0].param_groups[0]["lr"], records
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_lr_scaling_is_not_applied_twice_and_world_size_may_change(tmp_path):
     results = run_ranks(_scaled_run_and_resume, world_size=2, args=(str(tmp_path),), init_group=False, timeout=100)
-    assert results == [(0.1, 0.1), (0.1, 0.1)]  # scaled once for W=2, not again on resume
+    assert results == [(0.1, 0.1, [True, True]), (0.1, 0.1, None)]  # scaled once for W=2, not again on resume
     t = Trainer(accelerator="cpu", max_epochs=2, scale_lr=True, allow_global_batch_change=True, **QUIET)
     with pytest.warns(UserWarning, match=r"Resuming a checkpoint made with world size 2 on world size 1: the "
                       r"module, optimizer and scheduler states are restored \(the learning rates as saved, not "

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Sampler
 
 from callbacks import Callback
 from tests.helpers.models import QUIET, regression_data
@@ -41,13 +41,29 @@ class StopAt(Callback):
             raise KeyboardInterrupt("simulated crash")
 
 
-def make_loader(own_generator: bool = False, n: int = 96, batch_size: int = 4) -> DataLoader:
+class EvensThenOdds(Sampler[int]):
+    """A sampler of the user's own that the Trainer keeps as it is (it rebuilds only torch's)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        return iter([*range(0, self.n, 2), *range(1, self.n, 2)])
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def make_loader(own_generator: bool = False, n: int = 96, batch_size: int = 4, own_sampler: bool = False) -> DataLoader:
+    if own_sampler:
+        return DataLoader(regression_data(n), batch_size=batch_size, sampler=EvensThenOdds(n))
     generator = torch.Generator().manual_seed(123) if own_generator else None
     return DataLoader(regression_data(n), batch_size=batch_size, shuffle=True, generator=generator)
 
 
 def straight_and_resumed(
-    tmp: str, stop_step: int, own_generator: bool = False, stop: str = "crash", **trainer_kw: Any
+    tmp: str, stop_step: int, own_generator: bool = False, stop: str = "crash", own_sampler: bool = False,
+    **trainer_kw: Any,
 ) -> tuple[list, list, int]:
     """Train 2 epochs straight; then stop at ``stop_step`` and resume. Returns both parameter lists.
 
@@ -58,22 +74,22 @@ def straight_and_resumed(
     kw = {"max_epochs": 2, "accumulate_grad_batches": 2, "accelerator": "cpu", **QUIET, **trainer_kw}
     seed_everything(0)
     straight = Noisy()
-    Trainer(**kw).fit(straight, make_loader(own_generator))
+    Trainer(**kw).fit(straight, make_loader(own_generator, own_sampler=own_sampler))
 
     seed_everything(0)
     first = Noisy()
     path = f"{tmp}/mid.ckpt"
     if stop == "crash":
         try:
-            Trainer(**kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator))
+            Trainer(**kw, callbacks=[StopAt(stop_step, path)]).fit(first, make_loader(own_generator, own_sampler=own_sampler))
         except KeyboardInterrupt:
             pass
     else:
         stopped = Trainer(**{**kw, "max_steps": stop_step})
-        stopped.fit(first, make_loader(own_generator))
+        stopped.fit(first, make_loader(own_generator, own_sampler=own_sampler))
         stopped.save_checkpoint(path)
     seed_everything(99)  # a fresh process: nothing but the checkpoint decides what happens next
     resumed = Noisy()
     trainer = Trainer(**kw)
-    trainer.fit(resumed, make_loader(own_generator), ckpt_path=path)
+    trainer.fit(resumed, make_loader(own_generator, own_sampler=own_sampler), ckpt_path=path)
     return [p.detach().clone() for p in straight.parameters()], [p.detach().clone() for p in resumed.parameters()], trainer.global_step

@@ -112,6 +112,7 @@ def test_ddp_spawn_copies_the_trained_model_back(tmp_path, reference):
 def test_two_nodes_prepare_data_once_per_node_rank_zero_once(tmp_path, reference):
     proc = _launch(tmp_path, launcher="torchrun", nproc=1, nnodes=2, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    assert "=== node 1 ===" in proc.stdout  # run_script's two agents: both nodes' output comes back
     results = read_rank_results(tmp_path)
     _check_ranks_equal_reference(results, reference)
     assert [(r["node_rank"], r["local_rank"], r["num_nodes"]) for r in results] == [(0, 0, 2), (1, 0, 2)]

@@ -104,7 +104,7 @@ MUTANTS: tuple[Mutant, ...] = (
        'self.lr_scaled = bool(checkpoint.get("lr_scaled", False))',
        "self.lr_scaled = False",
        "tests/checkpointing/test_checkpoint_resume.py::test_lr_scaling_is_not_applied_twice_and_world_size_may_change",
-       "the checkpoint's already scaled rates look unscaled"),
+       "a resumed run records its already scaled rates as unscaled"),
     # -- samplers -------------------------------------------------------------------------------
     _m("no_set_epoch", "samplers", "trainer/strategies/strategy.py",
        "        set_epoch(dataloader, epoch)\n", "        pass\n",

@@ -1,4 +1,6 @@
-"""The shared distributed test helpers do what every distributed test relies on."""
+"""The shared distributed test helpers do what every distributed test relies on. run_script's
+two-node mode (two torchrun agents) is checked where it is used, by
+tests/launch/test_ddp_launch.py::test_two_nodes_prepare_data_once_per_node_rank_zero_once."""
 from __future__ import annotations
 
 import os
@@ -118,17 +120,6 @@ def test_run_script_torchrun_one_node(tmp_path):
     assert [r["env"]["local_rank"] for r in results] == [0, 1]
     assert {r["env"]["source"] for r in results} == {"torchrun"}
     assert [r["sum"] for r in results] == [1.0, 1.0]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_run_script_two_nodes(tmp_path):
-    proc = run_script([SCRIPT], nproc=1, nnodes=2, env={"LOCKSTEP_TEST_OUT": str(tmp_path)}, timeout=100)
-    assert proc.returncode == 0, proc.stderr
-    assert "=== node 1 ===" in proc.stdout
-    envs = [r["env"] for r in read_rank_results(tmp_path)]
-    assert [(e["global_rank"], e["node_rank"], e["local_rank"]) for e in envs] == [(0, 0, 0), (1, 1, 0)]
-    assert {(e["num_nodes"], e["world_size"], e["local_world_size"]) for e in envs} == {(2, 2, 1)}
 
 
 @pytest.mark.timeout(60)

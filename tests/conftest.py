@@ -19,14 +19,13 @@ the one definition of the quiet Trainer settings.
   (``--dist loadgroup``), except that the tests of a module that share a module-scoped fixture
   (several compute a whole distributed run once for many asserts) stay together on one worker,
   as do the tests of ``slurm`` and ``multinode`` modules (one private cluster, one subnet, at a
-  time), which run first. Whole-module scheduling (``loadfile``) left one worker running a long
-  module alone at the end of the suite.
+  time). Whole-module scheduling (``loadfile``) left one worker running a long module alone at
+  the end of the suite.
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -54,19 +53,6 @@ def pytest_configure(config: pytest.Config) -> None:
     chose = any(str(arg).startswith("--dist") for arg in config.invocation_params.args)
     if getattr(config.option, "dist", "no") == "load" and not chose:
         config.option.dist = "loadgroup"
-    # An xdist worker takes its --dist from the command line, not from the choice above; without
-    # this it never tags the grouped tests, and the controller spreads them like any others (a
-    # module fixture, e.g. a whole mlflow server or SLURM cluster, then starts on every worker).
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None and workerinput.get("lockstep_loadgroup"):
-        config.option.loadgroup = True
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node: Any) -> None:
-    """xdist: tell each worker that the controller schedules with ``loadgroup``."""
-    if node.config.option.dist == "loadgroup":
-        node.workerinput["lockstep_loadgroup"] = True
 
 
 def _shares_module_state(item: pytest.Item) -> bool:
@@ -79,7 +65,6 @@ def _shares_module_state(item: pytest.Item) -> bool:
     return any(defs and defs[-1].scope in ("module", "package", "class") for defs in info.name2fixturedefs.values())
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker turns the group markers into scopes
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
@@ -90,10 +75,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = cuda_skip_reason(marker, available)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
-    if getattr(config.option, "loadgroup", False):  # xdist may be absent (the floor venv) or off
-        # The two longest groups (a private cluster each, several minutes of one worker) start
-        # first, while the other worker takes the rest: started last they would run alone.
-        items.sort(key=lambda item: not any(item.get_closest_marker(name) for name in _SERIAL_MARKERS))
 
 
 @pytest.fixture(autouse=True)

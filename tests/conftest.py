@@ -24,6 +24,10 @@ the one definition of the quiet Trainer settings.
   fixture is built on each worker that runs one of its tests: keeping the groups together was
   measured slower (19 min 16 s against 17 min 29 s). Whole-module scheduling (``loadfile``) left
   one worker running a long module alone at the end of the suite.
+- So the expensive module fixtures (a whole distributed run, the mlflow server) are made once
+  per session with ``tests/helpers/session_cache.py``: the first worker that needs one makes it,
+  the others read it. The servers it started are stopped here, in ``pytest_sessionfinish`` of
+  the main process, once every worker is done.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers.session_cache import stop_shared_services
 
 # MLflow's telemetry thread sets and deletes an environment variable while a test thread may be
 # iterating os.environ (urllib's proxy look-up): a KeyError in the MLflow tests. It would also try
@@ -78,6 +84,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = cuda_skip_reason(marker, available)
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_shared_services(session.config)
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""`MLFlowLogger` against a real `mlflow server` (sqlite backend) started on 127.0.0.1 for the module."""
+"""`MLFlowLogger` against a real `mlflow server` (sqlite backend) started on 127.0.0.1 once for the test session."""
 from __future__ import annotations
 
 import os
@@ -14,6 +14,7 @@ import torch
 from callbacks import Callback, ModelCheckpoint
 from tests.helpers.distributed import free_port, run_ranks
 from tests.helpers.models import Regression, loader, regression_data
+from tests.helpers.session_cache import shared_service
 from trainer import Trainer
 
 pytest.importorskip("mlflow", reason="MLFlowLogger needs the 'mlflow' extra")
@@ -22,9 +23,7 @@ from callbacks.mlflow_logger import MLFlowLogger  # noqa: E402
 from mlflow import MlflowClient  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mlflow")
+def _start_server(root) -> tuple[subprocess.Popen, str]:
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     env = {**os.environ, "MLFLOW_HOME": str(root)}
@@ -34,27 +33,24 @@ def tracking_uri(tmp_path_factory):
          "--workers", "1"],
         cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "server.log", "wb"), start_new_session=True,
     )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=1)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    log = (root / "server.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"mlflow server did not start on {uri}:\n{log}") from None
-                time.sleep(0.3)
-        yield uri
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # uvicorn's worker processes too
+    deadline = time.monotonic() + 90
+    while True:
         try:
-            # uvicorn waits for the clients' keep-alive connections before it exits (12 s here);
-            # nothing of this throw-away server needs to outlive the test
-            server.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+            urllib.request.urlopen(f"{uri}/health", timeout=1)
+            return server, uri
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                os.killpg(server.pid, signal.SIGKILL)
+                log = (root / "server.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"mlflow server did not start on {uri}:\n{log}") from None
+            time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory):
+    """One server for the session (each test logs to experiments of its own); stopped at its end."""
+    return shared_service(tmp_path_factory, "tests/callbacks/test_mlflow_logger.py::tracking_uri",
+                          lambda: _start_server(tmp_path_factory.mktemp("mlflow")))
 
 
 def _trainer(tmp_path, logger, **kw):

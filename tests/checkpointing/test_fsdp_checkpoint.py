@@ -16,6 +16,7 @@ from callbacks import Callback, ModelCheckpoint
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET
 from tests.helpers.resume_models import Noisy, make_loader
+from tests.helpers.session_cache import once_per_session
 from trainer import FSDPStrategy, Trainer, seed_everything
 from trainer.checkpointing.checkpoint import CheckpointError
 from trainer.launch.preemption import Preempted
@@ -166,9 +167,12 @@ def _misuses(path):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    tmp = str(tmp_path_factory.mktemp("fsdp_ckpt"))
-    results = run_ranks(_two_ranks, world_size=2, args=(tmp,), init_group=False, timeout=150)
-    return tmp, results
+    """(the run's directory, each rank's results); the tests only read the directory."""
+    def launch():
+        tmp = str(tmp_path_factory.mktemp("fsdp_ckpt"))
+        return tmp, run_ranks(_two_ranks, world_size=2, args=(tmp,), init_group=False, timeout=150)
+
+    return once_per_session(tmp_path_factory, "tests/checkpointing/test_fsdp_checkpoint.py::run", launch)
 
 
 @pytest.mark.distributed

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from tests.helpers.distributed import REPO_ROOT, run_ranks
 from tests.helpers.models import QUIET
+from tests.helpers.session_cache import once_per_session
 from trainer import Trainer, TrainModule, seed_everything
 from trainer.data.dali import DALILoader
 
@@ -250,15 +251,18 @@ def _two_ranks(rank: int, world_size: int, even: str, odd: str, ckpt: str) -> di
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dali")
-    write_samples(root / "even", 16)
-    write_samples(root / "odd", 17)
-    return run_ranks(
-        _two_ranks,
-        init_group=False,
-        args=(str(root / "even"), str(root / "odd"), str(root)),
-        timeout=110,
-    )
+    def launch():
+        root = tmp_path_factory.mktemp("dali")
+        write_samples(root / "even", 16)
+        write_samples(root / "odd", 17)
+        return run_ranks(
+            _two_ranks,
+            init_group=False,
+            args=(str(root / "even"), str(root / "odd"), str(root)),
+            timeout=110,
+        )
+
+    return once_per_session(tmp_path_factory, "tests/data/test_dali.py::two_ranks", launch)
 
 
 @pytest.mark.distributed

@@ -1,5 +1,8 @@
 """Run one fault case of ``fault_script.py`` under one launcher and describe how it ended.
 
+``run_case`` launches it as a user does; ``run_forked`` runs it on two ranks forked by
+``run_ranks``, for the failures that happen inside the Trainer.
+
 The run starts in its own session (so its own process group) with a marker in its environment
 that every process it starts inherits. A process of the run is one in that process group or
 carrying the marker: torchrun starts its workers in sessions of their own, and a worker whose
@@ -189,6 +192,55 @@ def run_case(case: str, launcher: str, tmp_path: Path) -> Outcome:
     )
 
 
+def _forked_rank(rank: int, world_size: int, case: str, root: str, log_dir: str) -> None:
+    """One rank of a ``forked`` case: the script's ``main`` in a rank that ``run_ranks`` forked,
+    its output to ``log_dir/rank<N>.txt`` (a forked rank shares the fork server's stderr)."""
+    from tests.faults import fault_script
+
+    log = os.open(os.path.join(log_dir, f"rank{rank}.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    fault_script.main([case, "forked", root])
+
+
+def run_forked(case: str, tmp_path: Path) -> Outcome:
+    """Run ``case`` on two ranks forked by ``run_ranks`` (the torchrun variables, no launcher).
+
+    For the cases whose failure happens inside the Trainer: with no launcher to stop them, every
+    rank must end by itself within `END_AFTER_FAULT_S` of the fault. Its output is what each
+    rank raised (with the notes the Trainer adds) and printed; the blamed rank is the one the
+    other ranks' errors name."""
+    from tests.helpers.distributed import run_ranks
+
+    root = tmp_path / "run"
+    root.mkdir()
+    started = time.time()
+    try:
+        run_ranks(_forked_rank, 2, args=(case, str(root), str(tmp_path)), init_group=False,
+                  timeout=REACH_FAULT_S, failure_grace=END_AFTER_FAULT_S)
+        returncode: int | None = 0
+        report = ""
+    except AssertionError as err:
+        report = str(err)
+        # run_ranks kills what is left once the grace is over, and says so.
+        returncode = None if "timeout=" in report or "still running after another rank failed" in report else 1
+    end = time.time()
+    logs = "".join(f"--- rank {r} printed ---\n{(tmp_path / f'rank{r}.txt').read_text(errors='replace')}"
+                   for r in range(2) if (tmp_path / f"rank{r}.txt").exists())
+    fault = _fault_time(root)
+    return Outcome(
+        case=case,
+        launcher="forked",
+        returncode=returncode,
+        fault_injected=fault is not None,
+        output=report + "\n" + logs,
+        fault_to_end_s=None if fault is None or returncode is None else round(end - fault, 1),
+        total_s=round(end - started, 1),
+        leftovers=[],  # run_ranks kills each rank's process group
+        checkpoints=_checkpoints(root),
+    )
+
+
 def record(outcome: Outcome, problems: list[str]) -> None:
     """Append the run's row for report.py (when ``$LOCKSTEP_FAULT_REPORT`` names a file)."""
     path = os.environ.get(REPORT_VAR)
@@ -203,13 +255,16 @@ def record(outcome: Outcome, problems: list[str]) -> None:
 
 
 # How each launcher names the worker it blames: our ElasticLauncher's summary line (not the
-# workers' own "[rankN]: [lockstep] rank N failed at ..." lines), torchrun's "Root Cause" block. Under ddp_spawn torch.multiprocessing shows one process's traceback ("Process
+# workers' own "[rankN]: [lockstep] rank N failed at ..." lines), torchrun's "Root Cause" block.
+# Forked ranks have no launcher: the survivors' errors name the rank. Under ddp_spawn torch.multiprocessing shows one process's traceback ("Process
 # N terminated with the following error"), whichever it noticed first; the error at its end is what
 # the user reads, so a `RankFailedError` there ("Rank 1 failed: ...") names the rank.
 _BLAME = {
     "python": re.compile(r"(?m)^\[lockstep\] worker rank (\d+) failed"),
     "torchrun": re.compile(r"Root Cause \(first observed failure\):.*?\brank\s*:\s*(\d+)", re.S),
     "spawn": re.compile(r"\b[Pp]rocess (\d+) terminated"),
+    # No launcher: the rank the other ranks' own errors name as the one that failed.
+    "forked": re.compile(r"(?:RankFailedError: Rank|Error: On rank) (\d+)\b"),
 }
 _RANK_FAILED = re.compile(r"RankFailedError: Rank (\d+) failed")
 

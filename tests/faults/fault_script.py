@@ -163,15 +163,15 @@ class RaisingDataset(Dataset):
         return self.data[i]
 
 
-def main() -> None:
-    case, launcher, root = sys.argv[1], sys.argv[2], sys.argv[3]
+def main(argv: list[str] | None = None) -> None:
+    case, launcher, root = (sys.argv[1:] if argv is None else argv)[:3]
     torch.set_num_threads(1)
     kwargs: dict[str, Any] = {}
     if launcher == "python":
         kwargs.update(devices=2, strategy="ddp")
     elif launcher == "spawn":
         kwargs.update(devices=2, strategy="ddp_spawn")
-    elif launcher != "torchrun":
+    elif launcher not in ("torchrun", "forked"):  # forked: adopt the ranks' variables, as under torchrun
         raise SystemExit(f"unknown launcher {launcher!r}")
     if case == "lying_len":
         train = DataLoader(_data(64), batch_sampler=LyingBatchSampler(root))

@@ -50,6 +50,10 @@ def test_a_process_that_left_the_run_group_is_still_found_by_its_marker():
          "RankFailedError: Rank 1 failed at epoch 0: RuntimeError: x", 1),
         ("spawn", "ProcessExitedException: process 1 terminated with signal SIGKILL", 1),
         ("python", "no headline at all", None),
+        # Forked ranks: what the survivor's own error says.
+        ("forked", "RuntimeError: fault injected\n--- rank 0 ---\ntrainer.launch.failure_notes.RankFailedError: "
+         "Rank 1 failed at epoch 1, global step 11", 1),
+        ("forked", "trainer.contracts.errors.NonFiniteLossError: On rank 1: The training loss is nan", 1),
     ],
 )
 def test_the_blamed_rank_is_read_from_what_the_launcher_reports(launcher, output, rank):

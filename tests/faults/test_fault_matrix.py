@@ -2,14 +2,17 @@
 
 Every case runs ``fault_script.py`` (two CPU ranks, gloo on 127.0.0.1) as a user launches it:
 ``python`` (``Trainer(devices=2)``, re-launched under torch's elastic agent), ``torchrun
---nproc-per-node 2``, or ``spawn`` (``strategy="ddp_spawn"``). Rank 1 injects the fault at
+--nproc-per-node 2``, or ``spawn`` (``strategy="ddp_spawn"``); or, for the failures that happen
+inside the Trainer, ``forked``: two ranks forked by the suite's ``run_ranks`` with torchrun's
+variables and no launcher at all. Rank 1 injects the fault at
 global step 11 (epoch 1, batch index 3), after the good step checkpoint of step 10. Each case
 asserts that
 
 - the run ends within `fault_harness.END_AFTER_FAULT_S` seconds of the fault (torch's default is 30 min),
-- the launcher's exit code is non-zero (75, the documented pre-emption code, for SIGTERM),
-- the output names the failing rank (as the launcher's blamed rank), the cause, the global
-  step and the batch index,
+- the launcher's exit code is non-zero (75, the documented pre-emption code, for SIGTERM);
+  ``forked``: every rank raised, and ended by itself,
+- the output names the failing rank (as the launcher's blamed rank; ``forked``: as the rank the
+  other rank's error names), the cause, the global step and the batch index,
 - no process of the run is left (process group and an inherited environment marker; see
   fault_harness.py), and
 - every checkpoint left behind loads with `trainer.checkpointing.checkpoint.load_checkpoint` with finite
@@ -27,10 +30,13 @@ Which cases run under which launcher (the full product would not fit 5 minutes o
   launcher owns the signal. torchrun's agent is torch's code: it turns SIGTERM into its own
   ``SignalException`` and exits 1 whatever the workers did; what its workers do with SIGTERM is
   ``sigterm`` under torchrun.
-- *python only*: ``raise_val``, ``raise_callback``, ``on_exception_save``, ``lying_len``,
+- *forked only*: ``raise_val``, ``raise_callback``, ``on_exception_save``, ``lying_len``,
   ``loader_worker_raises`` and ``nan_loss``. What they test happens inside the worker's
   Trainer, whose code is the same whoever launched it; how a launcher reports a worker's Python
-  error is already covered by ``raise_train``/``raise_setup`` under each launcher.
+  error is already covered by ``raise_train``/``raise_setup`` under each launcher. With no
+  launcher to stop it, the surviving rank must end by itself, naming rank 1. (They ran under
+  ``python`` before: about 17 CPU-seconds a case for three fresh interpreters, against two
+  forks.)
 
 What cannot be asserted, by construction:
 
@@ -51,11 +57,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.fault_harness import Outcome, blamed_rank, record, run_case
+from tests.faults.fault_harness import Outcome, blamed_rank, record, run_case, run_forked
 
 pytestmark = [pytest.mark.faults, pytest.mark.distributed, pytest.mark.timeout(300)]
 
 ALL = ("python", "torchrun", "spawn")
+FORKED = ("forked",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +82,9 @@ CASES = {
     "raise_setup": Case(ALL, r"RuntimeError: fault injected in setup", ckpt_step=None),
     "raise_train": Case(ALL, r"RuntimeError: fault injected in training_step", 11, 3),
     # Validation runs every 4 training batches: the first after the fault step is at step 12.
-    "raise_val": Case(("python",), r"RuntimeError: fault injected in validation_step", 12, 1, ckpt_step=12),
-    "raise_callback": Case(("python",), r"RuntimeError: fault injected in on_train_batch_start", 11, 3),
-    "on_exception_save": Case(("python",), r"RuntimeError: fault injected in training_step", 11, 3),
+    "raise_val": Case(FORKED, r"RuntimeError: fault injected in validation_step", 12, 1, ckpt_step=12),
+    "raise_callback": Case(FORKED, r"RuntimeError: fault injected in on_train_batch_start", 11, 3),
+    "on_exception_save": Case(FORKED, r"RuntimeError: fault injected in training_step", 11, 3),
     "sigkill_worker": Case(ALL, r"SIGKILL|exit ?code:? -9|signal 9"),
     "sigkill_launcher": Case(ALL, None, rank=None, ckpt_step=-1, exit_code=-9),
     # Rank 1's SIGTERM at step 11 is agreed at the next step boundary: saved at step 13.
@@ -86,12 +93,12 @@ CASES = {
     "sigterm_launcher": Case(("python", "spawn"), _PREEMPTED, rank=None, ckpt_step=-1, exit_code=75),
     # Rank 1's loader stops after batch 2 of epoch 1; the loop learns it when it fetches batch 3,
     # one batch ahead, before batch 2 trains: at global step 10.
-    "lying_len": Case(("python",), r"fewer batches than len\(\)", 10, 3),
+    "lying_len": Case(FORKED, r"fewer batches than len\(\)", 10, 3),
     # Loading batch 3 of epoch 0 fails after step 2 (the loop fetches one batch ahead).
     "loader_worker_raises": Case(
-        ("python",), r"RuntimeError: fault injected in a DataLoader worker", 2, 3, ckpt_step=2
+        FORKED, r"RuntimeError: fault injected in a DataLoader worker", 2, 3, ckpt_step=2
     ),
-    "nan_loss": Case(("python",), r"NonFiniteLossError", 11, 3),
+    "nan_loss": Case(FORKED, r"NonFiniteLossError", 11, 3),
 }
 
 # Cases that do not pass yet, with what is wrong (defects this suite found; "awaiting fix for item
@@ -129,7 +136,7 @@ def problems_of(case: Case, out: Outcome) -> list[str]:
     if out.leftovers:
         found.append(f"{len(out.leftovers)} process(es) of the run left after it ended (then killed)")
     if case.rank is not None and blamed_rank(text, out.launcher) != case.rank:
-        found.append(f"the launcher blames rank {blamed_rank(text, out.launcher)}, not rank {case.rank}")
+        found.append(f"the rank named as the failure is {blamed_rank(text, out.launcher)}, not rank {case.rank}")
     if case.cause is not None and not re.search(case.cause, text):
         found.append(f"the cause ({case.cause!r}) is not in the output")
     if case.step is not None and not re.search(rf"\bstep\W{{0,3}}{case.step}\b", text):
@@ -162,7 +169,7 @@ def _checkpoint_problems(case: Case, ckpts: dict) -> list[str]:
 @pytest.mark.parametrize("name, launcher", list(_params()))
 def test_fault(name: str, launcher: str, tmp_path: Path) -> None:
     case = CASES[name]
-    out = run_case(name, launcher, tmp_path)
+    out = run_forked(name, tmp_path) if launcher == "forked" else run_case(name, launcher, tmp_path)
     problems = problems_of(case, out)
     record(out, problems)
     timing = f"{out.fault_to_end_s}s after the fault, {out.total_s}s in all"

@@ -412,13 +412,15 @@ def run_script(
     return subprocess.CompletedProcess(commands[0], code, stdout, stderr)
 
 
-def save_rank_result(value: Any, rank: int | None = None) -> None:
-    """For scripts under test: save ``value`` as ``rank{R}.pt`` into ``$LOCKSTEP_TEST_OUT``."""
+def save_rank_result(value: Any, rank: int | None = None, subdir: str = "") -> None:
+    """For scripts under test: save ``value`` as ``rank{R}.pt`` into ``$LOCKSTEP_TEST_OUT``
+    (or its ``subdir``, made if missing)."""
     out_dir = os.environ.get(OUT_ENV_VAR)
     if not out_dir:
         raise RuntimeError(f"save_rank_result: set {OUT_ENV_VAR} to the directory for results.")
     rank = int(os.environ.get("RANK", "0")) if rank is None else rank
-    path = Path(out_dir) / f"rank{rank}.pt"
+    path = Path(out_dir) / subdir / f"rank{rank}.pt"
+    path.parent.mkdir(exist_ok=True)
     torch.save(value, str(path) + ".tmp")
     os.replace(str(path) + ".tmp", path)
 

@@ -3,8 +3,9 @@ subnet (tests/multinode/cluster.py), gloo over the veth links. One cluster for t
 after it.
 
 - three nodes launched by Lockstep's own launcher (`python script.py` with `Trainer(num_nodes=3)`,
-  `MASTER_ADDR`/`NODE_RANK` per node), DDP and FSDP: every rank ends with the parameters of one
-  process with the global batch 3 x 4 (the last window of each epoch shorter);
+  `MASTER_ADDR`/`NODE_RANK` per node), DDP and then FSDP in the same launch: every rank ends
+  with the parameters of one process with the global batch 3 x 4 (the last window of each epoch
+  shorter);
 
 The faults run one torchrun agent and worker on each of nodes 0 and 1, torch's dynamic (c10d)
 rendezvous on node 0:
@@ -134,23 +135,25 @@ def one_process_reference():
     return one_process_regression(12)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_three_nodes_launched_by_lockstep_equal_one_process(cluster, tmp_path, one_process_reference, strategy):
+def test_three_nodes_launched_by_lockstep_equal_one_process(cluster, tmp_path, one_process_reference):
+    """One launch fits with DDP, then with FSDP (a fresh model each): the second group of the
+    same workers rendezvouses through the same store."""
     port = next(_PORTS)
     procs = []
     for node in range(3):
         env = script_env({"LOCKSTEP_TEST_OUT": str(tmp_path), "MASTER_ADDR": cluster.addresses[0],
                           "MASTER_PORT": str(port), "NODE_RANK": str(node)})
-        command = [sys.executable, FIT_SCRIPT, "--devices", "1", "--num-nodes", "3", "--strategy", strategy]
+        command = [sys.executable, FIT_SCRIPT, "--devices", "1", "--num-nodes", "3", "--strategy", "ddp,fsdp"]
         procs.append(cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = _finish(procs)
     assert all(code == 0 for code, _ in results), "\n".join(err[-2000:] for _, err in results)
-    ranks = read_rank_results(tmp_path)
-    assert [(r["global_rank"], r["node_rank"], r["world_size"]) for r in ranks] == [(0, 0, 3), (1, 1, 3), (2, 2, 3)]
-    for r in ranks:
-        assert r["global_step"] == one_process_reference["global_step"] == 6  # 32 samples: 3 steps an epoch
-        for a, b in zip(r["params"], one_process_reference["params"]):
-            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for strategy in ("ddp", "fsdp"):
+        ranks = read_rank_results(tmp_path / strategy)
+        assert [(r["global_rank"], r["node_rank"], r["world_size"]) for r in ranks] == [(0, 0, 3), (1, 1, 3), (2, 2, 3)]
+        for r in ranks:
+            assert r["global_step"] == one_process_reference["global_step"] == 6  # 32 samples: 3 steps an epoch
+            for a, b in zip(r["params"], one_process_reference["params"]):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=lambda m: f"{strategy}: {m}")
 
 
 def test_a_lost_node_is_named_under_lockstep_s_own_launcher(cluster, tmp_path):

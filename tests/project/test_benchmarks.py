@@ -117,9 +117,19 @@ SHARDED = Workload(hidden=63, depth=2, batch_size=4, accumulate=2, samples=32, e
 
 def _ddp_then_fsdp(rank: int, world: int, out: str) -> None:
     argv = [*SHARDED.to_argv(), "--device", "cpu"]
-    ddp_ga.train([*argv, "--out", os.path.join(out, "ddp")])
-    fsdp.train([*argv, "--out", os.path.join(out, "fsdp")])
-    lockstep_bench.main([*argv, "--strategy", "fsdp", "--out", os.path.join(out, "lockstep_fsdp")])
+    runs = [
+        (ddp_ga.train, [*argv, "--out", os.path.join(out, "ddp")]),
+        (fsdp.train, [*argv, "--out", os.path.join(out, "fsdp")]),
+        (lockstep_bench.main, [*argv, "--strategy", "fsdp", "--out", os.path.join(out, "lockstep_fsdp")]),
+    ]
+    # Each run is written as a whole program: it makes its process group and destroys it. A rank
+    # that starts the next run first would join rank 0's old store, which rank 0 then closes
+    # ("Broken pipe"), so each run gets a rendezvous port of its own (a taken one makes
+    # run_ranks retry on new ports).
+    base = int(os.environ["MASTER_PORT"])
+    for offset, (train, run_argv) in enumerate(runs):
+        os.environ["MASTER_PORT"] = str(base + offset)
+        train(run_argv)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from tests.helpers.distributed import REPO_ROOT, run_script
+from tests.helpers.session_cache import once_per_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SCRIPT = str(REPO_ROOT / "examples" / "digits.py")
@@ -24,9 +25,12 @@ def _run(tmp_path, *args, devices="1"):
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("digits1")
-    result, _ = _run(tmp_path)
-    return tmp_path, result
+    def run():
+        tmp_path = tmp_path_factory.mktemp("digits1")
+        result, _ = _run(tmp_path)
+        return tmp_path, result
+
+    return once_per_session(tmp_path_factory, "tests/project/test_examples.py::one_process", run)
 
 
 def test_digits_one_process(one_process):

@@ -9,7 +9,9 @@ Markers on stdout let the test count which processes ran which part of the scrip
 - ``END pid=<pid> rank=<$RANK>``: the last line of the script.
 
 Options: ``--devices N``, ``--num-nodes N``, ``--strategy NAME`` (Trainer arguments; default:
-adopt the launcher; under ``fsdp`` the saved parameters are the gathered whole ones),
+adopt the launcher; under ``fsdp`` the saved parameters are the gathered whole ones; ``ddp,fsdp``
+fits once per strategy in the same launch, each from a fresh model, and saves each strategy's
+results under ``$LOCKSTEP_TEST_OUT/<strategy>/``),
 ``--fail-rank R --fail-step S`` (``training_step`` raises ``RuntimeError("boom on rank R")`` on
 global rank R at global step S; with ``--stall-others`` every other rank then stalls for 10
 minutes, a stand-in for a collective that never learns of the dead peer, as NCCL waits for its
@@ -83,10 +85,17 @@ def main() -> None:
     args = parser.parse_args()
 
     _say(f"START pid={os.getpid()} rank={os.environ.get('RANK')}")
+    strategies = args.strategy.split(",")
+    for strategy in strategies:
+        _fit(args, strategy, subdir=strategy if len(strategies) > 1 else "")
+    _say(f"END pid={os.getpid()} rank={os.environ.get('RANK')}")
+
+
+def _fit(args: argparse.Namespace, strategy: str, subdir: str) -> None:
     devices = args.devices if args.devices == "auto" else int(args.devices)
     options = {**QUIET, "enable_checkpointing": args.checkpointing, "default_root_dir": OUT}
     trainer = Trainer(accelerator="cpu",
-        max_epochs=2, devices=devices, num_nodes=args.num_nodes, strategy=args.strategy, **options
+        max_epochs=2, devices=devices, num_nodes=args.num_nodes, strategy=strategy, **options
     )
     model = Model(args.fail_rank, args.fail_step, args.stall_others)
     trainer.fit(model, loader(regression_data(32), 4))
@@ -108,8 +117,8 @@ def main() -> None:
             "best_model_path": trainer.checkpoint_callback.best_model_path if args.checkpointing else None,
         },
         rank=trainer.global_rank,
+        subdir=subdir,
     )
-    _say(f"END pid={os.getpid()} rank={os.environ.get('RANK')}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import torch
 from callbacks import Callback
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, regression_data
+from tests.helpers.session_cache import once_per_session
 from trainer import FSDPStrategy, Trainer, seed_everything
 from trainer import GlobalBatchChangedError
 
@@ -105,14 +106,21 @@ def _fsdp_resumed(rank: int, world_size: int, tmp: str) -> Any:
 @pytest.fixture(scope="module")
 def two(tmp_path_factory):
     """W=2 (b=4, A=2): the uninterrupted runs (SGD, AdamW, FSDP) and the checkpoints of the stopped ones."""
-    tmp = str(tmp_path_factory.mktemp("any_world_size"))
-    return tmp, run_ranks(_two_ranks, world_size=2, args=(tmp,), init_group=False, timeout=280)
+    def launch():
+        tmp = str(tmp_path_factory.mktemp("any_world_size"))
+        return tmp, run_ranks(_two_ranks, world_size=2, args=(tmp,), init_group=False, timeout=280)
+
+    # The tests only read the directory (they resume from its checkpoints).
+    return once_per_session(tmp_path_factory, "tests/strategies/test_any_world_size.py::two", launch)
 
 
 @pytest.fixture(scope="module")
-def four(two):
+def four(two, tmp_path_factory):
     tmp, _ = two
-    return run_ranks(_four_ranks, world_size=4, args=(tmp,), init_group=False, timeout=280)
+    return once_per_session(
+        tmp_path_factory, "tests/strategies/test_any_world_size.py::four",
+        lambda: run_ranks(_four_ranks, world_size=4, args=(tmp,), init_group=False, timeout=280),
+    )
 
 
 @pytest.mark.parametrize("optimizer", OPTIMIZERS)

@@ -12,6 +12,7 @@ from torch import nn
 from callbacks import Callback
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
+from tests.helpers.session_cache import once_per_session
 from tests.strategies import fsdp_models as fm
 from trainer import FSDPStrategy, Trainer
 
@@ -130,8 +131,11 @@ def test_hybrid_sharding_on_a_two_by_two_mesh_equals_one_process():
 
 
 @pytest.fixture(scope="module")
-def fsdp_runs() -> list[dict[str, Any]]:
-    return run_ranks(_scenarios, world_size=2, init_group=False, timeout=240)
+def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return once_per_session(
+        tmp_path_factory, "tests/strategies/test_fsdp_training.py::fsdp_runs",
+        lambda: run_ranks(_scenarios, world_size=2, init_group=False, timeout=240),
+    )
 
 
 def _reference(module: Any, data: Any = None, accumulate: int = 1, **kwargs: Any) -> list[torch.Tensor]:

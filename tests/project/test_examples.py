@@ -1,4 +1,8 @@
-"""The digits example: >= 95% validation accuracy, in one process and in two with accumulation."""
+"""The digits example: >= 95% validation accuracy, in one process and in two with accumulation.
+
+Both run 4 epochs, not the example's 12: measured 98.3% for two processes with A=2 (global batch
+128, 12 optimizer steps an epoch) and 98.1% for one process after 3, so the bound keeps a margin
+while the training costs a third."""
 from __future__ import annotations
 
 import json
@@ -10,12 +14,14 @@ from tests.helpers.session_cache import once_per_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SCRIPT = str(REPO_ROOT / "examples" / "digits.py")
+EPOCHS = 4
 
 
 def _run(tmp_path, *args, devices="1"):
     out = tmp_path / "result.json"
     proc = run_script(
-        [SCRIPT, "--accelerator", "cpu", "--devices", devices, "--root", str(tmp_path / "run"), "--result-json", str(out), *args],
+        [SCRIPT, "--accelerator", "cpu", "--devices", devices, "--max-epochs", str(EPOCHS), "--root", str(tmp_path / "run"),
+         "--result-json", str(out), *args],
         launcher="python",
         timeout=240,
     )

@@ -38,7 +38,7 @@ def session_dir(factory: pytest.TempPathFactory) -> Path:
     """The directory every process of this test session shares (the main process's basetemp)."""
     base = factory.getbasetemp()
     # An xdist worker's basetemp is ``<main basetemp>/popen-gwN``.
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = base.parent if base.name.startswith("popen-gw") else base
     path = root / "session-cache"
     path.mkdir(exist_ok=True)
     return path
@@ -86,13 +86,14 @@ def shared_service(
 
 
 def _gone(pgid: int) -> bool:
+    """Whether the server's main process has ended (a zombie has: nobody may reap it here)."""
     with contextlib.suppress(ChildProcessError):  # without xdist the server is this process's child
         os.waitpid(pgid, os.WNOHANG)
     try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pgid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
         return True
-    return False
 
 
 def stop_shared_services(config: pytest.Config) -> None:
@@ -101,8 +102,8 @@ def stop_shared_services(config: pytest.Config) -> None:
     # pytest's own factory (xdist reads it too, to give each worker its basetemp): the only way to
     # the basetemp outside a fixture.
     factory = getattr(config, "_tmp_path_factory", None)
-    if factory is None or os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # a worker: the main process stops them once every worker is done
+    if factory is None or hasattr(config, "workerinput"):
+        return  # an xdist worker: the main process stops them once every worker is done
     try:
         root = session_dir(factory)
     except OSError:

@@ -1,6 +1,7 @@
 """Real launches of a small training script (tests/scripts/ddp_fit.py), the ways users launch:
 torchrun (one node, and two simulated nodes on 127.0.0.1), `python script.py` with
-`Trainer(devices=2)` (and with `num_nodes=2` on two simulated nodes), and `strategy="ddp_spawn"`;
+`Trainer(devices=2)`, and `strategy="ddp_spawn"` (`python script.py` with `num_nodes=3` on each of
+three nodes is tests/multinode, on real network namespaces);
 plus a failing worker, and the launch errors (contradicting arguments, `python -c`, a module
 defined in an interactive session).
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.distributed import free_port, read_rank_results, run_ranks, run_script
+from tests.helpers.distributed import read_rank_results, run_ranks, run_script
 from tests.helpers.models import QUIET, assert_params_close, one_process_regression
 
 SCRIPT = str(Path(__file__).parents[1] / "scripts" / "ddp_fit.py")
@@ -118,32 +119,6 @@ def test_two_nodes_prepare_data_once_per_node_rank_zero_once(tmp_path, reference
     assert [(r["node_rank"], r["local_rank"], r["num_nodes"]) for r in results] == [(0, 0, 2), (1, 0, 2)]
     assert sorted(_lines(tmp_path / "prepare_data.txt")) == TWO_NODES_PREPARED
     assert len(_lines(tmp_path / "rank_zero_only.txt")) == 1
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(150)
-def test_two_nodes_with_plain_python_and_num_nodes(tmp_path, reference):
-    """`python script.py` on each node with Trainer(num_nodes=2) and MASTER_ADDR/MASTER_PORT/NODE_RANK:
-    the two launching processes' agents must find each other."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), OUT: str(tmp_path)}
-    args = [SCRIPT, "--devices", "1", "--num-nodes", "2"]
-    with ThreadPoolExecutor(2) as pool:
-        nodes = [
-            pool.submit(
-                run_script, args, launcher="python", env={**rendezvous, "NODE_RANK": str(n)},
-                cwd=REPO, timeout=120,
-            )
-            for n in (0, 1)
-        ]
-        procs = [node.result() for node in nodes]
-    for proc in procs:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    results = read_rank_results(tmp_path)
-    _check_ranks_equal_reference(results, reference)
-    assert [(r["node_rank"], r["local_rank"], r["num_nodes"]) for r in results] == [(0, 0, 2), (1, 0, 2)]
-    assert sorted(_lines(tmp_path / "prepare_data.txt")) == TWO_NODES_PREPARED
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import torch
 from callbacks import Callback
 from tests.helpers.distributed import REPO_ROOT, read_rank_results, run_ranks, run_script
 from tests.helpers.models import QUIET, Regression, loader, regression_data
-from tests.helpers.session_cache import once_per_session
+from tests.helpers.references import fault_run_straight
 from trainer import DDPStrategy, Trainer, seed_everything
 from trainer.launch.preemption import (
     PREEMPTION_EXIT_CODE,
@@ -37,13 +37,7 @@ def _same(a, b):
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
-    def launch():
-        tmp = tmp_path_factory.mktemp("straight")
-        proc, out = _launch(tmp, "out", "--mode", "straight")
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return read_rank_results(out)
-
-    return once_per_session(tmp_path_factory, "tests/launch/test_fault_tolerance.py::straight", launch)
+    return fault_run_straight(tmp_path_factory)
 
 
 @pytest.mark.distributed

@@ -3,9 +3,9 @@ subnet (tests/multinode/cluster.py), gloo over the veth links. One cluster for t
 after it.
 
 - three nodes launched by Lockstep's own launcher (`python script.py` with `Trainer(num_nodes=3)`,
-  `MASTER_ADDR`/`NODE_RANK` per node), DDP and then FSDP in the same launch: every rank ends
-  with the parameters of one process with the global batch 3 x 4 (the last window of each epoch
-  shorter);
+  `MASTER_ADDR`/`NODE_RANK` per node), DDP and then FSDP in the same launch: the agents find
+  each other, `prepare_data` runs once per node, and every rank ends with the parameters of one
+  process with the global batch 3 x 4 (the last window of each epoch shorter);
 
 The faults run one torchrun agent and worker on each of nodes 0 and 1, torch's dynamic (c10d)
 rendezvous on node 0:
@@ -27,6 +27,7 @@ import torch
 
 from tests.helpers.distributed import REPO_ROOT, read_rank_results, script_env
 from tests.helpers.models import one_process_regression
+from tests.helpers.references import fault_run_straight
 from tests.multinode.cluster import Cluster, unavailable
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
@@ -88,11 +89,9 @@ def _wait_for(path, timeout=RUN_TIMEOUT_S):
 
 
 @pytest.fixture(scope="module")
-def straight(cluster, tmp_path_factory):
-    procs, out = _start(cluster, tmp_path_factory.mktemp("straight"), "out", "--mode", "straight")
-    results = _finish(procs)
-    assert all(code == 0 for code, _ in results), results[0][1][-3000:] + results[1][1][-3000:]
-    return read_rank_results(out)
+def straight(tmp_path_factory):
+    """The uninterrupted run at world size 2 (on one node: the same numbers as on two)."""
+    return fault_run_straight(tmp_path_factory)
 
 
 def test_a_worker_killed_on_node_1_restarts_both_nodes_from_the_same_checkpoint(cluster, tmp_path, straight):
@@ -147,6 +146,9 @@ def test_three_nodes_launched_by_lockstep_equal_one_process(cluster, tmp_path, o
         procs.append(cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = _finish(procs)
     assert all(code == 0 for code, _ in results), "\n".join(err[-2000:] for _, err in results)
+    # prepare_data once per node (its local rank 0) and fit
+    prepared = (tmp_path / "prepare_data.txt").read_text().splitlines()
+    assert sorted(prepared) == sorted([f"node={n} local=0 global={n}" for n in range(3)] * 2)
     for strategy in ("ddp", "fsdp"):
         ranks = read_rank_results(tmp_path / strategy)
         assert [(r["global_rank"], r["node_rank"], r["world_size"]) for r in ranks] == [(0, 0, 3), (1, 1, 3), (2, 2, 3)]

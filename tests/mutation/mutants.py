@@ -198,4 +198,10 @@ MUTANTS: tuple[Mutant, ...] = (
        'return sorted(notes, key=lambda n: (-n["time"], n["rank"]))',
        ("tests/launch/test_launch_lifecycle.py::test_the_peer_named_is_the_one_that_failed_first",
         "tests/launch/test_fault_tolerance.py"), "the rank that failed last is named as the cause"),
+    _m("survivor_names_no_peer", "failure_naming", "trainer/launch/failure_notes.py",
+       "    own = not is_collective_failure(exc)\n",
+       "    return None\n",
+       ("tests/faults/test_fault_matrix.py::test_fault[raise_callback-forked]",
+        "tests/faults/test_fault_matrix.py::test_fault[nan_loss-forked]"),
+       "a rank whose collective broke raises its own gloo error instead of naming the failed peer"),
 )

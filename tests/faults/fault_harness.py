@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from tests.helpers.distributed import REPO_ROOT, free_port
+from tests.faults import fault_script
+from tests.helpers.distributed import REPO_ROOT, free_port, run_ranks
 from trainer.checkpointing.checkpoint import load_checkpoint
 
 SCRIPT = Path(__file__).resolve().parent / "fault_script.py"
@@ -195,8 +196,6 @@ def run_case(case: str, launcher: str, tmp_path: Path) -> Outcome:
 def _forked_rank(rank: int, world_size: int, case: str, root: str, log_dir: str) -> None:
     """One rank of a ``forked`` case: the script's ``main`` in a rank that ``run_ranks`` forked,
     its output to ``log_dir/rank<N>.txt`` (a forked rank shares the fork server's stderr)."""
-    from tests.faults import fault_script
-
     log = os.open(os.path.join(log_dir, f"rank{rank}.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -210,8 +209,6 @@ def run_forked(case: str, tmp_path: Path) -> Outcome:
     rank must end by itself within `END_AFTER_FAULT_S` of the fault. Its output is what each
     rank raised (with the notes the Trainer adds) and printed; the blamed rank is the one the
     other ranks' errors name."""
-    from tests.helpers.distributed import run_ranks
-
     root = tmp_path / "run"
     root.mkdir()
     started = time.time()
@@ -255,15 +252,14 @@ def record(outcome: Outcome, problems: list[str]) -> None:
 
 
 # How each launcher names the worker it blames: our ElasticLauncher's summary line (not the
-# workers' own "[rankN]: [lockstep] rank N failed at ..." lines), torchrun's "Root Cause" block.
-# Forked ranks have no launcher: the survivors' errors name the rank. Under ddp_spawn torch.multiprocessing shows one process's traceback ("Process
+# workers' own "[rankN]: [lockstep] rank N failed at ..." lines), torchrun's "Root Cause" block. Under ddp_spawn torch.multiprocessing shows one process's traceback ("Process
 # N terminated with the following error"), whichever it noticed first; the error at its end is what
-# the user reads, so a `RankFailedError` there ("Rank 1 failed: ...") names the rank.
+# the user reads, so a `RankFailedError` there ("Rank 1 failed: ...") names the rank. Forked ranks
+# have no launcher: the survivors' own errors name the rank.
 _BLAME = {
     "python": re.compile(r"(?m)^\[lockstep\] worker rank (\d+) failed"),
     "torchrun": re.compile(r"Root Cause \(first observed failure\):.*?\brank\s*:\s*(\d+)", re.S),
     "spawn": re.compile(r"\b[Pp]rocess (\d+) terminated"),
-    # No launcher: the rank the other ranks' own errors name as the one that failed.
     "forked": re.compile(r"(?:RankFailedError: Rank|Error: On rank) (\d+)\b"),
 }
 _RANK_FAILED = re.compile(r"RankFailedError: Rank (\d+) failed")

@@ -34,12 +34,15 @@ _SERVICE_SUFFIX = ".service"
 _STOP_GRACE_S = 2.0
 
 
-def session_dir(factory: pytest.TempPathFactory) -> Path:
-    """The directory every process of this test session shares (the main process's basetemp)."""
+def _session_root(factory: pytest.TempPathFactory) -> Path:
     base = factory.getbasetemp()
     # An xdist worker's basetemp is ``<main basetemp>/popen-gwN``.
-    root = base.parent if base.name.startswith("popen-gw") else base
-    path = root / "session-cache"
+    return (base.parent if base.name.startswith("popen-gw") else base) / "session-cache"
+
+
+def session_dir(factory: pytest.TempPathFactory) -> Path:
+    """The directory every process of this test session shares (in the main process's basetemp)."""
+    path = _session_root(factory)
     path.mkdir(exist_ok=True)
     return path
 
@@ -104,11 +107,7 @@ def stop_shared_services(config: pytest.Config) -> None:
     factory = getattr(config, "_tmp_path_factory", None)
     if factory is None or hasattr(config, "workerinput"):
         return  # an xdist worker: the main process stops them once every worker is done
-    try:
-        root = session_dir(factory)
-    except OSError:
-        return
-    for path in root.glob("*" + _SERVICE_SUFFIX):
+    for path in _session_root(factory).glob("*" + _SERVICE_SUFFIX):  # none if no server was asked for
         pgid = int(path.read_text().split("\n", 1)[0])
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)

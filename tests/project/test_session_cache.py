@@ -1,5 +1,6 @@
 """tests/helpers/session_cache.py under ``pytest -n 2``: a module fixture's value is computed by
-one worker only, and a shared server is started once and stopped when the session ends."""
+one worker only, and a shared server is started once and stopped when the session ends; a value
+whose computation failed is not stored."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.distributed import REPO_ROOT
+from tests.helpers.session_cache import once_per_session
 
 pytest.importorskip("xdist", reason="needs pytest-xdist (the dev extra)")
 
@@ -92,3 +94,22 @@ def test_two_workers_compute_once_and_the_server_is_stopped_at_the_end(tmp_path:
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(pid), "the shared server outlived the session"
+
+
+def test_a_value_that_failed_is_not_stored_and_the_next_caller_computes_it(tmp_path_factory) -> None:
+    key = f"{__name__}::{os.getpid()}::failing"
+    calls = []
+
+    def failing():
+        calls.append("failing")
+        raise RuntimeError("the launch failed")
+
+    def working():
+        calls.append("working")
+        return [1, 2]
+
+    with pytest.raises(RuntimeError, match="the launch failed"):
+        once_per_session(tmp_path_factory, key, failing)
+    assert once_per_session(tmp_path_factory, key, working) == [1, 2]
+    assert once_per_session(tmp_path_factory, key, failing) == [1, 2]  # read, not computed again
+    assert calls == ["failing", "working"]

@@ -6,6 +6,7 @@ consolidation into one file. Real processes on CPU (gloo); one 2-rank run shared
 from __future__ import annotations
 
 import os
+import re
 import signal
 import warnings
 
@@ -498,3 +499,101 @@ def test_a_crafted_index_never_imports_the_module_it_names(tmp_path, monkeypatch
         Logged.load_from_checkpoint(path)
     assert not marker.exists()
     assert "lockstep_evil_index" not in __import__("sys").modules
+
+
+def _with_a_bytes_entry(src, dst, marker, key_prefix="state_dict."):
+    """A copy of the sharded checkpoint ``src`` whose index turns its first tensor entry under
+    ``key_prefix`` into a bytes entry holding a pickle that creates ``marker`` when unpickled,
+    with its manifest rewritten to match (the sizes and checksums prove nothing about intent)."""
+    import io
+    import json
+    import pickle
+    import shutil
+
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
+    from trainer.checkpointing.distributed_checkpoint import _sha256
+
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, ".metadata"), "rb") as f:
+        index = pickle.load(f)
+    key = next(k for k in index.state_dict_metadata if k.startswith(key_prefix))
+    if key_prefix == "state_dict.":  # meta.pt names it too, so the module's key check passes
+        meta = torch.load(dst / META_FILE, weights_only=True)
+        meta["state_dict"][key[len(key_prefix):]] = torch.empty(index.state_dict_metadata[key].size)
+        torch.save(meta, dst / META_FILE)
+    index.state_dict_metadata[key] = BytesStorageMetadata()
+    for entry in [i for i in index.storage_data if i.fqn == key]:
+        del index.storage_data[entry]
+    payload = io.BytesIO()
+    torch.save(_Exploit(marker), payload)
+    (dst / "__9_0.distcp").write_bytes(payload.getvalue())
+    index.storage_data[MetadataIndex(key)] = _StorageInfo("__9_0.distcp", 0, len(payload.getvalue()))
+    with open(os.path.join(dst, ".metadata"), "wb") as f:
+        pickle.dump(index, f)
+    files = {name: {"size": os.path.getsize(dst / name), "sha256": _sha256(str(dst / name))}
+             for name in sorted(os.listdir(dst)) if name != MANIFEST_FILE}
+    (dst / MANIFEST_FILE).write_text(json.dumps({"files": files}))
+    return key
+
+
+class _Evaluated(Logged):
+    test_step = Logged.validation_step
+
+    def predict_step(self, batch, batch_idx):
+        return self.net(batch[0])
+
+
+def _resume_from(rank, world_size, path):
+    torch.set_num_threads(1)
+    kw = {"max_steps": STOP_STEP + 2, "accumulate_grad_batches": 2, "accelerator": "cpu",
+          "allow_global_batch_change": True, **QUIET}
+    try:
+        Trainer(strategy=_strategy(), **kw).fit(Logged(), make_loader(), ckpt_path=path)
+    except CheckpointError as err:
+        return str(err)
+    return None
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("entry", ["state_dict.", "optimizer_states."])
+def test_a_bytes_entry_the_writer_never_writes_is_refused_and_not_executed(run, tmp_path, entry):
+    """torch's load planner reads a bytes entry with a full torch.load: a crafted index must not
+    get there through any entry point (a 2-rank FSDP resume, evaluation, loading, consolidation)."""
+    tmp, _ = run
+    path, marker = tmp_path / "bytes.ckpt", tmp_path / "pwned"
+    key = _with_a_bytes_entry(os.path.join(tmp, "mid.ckpt"), path, marker, entry)
+    refusal = rf"Refused to load sharded checkpoint '.*bytes.ckpt': its entry '{re.escape(key)}' is a bytes entry"
+    errors = run_ranks(_resume_from, world_size=2, args=(str(path),), init_group=False, timeout=150)
+    assert all(e is not None and re.search(refusal, e) for e in errors), errors
+    for call in (
+        lambda: _Evaluated.load_from_checkpoint(path),
+        lambda: consolidated(path),
+        lambda: consolidate_checkpoint(path, tmp_path / "out.ckpt"),
+        lambda: Trainer(accelerator="cpu", **QUIET).validate(_Evaluated(), make_loader(), ckpt_path=path),
+        lambda: Trainer(accelerator="cpu", **QUIET).test(_Evaluated(), make_loader(), ckpt_path=path),
+        lambda: Trainer(accelerator="cpu", **QUIET).predict(_Evaluated(), make_loader(), ckpt_path=path),
+        lambda: Trainer(accelerator="cpu", max_steps=1, **QUIET).fit(Logged(), make_loader(), ckpt_path=path),
+    ):
+        with pytest.raises(CheckpointError, match=refusal):
+            call()
+    assert not marker.exists()
+    assert not (tmp_path / "out.ckpt").exists()
+
+
+def test_a_bytes_entry_read_anyway_goes_through_the_allow_list(run, tmp_path):
+    """Below the index check: the load planner itself reads a bytes entry weights-only."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from trainer.checkpointing.distributed_checkpoint import _load_planner
+
+    tmp, _ = run
+    path, marker = tmp_path / "bytes.ckpt", tmp_path / "pwned"
+    key = _with_a_bytes_entry(os.path.join(tmp, "mid.ckpt"), path, marker)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+        warnings.simplefilter("ignore")
+        with pytest.raises(CheckpointException, match="(?s)Weights only load failed.*posix.system"):
+            dcp.load({key: None}, storage_reader=dcp.FileSystemReader(str(path)), planner=_load_planner(True), no_dist=True)
+    assert not marker.exists()

@@ -417,7 +417,8 @@ def _by_position(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _reader(path: str, weights_only: bool) -> Any:
-    """torch's reader of a sharded directory; with ``weights_only`` its index is unpickled safely."""
+    """torch's reader of a sharded directory; with ``weights_only`` its index is unpickled safely
+    and holds no bytes entry (`_refuse_bytes_entries`)."""
     import torch.distributed.checkpoint as dcp
 
     if not weights_only:
@@ -427,6 +428,7 @@ def _reader(path: str, weights_only: bool) -> Any:
         def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             with open(os.path.join(path, INDEX_FILE), "rb") as f:
                 metadata = _IndexUnpickler(f, path).load()
+            _refuse_bytes_entries(metadata, path)
             if getattr(metadata, "storage_meta", None) is None:
                 from torch.distributed.checkpoint.metadata import StorageMeta
 
@@ -435,6 +437,42 @@ def _reader(path: str, weights_only: bool) -> Any:
             return metadata
 
     return SafeReader(path)
+
+
+def _refuse_bytes_entries(metadata: Any, path: str) -> None:
+    """A bytes entry is a pickled object that torch's load planner reads with a full
+    ``torch.load``; Lockstep's writer never writes one (`_split` sends only tensors to the shards,
+    everything else to ``meta.pt``), so one in the index is refused before anything is read."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    for key, entry in getattr(metadata, "state_dict_metadata", {}).items():
+        if isinstance(entry, BytesStorageMetadata):
+            raise CheckpointError(
+                f"Refused to load sharded checkpoint {path!r}: its entry {key!r} is a bytes entry (a pickled "
+                "object, which loading would unpickle and could run code); Lockstep writes only tensors to "
+                "the shards. If you trust it, pass weights_only=False."
+            )
+
+
+def _load_planner(weights_only: bool) -> Any:
+    """torch's load planner; with ``weights_only``, a bytes entry it reads anyway (none gets past
+    `_refuse_bytes_entries`) is unpickled by ``torch.load(weights_only=True)``, not a full load."""
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    if not weights_only:
+        return DefaultLoadPlanner()
+
+    class WeightsOnlyLoadPlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: Any) -> None:
+            import io
+
+            # torch's own load_bytes then reads this re-serialization of an allowed object
+            safe = io.BytesIO()
+            torch.save(torch.load(value, weights_only=True), safe)
+            safe.seek(0)
+            super().load_bytes(read_item, safe)
+
+    return WeightsOnlyLoadPlanner()
 
 
 class _IndexUnpickler(pickle.Unpickler):
@@ -492,7 +530,10 @@ def _read_into(state: ShardedState, target: dict[str, Any]) -> None:
     for part in reversed(state.key):
         tree = {part: tree}
     with _named_errors(state.path, _this_rank(), "load"):
-        dcp.load(tree, storage_reader=_reader(state.path, state.weights_only), no_dist=not dist.is_initialized())
+        dcp.load(
+            tree, storage_reader=_reader(state.path, state.weights_only), planner=_load_planner(state.weights_only),
+            no_dist=not dist.is_initialized(),
+        )
 
 
 def _read_full(path: str, key: tuple[str, ...], weights_only: bool = True) -> dict[str, Any]:
@@ -509,7 +550,7 @@ def _read_full(path: str, key: tuple[str, ...], weights_only: bool = True) -> di
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.filterwarnings("ignore", message=".*load in a single process")
         with _named_errors(path, _this_rank(), "load"):
-            dcp.load(flat, storage_reader=_reader(path, weights_only), no_dist=True)
+            dcp.load(flat, storage_reader=_reader(path, weights_only), planner=_load_planner(weights_only), no_dist=True)
     tree: dict[str, Any] = {}
     for name, tensor in flat.items():
         where = index.planner_data[name][len(key):]  # the path in the saved tree, after ``key``

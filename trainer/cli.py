@@ -44,6 +44,27 @@ except ImportError:  # pragma: no cover - exercised without the extra
 def _need_jsonargparse() -> None:
     if ActionConfigFile is None:
         raise ImportError("LightningCLI / python -m trainer need jsonargparse: pip install 'lockstep-trainer[cli]'.")
+    _build_only_named_classes()
+
+
+def _build_only_named_classes() -> None:
+    """A config builds only classes its arguments' types name (a Trainer argument, the module's,
+    the data's, an optimizer's): a class path given to an untyped or ``Any`` argument stays data
+    (jsonargparse v5's default; v4 builds any class there, e.g. ``subprocess.Popen``), and import
+    paths that run commands or code (``os``, ``subprocess``, ``builtins.eval``...) are refused."""
+    from jsonargparse import set_parsing_settings
+
+    try:
+        set_parsing_settings(instantiate_subclass_spec_in_any=False)
+    except TypeError as err:  # before jsonargparse 4.51 a config could build any class
+        raise ImportError(
+            "LightningCLI / python -m trainer need jsonargparse >= 4.51 (older releases let a config build "
+            "any class): pip install -U 'lockstep-trainer[cli]'."
+        ) from err
+    try:
+        set_parsing_settings(import_path_denylist=[])  # enforce jsonargparse's own denylist
+    except TypeError:  # a release without import-path rules: typed arguments still check their base class
+        pass
 
 
 class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):

@@ -89,7 +89,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         detect_anomaly: bool = False,
         enable_autolog_hparams: bool = True,
         barebones: bool = False,
-        plugins: Any = None,
+        plugins: str | list[str] | None = None,
         model_registry: str | None = None,
     ) -> None:
         args = dict(locals())  # first statement: exactly the arguments (and self)

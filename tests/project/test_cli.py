@@ -1,11 +1,14 @@
 """``python -m trainer``: YAML configs, overrides, ``--print_config``, errors, and 2-process runs."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+import torch
 
 from tests.helpers.distributed import REPO_ROOT, free_port
 
@@ -13,7 +16,8 @@ pytest.importorskip("jsonargparse", reason="python -m trainer needs the 'cli' ex
 pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (the 'dev' extra)")
 
 from trainer.checkpointing.checkpoint import load_checkpoint  # noqa: E402
-from trainer.cli import main  # noqa: E402
+from trainer import TrainModule  # noqa: E402
+from trainer.cli import LightningCLI, main  # noqa: E402
 
 CONFIG = """\
 seed_everything: 0
@@ -130,3 +134,64 @@ def test_two_processes_from_the_cli(tmp_path, config, launch):
     assert checkpoint["world_size"] == 2
     assert "class_path: examples.digits.DigitsCNN" in (log_dir / "config.yaml").read_text()
 
+
+
+class _Loose(TrainModule):
+    """A module as users write them: one parameter untyped, one typed ``Any``."""
+
+    def __init__(self, backbone=None, head: Any = None, width: int = 4):
+        super().__init__()
+        self.net = torch.nn.Linear(width, 1)
+
+
+def _popen(marker):
+    return {"class_path": "subprocess.Popen", "init_args": {"args": f"touch {marker}", "shell": True}}
+
+
+def _file_handler(marker):
+    """A class no denylist names whose construction creates ``marker`` at once (Popen's command runs later)."""
+    return {"class_path": "logging.FileHandler", "init_args": {"filename": str(marker)}}
+
+
+def _leaf_keys(namespace, prefix=""):
+    for key, value in vars(namespace).items():
+        if hasattr(value, "__dict__") and type(value).__name__ == "Namespace" and "class_path" not in vars(value):
+            yield from _leaf_keys(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+def test_the_issue_config_runs_no_command(tmp_path, config, capsys):
+    """``trainer.plugins: {class_path: subprocess.Popen, ...}`` is a parse error: nothing built."""
+    import yaml
+
+    marker = tmp_path / "pwned"
+    bad = tmp_path / "plugins.yaml"
+    bad.write_text(yaml.safe_dump({"trainer": {"plugins": _popen(marker)}}))
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", config, "--config", str(bad)])
+    assert exit_.value.code == 2 and "trainer.plugins" in capsys.readouterr().err
+    assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_no_cli_argument_builds_a_class_its_type_does_not_name(tmp_path, monkeypatch):
+    """Every argument of the parser (the Trainer's, the module's untyped and ``Any`` ones, the
+    optimizer's, the scheduler's, the data's) given a class path its type does not name: none is built."""
+    monkeypatch.chdir(tmp_path)
+    base = ["--trainer.accelerator=cpu", "--trainer.logger=false", "--trainer.enable_progress_bar=false"]
+    cli = LightningCLI(_Loose, run=False, args=base, save_config_callback=None)
+    keys = [k for k in _leaf_keys(cli.config) if k != "config"] + ["trainer.callbacks", "model", "data"]
+    assert {"trainer.plugins", "trainer.strategy", "model.backbone", "model.head", "optimizer", "lr_scheduler"} <= set(keys)
+    accepted = []
+    for n, key in enumerate(keys):
+        marker = tmp_path / f"built-{n}"
+        try:
+            cli.config = cli.parser.parse_args([*base, f"--{key}={json.dumps(_file_handler(marker))}"])
+            cli.instantiate_classes()
+        except (SystemExit, Exception):  # refused: at parsing, or by the object that got the value
+            pass
+        else:
+            accepted.append(key)
+        assert not marker.exists(), f"--{key} built logging.FileHandler"
+    # a spec under an untyped or Any parameter arrives as data, never as an object
+    assert set(accepted) <= {"model.backbone", "model.head", "trainer.default_root_dir"}, accepted

@@ -6,6 +6,7 @@ import datetime
 import json
 import math
 import os
+import posixpath
 import re
 import shutil
 import tempfile
@@ -385,6 +386,7 @@ class ModelCheckpoint(Checkpoint):
     def _apply_state(self, state: Mapping[str, Any]) -> None:
         self._last_global_step_saved = int(state.get("last_global_step_saved", self._last_global_step_saved))
         if state.get("dirpath") == self.dirpath:
+            state = self._own_files_only(state)
             self.best_k_models = dict(state.get("best_k_models", {}))
             self.kth_best_model_path = state.get("kth_best_model_path", "")
             self.kth_value = state.get("kth_value", _worst(self.mode))
@@ -398,6 +400,46 @@ class ModelCheckpoint(Checkpoint):
                 stacklevel=2,
             )
         self.best_model_path = state.get("best_model_path", self.best_model_path)
+
+    def _own_files_only(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``state`` without the paths that are not checkpoint files in this callback's directory.
+
+        The top-k list is deleted from and ``last_model_path`` overwritten, so a loaded state
+        (a file anyone may have written) must not name anything else; what is dropped is warned
+        about, and the ranking is rebuilt from the files that remain.
+        """
+        best_k = dict(state.get("best_k_models", {}))
+        named = [*best_k, state.get("kth_best_model_path", ""), state.get("best_model_path", ""),
+                 state.get("last_model_path", "")]
+        foreign = sorted({str(p) for p in named if p and not self._is_own_file(p)})
+        if not foreign:
+            return state
+        warnings.warn(
+            f"ModelCheckpoint: the checkpoint's state names paths outside its directory {self.dirpath!r}: "
+            f"{', '.join(foreign)}; they are dropped (a checkpoint callback deletes and overwrites only "
+            "checkpoint files in its own directory).",
+            stacklevel=3,
+        )
+        kept = {p: v for p, v in best_k.items() if str(p) not in foreign}
+        ranked = sorted(kept.items(), key=lambda kv: _to_float(kv[1]), reverse=self.mode == "min")
+        own = dict(state)
+        own["best_k_models"] = kept
+        own["kth_best_model_path"], own["kth_value"] = ranked[0] if ranked else ("", _worst(self.mode))
+        own["best_model_path"], own["best_model_score"] = ranked[-1] if ranked else ("", None)
+        if own.get("last_model_path") in foreign:
+            own["last_model_path"] = ""
+        return own
+
+    def _is_own_file(self, path: Any) -> bool:
+        """Whether ``path`` is a checkpoint file (``*.ckpt``) inside this callback's directory."""
+        if not isinstance(path, str) or not path.endswith(self.FILE_EXTENSION) or not self.dirpath:
+            return False
+        directory = os.fspath(self.dirpath)
+        if storage.is_url(directory) or storage.is_url(path):
+            inside = posixpath.normpath(path).startswith(posixpath.normpath(directory) + "/")
+            return inside and ".." not in path.split("/")
+        real = os.path.realpath(directory)
+        return os.path.commonpath([real, os.path.realpath(path)]) == real and os.path.realpath(path) != real
 
     # -- names ------------------------------------------------------------------------------
     def format_checkpoint_name(

@@ -306,3 +306,78 @@ def test_second_fit_of_a_finished_trainer_writes_nothing_and_says_why(tmp_path, 
     assert "fit stopped at once: this Trainer's last fit reached max_epochs=1" in capsys.readouterr().out
     assert _files(tmp_path) == ["epoch=0-step=2.ckpt"]
     assert trainer.global_step == 2
+
+
+def _crafted_state_checkpoint(tmp_path):
+    """A checkpoint of an ordinary run (loads with weights_only=True) whose ModelCheckpoint state
+    names paths outside the callback's directory: a directory of someone else's to evict, a
+    file to overwrite as last.ckpt, and an escape through ``..``."""
+    ckpts = tmp_path / "run" / "ckpts"
+    first = ModelCheckpoint(dirpath=ckpts, monitor="val_metric", save_top_k=1, save_last=True)
+    _fit(first, Scripted(val_script=[5.0, 4.0, 3.0, 2.0]), epochs=1)
+    victims = {"dir": tmp_path / "theirs", "file": tmp_path / "notes.txt", "escape": ckpts / ".." / "other.ckpt"}
+    victims["dir"].mkdir()
+    (victims["dir"] / "data.bin").write_bytes(b"keep me")
+    victims["file"].write_text("keep me")
+    victims["escape"].write_text("keep me")
+    checkpoint = _load(ckpts / "last.ckpt")
+    state = checkpoint["callbacks"][first.state_key]
+    worst = str(victims["dir"])  # ranked worst: the first to be evicted
+    state.update(
+        best_k_models={worst: 100.0, str(victims["escape"]): 50.0},
+        kth_best_model_path=worst, kth_value=100.0,
+        best_model_path=str(victims["escape"]), best_model_score=50.0,
+        last_model_path=str(victims["file"]),
+    )
+    crafted = tmp_path / "crafted.ckpt"
+    torch.save(checkpoint, crafted)
+    return ckpts, crafted, first.state_key, victims
+
+
+def _untouched(victims):
+    return (
+        (victims["dir"] / "data.bin").read_bytes() == b"keep me"
+        and victims["file"].read_text() == "keep me"
+        and victims["escape"].read_text() == "keep me"
+    )
+
+
+def test_a_loaded_state_naming_paths_outside_the_directory_deletes_and_overwrites_nothing(tmp_path):
+    ckpts, crafted, _, victims = _crafted_state_checkpoint(tmp_path)
+    resumed = ModelCheckpoint(dirpath=ckpts, monitor="val_metric", save_top_k=1, save_last=True)
+    trainer = Trainer(accelerator="cpu", max_epochs=4, callbacks=[resumed], num_sanity_val_steps=0,
+                      **{**QUIET, "enable_checkpointing": True})
+    with pytest.warns(UserWarning, match=r"names paths outside its directory .*ckpts'") as caught:
+        trainer.fit(Scripted(val_script=[5.0, 4.0, 3.0, 2.0]), loader(*TRAIN), loader(*VAL), ckpt_path=str(crafted))
+    message = next(str(w.message) for w in caught if "outside its directory" in str(w.message))
+    assert all(str(path) in message for path in victims.values()) and "they are dropped" in message
+    assert _untouched(victims)
+    # the run kept its own books, in its directory (last.ckpt, no longer named by the state, is
+    # another run's file to it: kept, and its own last is last-v1.ckpt)
+    assert resumed.last_model_path == str(ckpts / "last-v1.ckpt")
+    assert set(resumed.best_k_models) == {resumed.best_model_path} and resumed.best_model_path.startswith(str(ckpts))
+    assert resumed.best_model_score == 2.0
+
+
+class _Evaluated(Scripted):
+    test_step = Scripted.validation_step
+
+    def predict_step(self, batch, batch_idx):
+        return batch[0]
+
+
+def test_a_crafted_state_is_harmless_through_every_entry_point(tmp_path):
+    """Evaluation and loading do not apply callback states; fit does, and drops what is foreign."""
+    ckpts, crafted, key, victims = _crafted_state_checkpoint(tmp_path)
+    module = _Evaluated(val_script=[1.0])
+    for stage in ("validate", "test", "predict"):
+        callback = ModelCheckpoint(dirpath=ckpts, monitor="val_metric", save_top_k=1, save_last=True)
+        trainer = Trainer(accelerator="cpu", callbacks=[callback], **{**QUIET, "enable_checkpointing": True})
+        getattr(trainer, stage)(module, loader(*VAL), ckpt_path=str(crafted))
+        assert callback.best_k_models == {} and callback.last_model_path == ""
+    Scripted.load_from_checkpoint(crafted)
+    direct = ModelCheckpoint(dirpath=ckpts, monitor="val_metric", save_top_k=1, save_last=True)
+    with pytest.warns(UserWarning, match="dropped"):
+        direct.load_state_dict(_load(crafted)["callbacks"][key])
+    assert direct.best_k_models == {} and direct.last_model_path == "" and direct.best_model_path == ""
+    assert _untouched(victims)

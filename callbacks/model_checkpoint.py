@@ -228,13 +228,14 @@ class ModelCheckpoint(Checkpoint):
         assert self.dirpath is not None
         lock = run_lock.RunLock(self.dirpath)
         try:
-            taken_over = lock.acquire()
+            taken_over = lock.acquire(owner=trainer)  # this fit's other checkpoint callbacks share it
         except run_lock.RunLockedError as err:
             return "locked", str(err)
         self._lock = lock
         if taken_over is not None:
             warnings.warn(taken_over, stacklevel=3)
-        mine = set(self.best_k_models) | {self.last_model_path}
+        siblings = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath == self.dirpath]
+        mine = set().union(*(cb._files() for cb in [self, *siblings]))
         foreign = sorted(
             name for name in storage.listdir(self.dirpath)
             if name.endswith(self.FILE_EXTENSION) and storage.join(self.dirpath, name) not in mine
@@ -255,6 +256,12 @@ class ModelCheckpoint(Checkpoint):
             stacklevel=3,
         )
         return None
+
+    def _files(self) -> set[str]:
+        """The files this callback wrote (or resumed), its state not applied yet included."""
+        state = self._pending_state or {}
+        pending = set(state.get("best_k_models", {})) | {state.get("last_model_path", "")} if state else set()
+        return (set(self.best_k_models) | {self.last_model_path} | pending) - {""}
 
     def _release(self) -> None:
         lock, self._lock = self._lock, None

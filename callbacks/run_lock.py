@@ -1,10 +1,13 @@
 """One run per checkpoint directory: a lock file naming the run that writes there.
 
-`ModelCheckpoint` takes the lock at fit start (global rank 0) and releases it when the fit ends.
-A second run that finds the lock held by a live process refuses to start and names the holder
-(its run id, host and pid), so two concurrent runs never write one ``last.ckpt``. A lock left by
-a run that died is taken over: its process is gone (same host), or it was the same job restarted
-(the same run id: torchrun's ``--rdzv-id`` with its store address, or Slurm's job id).
+`ModelCheckpoint` takes the lock at fit start (global rank 0) and releases it when the fit ends;
+the checkpoint callbacks of one fit that share a directory share its lock, and a pre-emption
+save without a `ModelCheckpoint` takes it for the save. A second run that finds the lock held
+by a live process refuses to start and names the holder (its run id, host and pid), so two
+concurrent runs never write one ``last.ckpt``. A lock left by a run that died is taken over:
+its process is gone (same host; the same pid in an earlier process, as a container's pid 1 is
+after a restart, counts as gone), or it was the same run restarted (the same run id,
+`trainer.contracts.run_identity`).
 """
 from __future__ import annotations
 
@@ -12,29 +15,18 @@ import json
 import os
 import socket
 import time
-import uuid
 from typing import Any
 
 from trainer.contracts import storage
+from trainer.contracts.run_identity import PROCESS_TOKEN, attempt, run_id
 
 LOCK_FILE = ".lockstep-run.lock"
-# A process without a launcher's job id is its own run.
-_PROCESS_RUN_ID = f"process-{uuid.uuid4().hex[:12]}"
+# The locks this process holds: path -> (the owner, e.g. the Trainer of the fit, how many holders)
+_HELD: dict[str, tuple[int, int]] = {}
 
 
 class RunLockedError(RuntimeError):
     """Another run is writing checkpoints to the same directory."""
-
-
-def run_id() -> str:
-    """This job's id, the same on every node and across restarts of the job."""
-    env = os.environ
-    if env.get("TORCHELASTIC_RUN_ID"):
-        # torchrun's default id is "none": the store address tells concurrent jobs apart
-        return f"{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
-    if env.get("SLURM_JOB_ID"):
-        return f"slurm-{env['SLURM_JOB_ID']}"
-    return _PROCESS_RUN_ID
 
 
 class RunLock:
@@ -44,26 +36,52 @@ class RunLock:
         self.path = storage.join(dirpath, LOCK_FILE)
         self._made: list[str] = []  # directories made for the lock, removed with it when left empty
 
-    def acquire(self) -> str | None:
+    def acquire(self, owner: object = None) -> str | None:
         """Take the lock for this run; return a warning about a stale lock taken over, or None.
-        Raises `RunLockedError` naming the run that holds it."""
-        mine = {"run_id": run_id(), "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+
+        Holders with the same ``owner`` (the checkpoint callbacks of one fit) share the lock.
+        Raises `RunLockedError` naming the run that holds it.
+        """
+        key = self._key()
+        held = _HELD.get(key)
+        if held is not None:
+            if held[0] == id(owner) and owner is not None:
+                _HELD[key] = (held[0], held[1] + 1)
+                return None
+            raise RunLockedError(_held(self.path, _read(self.path) or {}, "another fit in this process is writing there"))
+        mine = {"run_id": run_id(), "attempt": attempt(), "host": socket.gethostname(), "pid": os.getpid(),
+                "process": PROCESS_TOKEN, "started": time.time()}
         holder = self._create(mine)
+        if holder is not None:
+            same_host = holder.get("host") == mine["host"]
+            if same_host and holder.get("pid") == mine["pid"]:
+                # this pid's earlier process (a container's pid 1 restarted) left it, unless it says
+                # it is this very process (or, written before the token existed, this run)
+                this_process = holder.get("process", None) == PROCESS_TOKEN or (
+                    "process" not in holder and holder.get("run_id") == mine["run_id"]
+                )
+                if this_process:
+                    raise RunLockedError(_held(self.path, holder, "another fit in this process is writing there"))
+            elif same_host and _alive(holder.get("pid")):
+                raise RunLockedError(_held(self.path, holder, "that process is running"))
+            elif not same_host and holder.get("run_id") != mine["run_id"]:
+                raise RunLockedError(_held(self.path, holder, "it runs on another host, so it may still be running"))
+            storage.write_bytes(self.path, json.dumps(mine).encode())  # stale: the holder is gone, or this run restarted
+        _HELD[key] = (id(owner), 1)
         if holder is None:
             return None
-        if holder.get("host") == mine["host"] and holder.get("pid") == mine["pid"]:
-            raise RunLockedError(_held(self.path, holder, "another fit in this process is writing there"))
-        if holder.get("host") == mine["host"] and _alive(holder.get("pid")):
-            raise RunLockedError(_held(self.path, holder, "that process is running"))
-        if holder.get("host") != mine["host"] and holder.get("run_id") != mine["run_id"]:
-            raise RunLockedError(_held(self.path, holder, "it runs on another host, so it may still be running"))
-        storage.write_bytes(self.path, json.dumps(mine).encode())  # stale: the holder is gone, or this job restarted
         return f"ModelCheckpoint took over the lock {self.path!r} of a run that is gone ({_who(holder)})."
 
     def release(self) -> None:
-        """Give up the lock if this process holds it."""
+        """Give up this holder's share of the lock; the last holder in this process removes it."""
+        key = self._key()
+        owner, count = _HELD.get(key, (0, 0))
+        if count > 1:
+            _HELD[key] = (owner, count - 1)
+            return
+        _HELD.pop(key, None)
         holder = _read(self.path)
-        if holder is not None and holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+        if holder is not None and holder.get("process") == PROCESS_TOKEN:
             storage.remove(self.path)
         for directory in reversed(self._made):  # a fit that saved nothing leaves nothing behind
             try:
@@ -71,6 +89,9 @@ class RunLock:
             except OSError:  # not empty: checkpoints were written
                 break
         self._made = []
+
+    def _key(self) -> str:
+        return self.path if storage.is_url(self.path) else os.path.realpath(self.path)
 
     def _create(self, mine: dict[str, Any]) -> dict[str, Any] | None:
         """Create the lock (None), or the content of the one that exists."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -138,3 +139,85 @@ def test_the_lock_of_a_run_that_died_is_taken_over(tmp_path):
     checkpoint, caught = _fit(tmp_path, 2)
     assert any("took over the lock" in w and f"pid {gone.pid}" in w for w in caught)
     assert _step(checkpoint.last_model_path) == 2 and not (tmp_path / LOCK_FILE).exists()
+
+
+_PID1_RUN = textwrap.dedent(
+    """
+    import os, sys
+    from callbacks import Callback, ModelCheckpoint
+    from tests.helpers.models import QUIET, Regression, loader, regression_data
+    from trainer import Trainer
+
+    class Crash(Callback):  # as a SIGKILL would: nothing released, the lock file stays
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if sys.argv[2] == "crash" and trainer.global_step == 2:
+                os._exit(9)
+
+    assert os.getpid() == 1, os.getpid()
+    checkpoint = ModelCheckpoint(dirpath=sys.argv[1], save_last=True, every_n_train_steps=1)
+    Trainer(max_steps=4, callbacks=[checkpoint, Crash()], **{**QUIET, "enable_checkpointing": True},
+            accelerator="cpu").fit(Regression(), loader(regression_data(), 8))
+    print("trained", checkpoint.last_model_path, flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a pid namespace needs root and unshare")
+def test_a_run_restarted_as_pid_1_of_a_container_takes_its_lock_over(tmp_path):
+    """The restarted process has the dead one's pid (1) and host: the lock's process token tells them apart."""
+    def run(mode):
+        return subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _PID1_RUN, str(tmp_path), mode],
+            capture_output=True, text=True, env=script_env(None), timeout=100,
+        )
+
+    crashed = run("crash")
+    assert crashed.returncode == 9, crashed.stderr[-2000:]
+    lock = json.loads((tmp_path / LOCK_FILE).read_text())
+    assert lock["pid"] == 1
+    again = run("ok")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "took over the lock" in again.stderr and "pid 1 on host" in again.stderr
+    assert not (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_lock_of_an_earlier_process_with_this_pid_is_taken_over(tmp_path):
+    """A lock naming this host and this pid but another process (and another run) is stale; one
+    naming this very process is a fit that is still running."""
+    import socket
+
+    (tmp_path / LOCK_FILE).write_text(json.dumps(
+        {"run_id": "old-run", "host": socket.gethostname(), "pid": os.getpid(), "process": "an-earlier-one", "started": 0}
+    ))
+    checkpoint, caught = _fit(tmp_path, 2)
+    assert any("took over the lock" in w and "run id old-run" in w and f"pid {os.getpid()}" in w for w in caught)
+    assert _step(checkpoint.last_model_path) == 2 and not (tmp_path / LOCK_FILE).exists()
+
+
+def test_two_checkpoint_callbacks_of_one_fit_share_a_directory(tmp_path):
+    """Lightning trains with a top-k callback and a periodic one in one dirpath; so does Lockstep:
+    one fit, one lock, each callback's files kept apart."""
+    from tests.helpers.callbacks import Scripted
+    from tests.helpers.callbacks import loader as scripted_loader
+
+    top = ModelCheckpoint(dirpath=tmp_path, monitor="val_metric", save_top_k=1, filename="best-{epoch}")
+    periodic = ModelCheckpoint(dirpath=tmp_path, every_n_epochs=1, save_top_k=-1, save_last=True)
+    trainer = Trainer(max_epochs=3, callbacks=[top, periodic], num_sanity_val_steps=0, **KW)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Scripted(val_script=[3.0, 1.0, 2.0]), scripted_loader(16, 8), scripted_loader(8, 8))
+    assert not [str(w.message) for w in caught if "another run" in str(w.message)]
+    assert sorted(os.listdir(tmp_path)) == [
+        "best-epoch=1.ckpt", "epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt", "epoch=2-step=6.ckpt", "last.ckpt"
+    ]
+    assert top.best_model_path == str(tmp_path / "best-epoch=1.ckpt") and _step(periodic.last_model_path) == 6
+    # resumed: both callbacks' files are this run's, not another's
+    again = [ModelCheckpoint(dirpath=tmp_path, monitor="val_metric", save_top_k=1, filename="best-{epoch}", enable_version_counter=False),
+             ModelCheckpoint(dirpath=tmp_path, every_n_epochs=1, save_top_k=-1, save_last=True, enable_version_counter=False)]
+    Trainer(max_epochs=4, callbacks=again, num_sanity_val_steps=0, **KW).fit(
+        Scripted(val_script=[3.0, 1.0, 2.0, 0.5]), scripted_loader(16, 8), scripted_loader(8, 8),
+        ckpt_path=str(tmp_path / "last.ckpt"),
+    )
+    assert again[0].best_model_path == str(tmp_path / "best-epoch=3.ckpt") and _step(again[1].last_model_path) == 8
+    assert not (tmp_path / LOCK_FILE).exists()

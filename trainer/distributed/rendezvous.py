@@ -5,10 +5,12 @@ import atexit
 import datetime
 import os
 import time
+import uuid
 from typing import Any
 
 import torch.distributed as dist
 
+from trainer.contracts.run_identity import adopt_job_token
 from trainer.distributed.cluster_environment import ClusterEnvironment
 
 # The rendezvous store of this process, kept for its lifetime. A script may fit several times
@@ -21,6 +23,7 @@ _STORES: dict[tuple[str, int, int, int], Any] = {}
 # process joined its first (None: no group yet). More than 0: this process is a restart.
 _JOINED_BEFORE: list[int] = []
 _JOINS_KEY = "lockstep/joins/rank{}"
+_RUN_TOKEN_KEY = "lockstep/run_token"
 
 
 def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> tuple[Any, str]:
@@ -33,6 +36,8 @@ def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> tup
     if store is None:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
+        # set by whichever process of the run asks first; a restart's processes read the same one
+        adopt_job_token(store.compare_set(_RUN_TOKEN_KEY, "", uuid.uuid4().hex).decode())
     prefix = f"lockstep/join{group_number(store, rank)}"
     return dist.PrefixStore(prefix, store), prefix
 

@@ -35,7 +35,7 @@ from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress_bar import ProgressBar
 from callbacks.rich_progress_bar import RichProgressBar
-from callbacks.run_lock import RunLockedError
+from trainer.contracts.run_lock import RunLockedError
 from callbacks.service_timeout import ServiceUnreachableError
 from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
 from callbacks.tensorboard_logger import TensorBoardLogger

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from callbacks._utils import _next_version, _validate_version, _version_dir_name
+from callbacks._utils import RUN_FILE, _next_version, _validate_version, _version_dir_name, _version_of_run
 from callbacks.logger import Logger
 from trainer.contracts.arguments import check_path
 from trainer.contracts import storage
+from trainer.contracts.run_identity import run_id
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -99,12 +100,17 @@ class _FileLogger(Logger):
             self._made_version_dir = local and not os.path.exists(self.version_dir)
             self._made_root_dir = local and not os.path.exists(self.root_dir)
             storage.makedirs(self.log_dir)
+            if self._picks_version and not storage.exists(storage.join(self.version_dir, RUN_FILE)):
+                storage.write_bytes(storage.join(self.version_dir, RUN_FILE), run_id().encode())
 
     def _remove_empty_version_dir(self) -> None:
         """After a failure: the ``version_N`` (and ``<name>``) this run created go again if nothing
         was written in them (only empty directories are removed; a file anywhere below keeps it all)."""
         if not self._made_version_dir:
             return
+        run_file = os.path.join(self.version_dir, RUN_FILE)
+        if os.path.isfile(run_file) and os.listdir(self.version_dir) == [RUN_FILE]:
+            os.remove(run_file)  # the claim alone is nothing written
         made = sorted((d for d, _, _ in os.walk(self.version_dir)), key=len, reverse=True)
         for directory in made + ([self.root_dir] if self._made_root_dir else []):
             try:
@@ -125,7 +131,9 @@ def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast:
     (``ddp_spawn``), which then all inherit one version for every call of the Trainer.
 
     A ``restart`` of the job (SLURM requeue, an elastic restart) writes on in the newest
-    version: it resumes from that version's last checkpoint, and one job is one run in TensorBoard.
+    version this run wrote (its run file names the run): it resumes from that version's last
+    checkpoint, and one job is one run in TensorBoard. A restart of a run that had not written a
+    version yet takes the next free one, never another run's.
     """
     group: list[_FileLogger] = []
     for lg in loggers:
@@ -140,7 +148,8 @@ def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast:
         pickers = [lg for lg in group if lg._picks_version]
         shared = max((_next_version(lg.root_dir) for lg in pickers), default=0)
         if restart:
-            shared = max(shared - 1, 0)
+            own = [v for v in (_version_of_run(lg.root_dir, run_id()) for lg in pickers) if v is not None]
+            shared = max(own) if own else shared
         versions = [shared if lg._picks_version else lg._version for lg in group]
     if broadcast:
         versions = trainer.strategy.broadcast(versions, src=0)

@@ -48,6 +48,22 @@ def _next_version(root: str) -> int:
     return max(versions) + 1 if versions else 0
 
 
+# In a version directory: the id of the run that writes there (a restart writes on only in its own).
+RUN_FILE = ".lockstep-run"
+
+
+def _version_of_run(root: str, run: str) -> int | None:
+    """The newest ``version_N`` under ``root`` whose run file names ``run`` (None: no such version)."""
+    for version in range(_next_version(root) - 1, -1, -1):
+        try:
+            owner = storage.read_bytes(storage.join(root, f"version_{version}", RUN_FILE)).decode().strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if owner == run:
+            return version
+    return None
+
+
 def _version_dir_name(version: int | str) -> str:
     return version if isinstance(version, str) else f"version_{version}"
 

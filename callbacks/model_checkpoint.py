@@ -24,7 +24,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.checkpoint import Checkpoint
-from callbacks import run_lock
+from trainer.contracts import run_lock
 from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from callbacks import Callback, ModelCheckpoint
-from callbacks.run_lock import LOCK_FILE, RunLockedError
+from trainer.contracts.run_lock import LOCK_FILE, RunLockedError
 from tests.helpers.distributed import script_env
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer

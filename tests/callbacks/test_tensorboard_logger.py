@@ -189,6 +189,7 @@ def test_tensorboard_and_csv_write_one_run_to_one_version(tmp_path):
     for version in ("version_0", "version_1"):
         files = sorted(os.listdir(tmp_path / "logs" / version))
         assert [f for f in files if not f.startswith("events.")] == [
+            ".lockstep-run",  # the run that writes there (a restart writes on only in its own)
             "hparams.json",
             "metrics.csv",
             "run_summary.txt",

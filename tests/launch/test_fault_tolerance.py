@@ -144,6 +144,9 @@ def test_a_restarted_launch_resumes_from_last_by_itself(tmp_path, monkeypatch, l
     seed_everything(0)
     straight = Noisy()
     Trainer(accelerator="cpu", **kw).fit(straight, make_loader())
+    # the first attempt, under the same launcher: a restart resumes only its own run's checkpoint
+    for name, value in _RESTARTED_LAUNCH[launch].items():
+        monkeypatch.setenv(name, "0" if name.endswith("RESTART_COUNT") else value)
     seed_everything(0)
     with pytest.raises(Preempted):  # saves last.ckpt at global step 6
         Trainer(accelerator="cpu", **kw, callbacks=[_SignalAt()]).fit(Noisy(), make_loader())

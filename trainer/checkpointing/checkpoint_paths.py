@@ -2,10 +2,21 @@
 where a pre-empted run saves. Global rank 0 decides; every rank reads."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import contextlib
+import hashlib
+import os
+import warnings
+from typing import TYPE_CHECKING, Any, Iterator
 
-from trainer.checkpointing.distributed_checkpoint import is_sharded_checkpoint
+import torch
+
+from trainer.checkpointing.checkpoint import load_checkpoint
+from trainer.checkpointing.distributed_checkpoint import META_FILE, is_sharded_checkpoint
 from trainer.contracts import storage
+from trainer.contracts.run_identity import run_id
+from trainer.contracts.run_lock import RunLock, RunLockedError
+
+RUN_ID_KEY = "run_id"  # the checkpoint entry naming the run that wrote it
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
@@ -36,9 +47,9 @@ def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
     return storage.normalize(ckpt_path, "ckpt_path")
 
 
-def find_last_checkpoint(trainer: Trainer) -> str | None:
+def find_last_checkpoint(trainer: Trainer, run: str | None = None) -> str | None:
     """The newest ``last*.ckpt`` (a file, or a sharded checkpoint directory) in a ModelCheckpoint's
-    dirpath or under ``default_root_dir``."""
+    dirpath or under ``default_root_dir``; with ``run``, the newest one that run wrote."""
     candidates = []
     for cb in trainer.checkpoint_callbacks:
         if cb.last_model_path:
@@ -48,15 +59,64 @@ def find_last_checkpoint(trainer: Trainer) -> str | None:
             candidates += storage.glob(storage.join(str(dirpath), "last*.ckpt"))
     candidates += storage.glob(storage.join(trainer.default_root_dir, "**", "last*.ckpt"))
     candidates = [c for c in dict.fromkeys(candidates) if storage.isfile(c) or is_sharded_checkpoint(c)]
+    if run is not None:
+        candidates = [c for c in candidates if written_by(c) == run]
     return max(candidates, key=storage.mtime) if candidates else None
 
 
-def preemption_checkpoint_path(trainer: Trainer) -> str:
-    """Where a pre-empted run saves: its last checkpoint beside its other checkpoints (``last.ckpt``,
-    or the versioned name that keeps an earlier run's apart), as global rank 0 decides."""
-    path = storage.join(trainer.default_root_dir, "checkpoints", "last.ckpt")
-    for cb in trainer.checkpoint_callbacks:
-        if cb.dirpath:
-            path = cb.last_checkpoint_path()
-            break
-    return trainer.strategy.broadcast(path)
+def written_by(path: str) -> str | None:
+    """The id of the run that wrote the checkpoint at ``path`` (None: unreadable, or written
+    before checkpoints recorded it). Reads only the small part of the file it needs."""
+    try:
+        if is_sharded_checkpoint(path):
+            path = storage.join(path, META_FILE)
+        if storage.is_url(path):
+            checkpoint = load_checkpoint(path, weights_only=True)
+        else:  # memory-mapped: the tensors are not read
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - a file that cannot be read is no run's
+        return None
+    value = checkpoint.get(RUN_ID_KEY) if isinstance(checkpoint, dict) else None
+    return value if isinstance(value, str) else None
+
+
+@contextlib.contextmanager
+def preemption_checkpoint_path(trainer: Trainer) -> Iterator[str]:
+    """Where a pre-empted run saves, held while it saves: its last checkpoint beside its other
+    checkpoints (a ModelCheckpoint's ``last.ckpt``, or the versioned name that keeps an earlier
+    run's apart). Without a ModelCheckpoint, ``<default_root_dir>/checkpoints/last.ckpt`` or the
+    first of ``last-v1.ckpt``, ... that no other run wrote, chosen and written under that
+    directory's run lock; while a live run holds it, a name of this run's own. Global rank 0 decides."""
+    lock, path = None, None
+    dirpaths = [cb for cb in trainer.checkpoint_callbacks if cb.dirpath]
+    if dirpaths:
+        path = dirpaths[0].last_checkpoint_path()
+    elif trainer.is_global_zero:
+        directory = storage.join(os.fspath(trainer.default_root_dir), "checkpoints")
+        lock = RunLock(directory)
+        try:
+            taken_over = lock.acquire(owner=trainer)
+        except RunLockedError:
+            lock = None  # a live run writes there: a name no other run can choose
+        else:
+            if taken_over:
+                warnings.warn(taken_over, stacklevel=3)
+        path = _unwritten_last(directory, run_id(), shared=lock is not None)
+    try:
+        yield trainer.strategy.broadcast(path)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _unwritten_last(directory: str, run: str, shared: bool) -> str:
+    """``last.ckpt`` in ``directory``, versioned past the files other runs wrote (``shared``), or
+    named after ``run`` itself."""
+    if not shared:
+        return storage.join(directory, f"last-{hashlib.sha256(run.encode()).hexdigest()[:8]}.ckpt")
+    version = 0
+    while True:
+        path = storage.join(directory, "last.ckpt" if version == 0 else f"last-v{version}.ckpt")
+        if not (storage.isfile(path) or is_sharded_checkpoint(path)) or written_by(path) == run:
+            return path
+        version += 1

@@ -3,7 +3,8 @@
 A checkpoint holds the module, every optimizer, scheduler and grad-scaler state, the fit's
 position (`FitProgress`: epoch, global step, place inside the epoch), every callback's state, the
 hyperparameters, the DataModule's state and hyperparameters (when the run has one), the world
-size and accumulation it was made with, and each rank's RNG and loader-generator states together
+size and accumulation it was made with, the run's id and attempt (a restart resumes only its own
+run's checkpoints, `trainer.contracts.run_identity`), and each rank's RNG and loader-generator states together
 with the RNG states that decided the interrupted epoch's order (see `trainer.checkpointing.resume`).
 Restoring runs: the DataModule's state (before its loaders are made), then weights, callbacks,
 optimizers and schedulers, position, random state.
@@ -16,13 +17,14 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainer.contracts import storage
+from trainer.contracts.run_identity import attempt, run_id
 
 from trainer.checkpointing.checkpoint import (
     FORMAT_VERSION,
     check_compatible,
     weights_only_loadable,
 )
-from trainer.checkpointing.checkpoint_paths import read_checkpoint
+from trainer.checkpointing.checkpoint_paths import RUN_ID_KEY, read_checkpoint
 from trainer.checkpointing.from_checkpoint import (
     DATAMODULE_HPARAMS_KEY,
     DATAMODULE_STATE_KEY,
@@ -51,6 +53,8 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
         MODULE_HPARAMS_KEY: weights_only_loadable(dict(module.hparams)),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
+        RUN_ID_KEY: run_id(),
+        "run_attempt": attempt(),
     }
     if not weights_only:
         checkpoint.update(save_states(stateful_objects(trainer)))

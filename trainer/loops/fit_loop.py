@@ -13,6 +13,7 @@ import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
+from trainer.contracts.run_identity import run_id
 from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
 from trainer.checkpointing.resume import capture_epoch_state, check_global_batch, gather_rank_states, resumed_epoch
 from trainer.data.batch_transfer import BatchTransfer
@@ -124,7 +125,8 @@ class FitLoop:
         self._reset()
         configure_model(t, model)  # right after `setup`, as in Lightning
         if ckpt_path is None and strategy.is_restart():
-            ckpt_path = "last" if strategy.broadcast(find_last_checkpoint(t)) else None
+            # only this run's own: another run's last.ckpt under the same root is not a restart's to take
+            ckpt_path = strategy.broadcast(find_last_checkpoint(t, run=run_id()) if t.is_global_zero else None)
         path, checkpoint = "", None
         if ckpt_path is not None:
             path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)
@@ -493,8 +495,8 @@ class FitLoop:
     # -- pre-emption -----------------------------------------------------------------------------
     def _save_and_exit_for_preemption(self, signum: int) -> None:
         t = self.trainer
-        path = preemption_checkpoint_path(t)
-        t.save_checkpoint(path)
+        with preemption_checkpoint_path(t) as path:
+            t.save_checkpoint(path)
         preempted = Preempted(signum, path)
         if t.is_global_zero:
             announce_preemption(preempted)

@@ -22,6 +22,7 @@ _FLAGS = (
     "enable_checkpointing",
     "use_distributed_sampler",
     "allow_global_batch_change",
+    "allow_dataset_change",
     "detect_non_finite_loss",
     "detect_non_finite_grads",
     "compile",

@@ -40,6 +40,7 @@ class TrainerConfig:
     num_sanity_val_steps: int
     use_distributed_sampler: bool
     allow_global_batch_change: bool  # a resume may continue with another global batch (warned)
+    allow_dataset_change: bool  # a resume mid-epoch over another dataset length restarts that epoch (warned)
     detect_non_finite_grads: bool
     compile: bool  # torch.compile the module (in place) before the strategy wraps it
     channels_last: bool  # module and 4-D batches in torch.channels_last
@@ -132,6 +133,7 @@ class TrainerSettings:
     num_sanity_val_steps = _Setting()
     use_distributed_sampler = _Setting()
     allow_global_batch_change = _Setting()
+    allow_dataset_change = _Setting()
     detect_non_finite_grads = _Setting()
     compile = _Setting()
     channels_last = _Setting()

@@ -71,6 +71,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         deterministic: bool | str = False,
         use_distributed_sampler: bool = True,
         allow_global_batch_change: bool = False,
+        allow_dataset_change: bool = False,
         detect_non_finite_loss: bool = True,
         detect_non_finite_grads: bool = False,
         compile: bool = False,

@@ -38,11 +38,13 @@ def test_a_checkpoint_written_today_has_the_v0_1_keys(tmp_path):
     first.save_checkpoint(tmp_path / "now.ckpt")
     now = load_checkpoint(tmp_path / "now.ckpt")
     legacy = load_checkpoint(FIXTURES / "v0_1_mid_epoch.ckpt")
-    assert set(now) == set(legacy)
-    # the position in samples (any-world-size resume) is added; the v0.1 entries are unchanged
+    assert set(now) == set(legacy) | {"run_id", "run_attempt"}  # which run wrote it (restarts resume only their own)
+    # the position in samples (any-world-size resume) and the epoch's dataset length are added;
+    # the v0.1 entries are unchanged
     position = now["loops"]["fit_loop"]
     assert {k: position[k] for k in legacy["loops"]["fit_loop"]} == legacy["loops"]["fit_loop"]
     assert (position["samples_done"], position["global_batch_size"]) == (24, 8)  # 3 steps of 8 into epoch 1
+    assert position["dataset_size"] == len(loader().dataset)
     for key in ("epoch", "global_step", "world_size", "accumulate_grad_batches", "lr_scaled", "hyper_parameters"):
         assert now[key] == legacy[key], key
     for name, tensor in legacy["state_dict"].items():

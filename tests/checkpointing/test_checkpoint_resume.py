@@ -7,6 +7,7 @@ import pickle
 import pytest
 import torch
 
+from callbacks import Callback
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from tests.helpers.resume_models import straight_and_resumed
@@ -249,3 +250,42 @@ def test_lr_scaling_is_not_applied_twice_and_world_size_may_change(tmp_path):
         t.fit(Regression(optimizer="sgd", lr=0.05), loader(regression_data(32), 4), ckpt_path=tmp_path / "w2.ckpt")
     assert t.optimizers[0].param_groups[0]["lr"] == 0.1
     assert t.global_step == 8 + 4  # epoch 0 came from the checkpoint (4 steps at W=2), epoch 1 here (8 steps)
+
+
+class _CountEpochBatches(Callback):
+    def __init__(self):
+        self.batches = {}
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.batches[trainer.current_epoch] = self.batches.get(trainer.current_epoch, 0) + 1
+
+
+def _regression_loader(n):
+    from tests.helpers.models import loader, regression_data
+
+    return loader(regression_data(n), 8, shuffle=True)
+
+
+@pytest.mark.parametrize("length", [100, 40])
+def test_a_resume_mid_epoch_over_another_dataset_length_is_refused_naming_both(tmp_path, length):
+    """Stopped at 48 of 96 samples: grown to 100 (24 trained twice, 22 unseen) or shrunk to 40 is
+    refused before any step, naming both lengths and the checkpoint; opted in, the epoch restarts."""
+    from tests.helpers.models import Regression
+    from trainer.checkpointing.resume import DatasetChangedError
+
+    path = str(tmp_path / "mid.ckpt")
+    first = Trainer(accelerator="cpu", max_steps=6, **QUIET)
+    first.fit(Regression(), _regression_loader(96))
+    first.save_checkpoint(path)
+    assert torch.load(path, weights_only=True)["loops"]["fit_loop"]["dataset_size"] == 96
+    model = Regression()
+    counted = _CountEpochBatches()
+    with pytest.raises(DatasetChangedError, match=rf"'.*mid.ckpt' was written in the middle of an epoch over a train dataset of 96 samples; this run's train dataset has {length}\..*allow_dataset_change=True.*No step was taken"):
+        Trainer(accelerator="cpu", max_epochs=1, callbacks=[counted], **QUIET).fit(model, _regression_loader(length), ckpt_path=path)
+    assert counted.batches == {} and model.trainer.global_step == 6  # not one step further
+    counted = _CountEpochBatches()
+    with pytest.warns(UserWarning, match=rf"96 samples; this run's train dataset has {length}\. allow_dataset_change=True: the interrupted epoch restarts"):
+        Trainer(accelerator="cpu", max_epochs=1, allow_dataset_change=True, callbacks=[counted], **QUIET).fit(
+            Regression(), _regression_loader(length), ckpt_path=path
+        )
+    assert counted.batches == {0: -(-length // 8)}  # the whole epoch over the new dataset

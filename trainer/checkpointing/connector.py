@@ -90,7 +90,7 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) 
     _restore_weights(trainer, checkpoint)
     trainer.hooks.call_callbacks("on_load_checkpoint", checkpoint)  # before the callbacks' states
     load_states(stateful_objects(trainer), checkpoint)  # callbacks, optimizers, schedulers, precision
-    restore_position(trainer, checkpoint)
+    restore_position(trainer, checkpoint, path)
 
 
 def refuse_weights_only(checkpoint: dict[str, Any], path: str) -> None:

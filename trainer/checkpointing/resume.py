@@ -193,7 +193,33 @@ def check_global_batch(saved: int | None, sampler: GlobalBatchSampler, allowed: 
     )
 
 
-def restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
+class DatasetChangedError(ValueError):
+    """A run resumed mid-epoch has another train dataset length than its checkpoint (raised before any step)."""
+
+
+def check_dataset_size(saved: int | None, now: int | None, path: str, allowed: bool) -> bool:
+    """Whether the interrupted epoch can go on: the checkpoint's dataset length is this run's.
+
+    A changed length makes the rest of the epoch another set of samples (some trained twice,
+    some never): refused, or with ``allowed`` the epoch restarts from its first batch (warned).
+    """
+    if saved is None or now is None or saved == now:
+        return True
+    what = (
+        f"Checkpoint {path!r} was written in the middle of an epoch over a train dataset of {saved} "
+        f"samples; this run's train dataset has {now}."
+    )
+    if not allowed:
+        raise DatasetChangedError(
+            f"{what} The rest of that epoch would not be the rest of its samples (some trained twice, some "
+            "never). Resume with the same dataset, or pass Trainer(allow_dataset_change=True) to restart the "
+            "interrupted epoch from its first batch over the new dataset. No step was taken."
+        )
+    rank_zero_warn(f"{what} allow_dataset_change=True: the interrupted epoch restarts from its first batch.")
+    return False
+
+
+def restore_position(trainer: Trainer, checkpoint: dict[str, Any], path: str = "") -> None:
     """Restore a fit's epoch, step and place in the epoch, and the random state that continues from there.
 
     A checkpoint that records the position in samples (a `GlobalBatchSampler` run) resumes on
@@ -203,7 +229,7 @@ def restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     trainer.fit_loop.load_state_dict(checkpoint)
     progress = trainer.fit_loop.progress
     finished, batches_done = progress.epoch_finished, progress.batches_done
-    samples_done, saved_batch = progress.samples_done, progress.global_batch_size
+    samples_done, saved_batch, saved_size = progress.samples_done, progress.global_batch_size, progress.dataset_size
     by_samples = samples_done is not None and global_batch_sampler(trainer.train_dataloader) is not None
     saved_world = int(checkpoint.get("world_size", trainer.world_size))
     rank_states = checkpoint.get("rank_states")
@@ -260,4 +286,5 @@ def restore_position(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     trainer.fit_loop.resume_mid_epoch(
         start, mine["epoch_state"], mine["rng"],
         samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
+        dataset_size=saved_size, path=path,
     )

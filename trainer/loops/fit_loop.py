@@ -10,12 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
 from trainer.contracts.run_identity import run_id
 from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
-from trainer.checkpointing.resume import capture_epoch_state, check_global_batch, gather_rank_states, resumed_epoch
+from trainer.checkpointing.resume import (
+    capture_epoch_state,
+    check_dataset_size,
+    check_global_batch,
+    gather_rank_states,
+    resumed_epoch,
+)
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
 from trainer.data.global_batch_sampler import global_batch_sampler
@@ -33,7 +40,7 @@ from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.loops.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
-from trainer.rng import isolated_rng
+from trainer.rng import isolated_rng, restore_rng_state
 from trainer.seed import install_worker_seeding
 from trainer.stage import Stage
 
@@ -233,14 +240,18 @@ class FitLoop:
         rng: dict[str, Any] | None,
         samples_done: int | None = None,
         global_batch_size: int | None = None,
+        dataset_size: int | None = None,
+        path: str = "",
     ) -> None:
         """The next epoch continues an interrupted one in its order: after ``samples_done``
         samples when the checkpoint recorded them (any world size), else after ``batches_done``
         batches. ``epoch_state=None``: the checkpoint is at an epoch boundary, the next epoch
-        starts afresh; ``global_batch_size`` (the checkpoint's G) is checked against this run's."""
+        starts afresh; ``global_batch_size`` (the checkpoint's G) and ``dataset_size`` (its
+        epoch's dataset length) are checked against this run's (``path`` names the checkpoint)."""
         self._resume_from = {
             "batches_done": batches_done, "epoch_state": epoch_state, "rng": rng,
             "samples_done": samples_done, "global_batch_size": global_batch_size,
+            "dataset_size": dataset_size, "path": path,
         }
 
     def count_training_batches(self) -> None:
@@ -332,6 +343,13 @@ class FitLoop:
         if sampler is not None:
             sampler.set_accumulation(t.accumulate_grad_batches)
         resume, self._resume_from = self._resume_from, None
+        size = sampler.dataset_size if sampler is not None else _dataset_size(loader)
+        if resume is not None and resume["epoch_state"] is not None and not check_dataset_size(
+            resume["dataset_size"], size, resume["path"], t.allow_dataset_change
+        ):
+            if resume["rng"] is not None:  # the epoch restarts: its order drawn from the state saved
+                restore_rng_state(resume["rng"])
+            resume = None
         by_samples = resume is not None and sampler is not None and resume["samples_done"] is not None
         if by_samples:
             check_global_batch(resume["global_batch_size"], sampler, t.allow_global_batch_change)  # type: ignore[arg-type]
@@ -358,9 +376,9 @@ class FitLoop:
             start = resume["batches_done"]
             source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
         if layout is not None:
-            progress.start_epoch(start, layout.offset, layout.global_batch_size)
+            progress.start_epoch(start, layout.offset, layout.global_batch_size, size)
         else:
-            progress.start_epoch(start)
+            progress.start_epoch(start, dataset_size=size)
         self.failed_fetch_idx = None
         # CUDA: copy the next batch on a side stream while this one computes (trainer/data/prefetcher.py)
         remaining = None if self.num_training_batches is None else self.num_training_batches - start
@@ -507,6 +525,17 @@ class FitLoop:
 def _validation_due(every: int | None, at_end: bool, batch_idx: int, is_last: bool) -> bool:
     """Whether validation runs after this batch (every ``every`` batches, or at the epoch's last)."""
     return bool(every and (batch_idx + 1) % every == 0) or (is_last and at_end)
+
+
+def _dataset_size(loader: Any) -> int | None:
+    """The length of a map-style train loader's dataset (None: another kind of loader)."""
+    dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else None
+    if dataset is None or isinstance(dataset, IterableDataset):
+        return None
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
 
 
 def _check_trained_some(seen: int) -> None:

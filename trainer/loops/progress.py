@@ -18,12 +18,18 @@ class FitProgress:
     # world-size-free unit: samples of the epoch consumed by finished optimizer steps, and G.
     samples_done: int | None = None
     global_batch_size: int | None = None
+    dataset_size: int | None = None  # the epoch's train dataset length (None: not known)
 
-    def start_epoch(self, first_batch: int, samples_done: int | None = None, global_batch_size: int | None = None) -> None:
-        """An epoch (or the rest of an interrupted one) begins at ``first_batch``, after
-        ``samples_done`` samples, with ``global_batch_size`` samples per step (None: unknown)."""
+    def start_epoch(
+        self, first_batch: int, samples_done: int | None = None, global_batch_size: int | None = None,
+        dataset_size: int | None = None,
+    ) -> None:
+        """An epoch (or the rest of an interrupted one) of a ``dataset_size``-sample dataset begins
+        at ``first_batch``, after ``samples_done`` samples, with ``global_batch_size`` samples per
+        step (None: unknown)."""
         self.batch_idx = self.batches_done = first_batch
         self.samples_done, self.global_batch_size = samples_done, global_batch_size
+        self.dataset_size = dataset_size
 
     def optimizer_stepped(self) -> None:
         """An optimizer step was taken: the one place ``global_step`` counts up."""
@@ -51,6 +57,8 @@ class FitProgress:
         position: dict[str, Any] = {"batches_done": self.batches_done, "epoch_finished": self.epoch_finished}
         if self.samples_done is not None:
             position.update(samples_done=self.samples_done, global_batch_size=self.global_batch_size)
+        if self.dataset_size is not None:
+            position["dataset_size"] = self.dataset_size
         return {"epoch": self.current_epoch, "global_step": self.global_step, "loops": {"fit_loop": position}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -64,3 +72,5 @@ class FitProgress:
         samples, size = position.get("samples_done"), position.get("global_batch_size")
         self.samples_done = None if samples is None else int(samples)
         self.global_batch_size = None if size is None else int(size)
+        length = position.get("dataset_size")
+        self.dataset_size = None if length is None else int(length)

@@ -22,22 +22,36 @@ class BaseFinetuning(Callback):
     exist) and `finetune_function` (called at every train epoch start, per optimizer).
 
     The parameter groups it adds are kept in its checkpoint state (by parameter name), so a
-    resumed fit rebuilds them before the optimizer state is loaded.
+    resumed fit rebuilds them (`rebuild_optimizer_groups`) before the saved optimizer state is
+    checked against the optimizers and loaded, as Lightning's does at fit start. A fit resumed
+    inside an epoch does not run that epoch's `finetune_function` again (its changes are in the
+    restored optimizer).
     """
 
     def __init__(self) -> None:
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
+        self._finetuned_epoch = -1
 
     def state_dict(self) -> dict[str, Any]:
-        """The parameter groups each optimizer had, by parameter name."""
-        return {"internal_optimizer_metadata": self._internal_optimizer_metadata}
+        """The parameter groups each optimizer had, by parameter name, and the last epoch finetuned."""
+        return {"internal_optimizer_metadata": self._internal_optimizer_metadata,
+                "finetuned_epoch": self._finetuned_epoch}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned."""
-        self._internal_optimizer_metadata = state_dict.get("internal_optimizer_metadata", state_dict)
+        if "internal_optimizer_metadata" in state_dict:
+            self._internal_optimizer_metadata = state_dict["internal_optimizer_metadata"]
+            self._finetuned_epoch = state_dict.get("finetuned_epoch", -1)  # absent in Lightning's
+        else:  # Lightning's layout before its PR #11887: the metadata alone
+            self._internal_optimizer_metadata = state_dict
 
-    def on_load_checkpoint(self, trainer: TrainerView, module: ModuleView, checkpoint: dict[str, Any]) -> None:
-        # the optimizers must have the saved groups before their saved state is loaded into them
+    def rebuild_optimizer_groups(self, trainer: TrainerView, module: ModuleView, checkpoint: dict[str, Any]) -> None:
+        """Give the optimizers the parameter groups saved in ``checkpoint`` (and unfreeze their parameters).
+
+        The Trainer calls it when a fit resumes, before it checks the saved optimizer states
+        against the optimizers and loads them: those states have the groups this callback added,
+        which a fresh ``configure_optimizers`` (on the frozen module) does not.
+        """
         state = checkpoint.get("callbacks", {}).get(self.state_key)
         if not state:
             return
@@ -142,9 +156,15 @@ class BaseFinetuning(Callback):
     # -- the schedule ---------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         if stage == "fit":
+            self._finetuned_epoch = -1  # a new fit; a resumed one gets its saved value back after this
             self.freeze_before_training(module)
 
     def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+        # Resumed inside an epoch whose finetuning step the saved run already took: the restored
+        # groups and rates include it, and taking it again would compound the rate change.
+        if trainer.current_epoch <= self._finetuned_epoch:
+            return
+        self._finetuned_epoch = trainer.current_epoch
         names = {p: n for n, p in module.named_parameters()}
         for index, optimizer in enumerate(trainer.optimizers):
             before = len(optimizer.param_groups)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -45,7 +46,9 @@ class MLFlowLogger(Logger):
             retries, ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``, unless those are set already).
         on_unreachable: ``"raise"``: a server that does not answer in time fails the run
             (`ServiceUnreachableError`, naming the URI); ``"warn"``: a
-            warning, and the run trains on without this logger.
+            warning, and the run trains on without this logger. That holds for the first check
+            and for any later request that fails (a server that stops answering mid-run): from
+            then on metrics and parameters are written to `unsent_path` instead.
 
     The run is created at the first thing logged. Its id is saved in every checkpoint, so a fit
     resumed from one (``ckpt_path=...``) with a new ``MLFlowLogger()`` appends to the same run;
@@ -97,6 +100,44 @@ class MLFlowLogger(Logger):
         self._experiment_id: str | None = None
         self._client: Any = None
         self._rank: int | None = None
+        self._root_dir = "."  # the Trainer's default_root_dir, set in `setup`
+
+    @property
+    def unsent_path(self) -> str:
+        """Where ``on_unreachable="warn"`` writes what could not be sent: JSON lines under the
+        Trainer's ``default_root_dir`` (``mlflow_unsent/<run id, or "no-run">.jsonl``)."""
+        return os.path.join(self._root_dir, "mlflow_unsent", f"{self._run_id or 'no-run'}.jsonl")
+
+    def _keep_unsent(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        os.makedirs(os.path.dirname(self.unsent_path), exist_ok=True)
+        with open(self.unsent_path, "a") as f:
+            for record in records:
+                f.write(json.dumps(record) + "\n")
+
+    def _send(self, what: str, send: Any, records: list[dict[str, Any]]) -> None:
+        """``send()``; under ``"warn"`` a failure (a timeout, a refused connection, an error answer)
+        stops this logger's requests and ``records`` go to `unsent_path` (MLflow's own retries are
+        bounded by ``timeout``, so this costs at most a few timeouts once)."""
+        if self._unreachable:
+            self._keep_unsent(records)
+            return
+        try:
+            send()
+        except Exception as err:  # MlflowException wraps requests' timeouts and connection errors
+            if self.on_unreachable == "raise":
+                raise
+            self._unreachable = True
+            self._keep_unsent(records)
+            import warnings
+
+            warnings.warn(
+                f"MLFlowLogger: the tracking server {self.tracking_uri} failed to take the {what} "
+                f"({type(err).__name__}: {str(err)[:300]}). Training goes on without MLflow; what is not "
+                f"sent is written to {self.unsent_path}.",
+                stacklevel=3,
+            )
 
     @property
     def save_dir(self) -> str | None:
@@ -140,6 +181,14 @@ class MLFlowLogger(Logger):
         return not self._unreachable
 
     @property
+    def _logs(self) -> bool:
+        """Whether this process handles records: global rank 0 (sent, or kept in `unsent_path`)."""
+        if not self.is_global_zero:
+            return False
+        self._sends  # the first check, which may find the server unreachable
+        return True
+
+    @property
     def run_id(self) -> str:
         """This run's id (the run is created on first use)."""
         if self._run_id is None:
@@ -159,7 +208,7 @@ class MLFlowLogger(Logger):
     # -- Logger API -------------------------------------------------------------------------
     def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
         """Log each metric at ``step`` (a dict of scalars as ``key/sub_key``)."""
-        if not self._sends:
+        if not self._logs:
             return
         from mlflow.entities import Metric
 
@@ -167,24 +216,31 @@ class MLFlowLogger(Logger):
         flat = _flat_metrics(metrics, self._prefix)
         entries = [Metric(key, value, now, int(step)) for key, value in flat.items()]
         for i in range(0, len(entries), _BATCH):
-            self.experiment.log_batch(self.run_id, metrics=entries[i:i + _BATCH], synchronous=self._synchronous)
+            chunk = entries[i:i + _BATCH]
+            records = [{"metric": m.key, "value": m.value, "step": m.step, "timestamp": m.timestamp} for m in chunk]
+            self._send("metrics", lambda: self.experiment.log_batch(
+                self.run_id, metrics=chunk, synchronous=self._synchronous), records)
 
     def log_hyperparams(self, params: Any) -> None:
         """Log ``params`` as MLflow parameters (flattened, as strings)."""
-        if not self._sends:
+        if not self._logs:
             return
         from mlflow.entities import Param
 
         flat = _flatten_hparams(self._hparams_to_plain(params))
         entries = [Param(key, str(value)) for key, value in flat.items()]
         for i in range(0, len(entries), _PARAM_BATCH):
-            self.experiment.log_batch(self.run_id, params=entries[i:i + _PARAM_BATCH], synchronous=self._synchronous)
+            chunk = entries[i:i + _PARAM_BATCH]
+            self._send("parameters", lambda: self.experiment.log_batch(
+                self.run_id, params=chunk, synchronous=self._synchronous),
+                [{"param": p.key, "value": p.value} for p in chunk])
 
     def log_text(self, tag: str, text: str) -> None:
         """Store ``text`` as the artifact ``<tag>.txt``."""
-        if not self._sends:
+        if not self._logs:
             return
-        self.experiment.log_text(self.run_id, text, f"{tag.replace(os.sep, '_')}.txt")
+        name = f"{tag.replace(os.sep, '_')}.txt"
+        self._send("text", lambda: self.experiment.log_text(self.run_id, text, name), [{"artifact": name, "text": text}])
 
     def finalize(self, status: str) -> None:
         """Mark the run ``FINISHED`` or ``FAILED`` (a later call of the Trainer reopens it)."""
@@ -213,6 +269,7 @@ class MLFlowLogger(Logger):
     # -- hooks ------------------------------------------------------------------------------
     def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
+        self._root_dir = trainer.default_root_dir
 
     def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if not self.log_model or not trainer.is_global_zero or not self._sends:

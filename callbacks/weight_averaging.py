@@ -22,9 +22,11 @@ class WeightAveraging(Callback):
     `should_update` decides after each optimizer step and each training epoch whether the
     average takes the current weights (default: after every step). Validation runs on the
     averaged weights (swapped in and out around it); a checkpoint holds the average as its
-    ``state_dict`` (the current weights under ``current_model_state``, the rest of the average's
+    ``state_dict`` (the trained weights under ``current_model_state``, the rest of the average's
     state under ``averaging_state``), so ``load_from_checkpoint`` gives the averaged model and a
-    resumed fit continues both. At the end of training the module gets the averaged weights.
+    resumed fit continues both. At the end of training the module gets the averaged weights; the
+    trained ones are kept, so a checkpoint written after the fit (``trainer.save_checkpoint``, the
+    ``last.ckpt`` of a fit stopped by ``max_steps``) has the same layout and resumes the same way.
     """
 
     def __init__(self, device: Union[torch.device, str, int, None] = None, use_buffers: bool = True,
@@ -35,6 +37,9 @@ class WeightAveraging(Callback):
         self._average_model: Optional[AveragedModel] = None
         self._latest_update_step = 0
         self._latest_update_epoch = -1
+        # True once `on_train_end` swapped the average into the module: the AveragedModel then
+        # holds the trained weights, which a checkpoint written after the fit must keep.
+        self._average_in_module = False
 
     def should_update(self, step_idx: Optional[int] = None, epoch_idx: Optional[int] = None) -> bool:
         """Whether to update the average after step ``step_idx`` (0-based) or epoch ``epoch_idx``."""
@@ -46,6 +51,7 @@ class WeightAveraging(Callback):
             device = self._device or next((p.device for p in module.parameters()), torch.device("cpu"))
             self._average_model = AveragedModel(model=module, device=device, use_buffers=self._use_buffers,
                                                 **self._kwargs)
+            self._average_in_module = False
 
     def on_train_batch_end(self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -62,16 +68,18 @@ class WeightAveraging(Callback):
             self._latest_update_epoch = trainer.current_epoch
 
     def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        if self._average_model is not None:
-            for average, current in self._pairs(module):
-                current.data.copy_(average.data)
+        # A swap, not a copy (Lightning copies): the trained weights are the only state a resume
+        # can continue from, and the last.ckpt of fit end and any later save_checkpoint need them.
+        if self._average_model is not None and not self._average_in_module:
+            self._swap(module)
+            self._average_in_module = True
 
     def on_validation_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
-        if self._average_model is not None:
+        if self._average_model is not None and not self._average_in_module:
             self._swap(module)
 
     def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        if self._average_model is not None:
+        if self._average_model is not None and not self._average_in_module:
             self._swap(module)
 
     # -- checkpoint -------------------------------------------------------------------------------
@@ -85,8 +93,12 @@ class WeightAveraging(Callback):
         if self._average_model is None:  # outside fit: the module's own weights (averaged after a fit)
             return
         state = self._average_model.state_dict()
-        checkpoint["current_model_state"] = checkpoint["state_dict"]
-        checkpoint["state_dict"] = {name[7:]: value for name, value in state.items() if name.startswith("module.")}
+        held = {name[7:]: value for name, value in state.items() if name.startswith("module.")}
+        if self._average_in_module:  # after the fit the two have traded places
+            checkpoint["current_model_state"] = held
+        else:
+            checkpoint["current_model_state"] = checkpoint["state_dict"]
+            checkpoint["state_dict"] = held
         checkpoint["averaging_state"] = {name: value for name, value in state.items() if not name.startswith("module.")}
 
     def on_load_checkpoint(self, trainer: TrainerView, module: ModuleView, checkpoint: dict[str, Any]) -> None:

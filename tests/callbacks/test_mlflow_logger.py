@@ -127,3 +127,87 @@ def test_two_ranks_log_one_run_from_rank_zero(tracking_uri, tmp_path):
     assert len(runs) == 1
     assert [m.step for m in client.get_metric_history(ids[0], "train_loss")] == [1, 2, 3, 4]
     assert torch.isfinite(torch.tensor([m.value for m in client.get_metric_history(ids[0], "train_loss")])).all()
+
+
+class _StallingProxy:
+    """A real HTTP proxy on 127.0.0.1 in front of the mlflow server: it answers ``/health`` always,
+    forwards the first ``forward`` other requests, and then holds every request unanswered (a
+    server that hangs mid-run) until `stop`."""
+
+    def __init__(self, upstream: str, forward: int) -> None:
+        import http.server
+        import threading
+        import urllib.error
+
+        proxy = self
+        self.forwarded, self.held = 0, 0
+        self._release = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _relay(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if not self.path.startswith("/health"):
+                    if proxy.forwarded >= forward:
+                        proxy.held += 1
+                        proxy._release.wait(60)  # no answer: the client's read times out
+                        return
+                    proxy.forwarded += 1
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+                request = urllib.request.Request(upstream + self.path, data=body or None, method=self.command,
+                                                 headers=headers)
+                try:
+                    with urllib.request.urlopen(request, timeout=30) as answer:
+                        status, payload, kind = answer.status, answer.read(), answer.headers.get("Content-Type")
+                except urllib.error.HTTPError as err:
+                    status, payload, kind = err.code, err.read(), err.headers.get("Content-Type")
+                self.send_response(status)
+                self.send_header("Content-Type", kind or "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _relay
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.uri = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
+@pytest.mark.timeout(120)
+def test_warn_trains_on_when_the_server_hangs_mid_run(tracking_uri, tmp_path, monkeypatch):
+    import json
+
+    # what MLFlowLogger(timeout=2) sets, set here so that earlier tests' values do not count
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    proxy = _StallingProxy(tracking_uri, forward=4)  # experiment lookup/creation and the run, then a hang
+    try:
+        logger = MLFlowLogger(experiment_name="lockstep-stall", tracking_uri=proxy.uri, timeout=2,
+                              on_unreachable="warn")
+        trainer = Trainer(accelerator="cpu", max_epochs=2, logger=logger, enable_progress_bar=False,
+                          enable_checkpointing=False, default_root_dir=tmp_path, log_every_n_steps=1)
+        model = Regression()
+        with pytest.warns(UserWarning, match="MLFlowLogger: the tracking server .* failed"):
+            trainer.fit(model, _data())
+    finally:
+        proxy.stop()
+    assert trainer.global_step == 8 and proxy.held >= 1
+    unsent = tmp_path / "mlflow_unsent" / f"{logger.run_id}.jsonl"
+    assert logger.unsent_path == str(unsent)
+    records = [json.loads(line) for line in unsent.read_text().splitlines()]
+    kept = {r["step"]: r["value"] for r in records if r.get("metric") == "train_loss"}
+    # every step's loss reached the server or the file, and the last is the Trainer's own value
+    sent = {m.step: m.value for m in MlflowClient(tracking_uri).get_metric_history(logger.run_id, "train_loss")}
+    assert sorted({**sent, **kept}) == list(range(1, 9)) and 8 in kept
+    assert kept[8] == pytest.approx(float(trainer.logged_metrics["train_loss"]))

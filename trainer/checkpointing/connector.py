@@ -86,11 +86,35 @@ def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_
 def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
     """Restore a fit from ``checkpoint`` in named steps, after checking it fits the run (the
     DataModule's state is restored before, by `restore_datamodule`, ahead of its loaders)."""
-    check_compatible(checkpoint, path, trainer.module, trainer.optimizers, trainer.lr_scheduler_configs)
+    _rebuild_optimizer_groups(trainer, checkpoint, path)
     _restore_weights(trainer, checkpoint)
     trainer.hooks.call_callbacks("on_load_checkpoint", checkpoint)  # before the callbacks' states
     load_states(stateful_objects(trainer), checkpoint)  # callbacks, optimizers, schedulers, precision
     restore_position(trainer, checkpoint, path)
+
+
+def _rebuild_optimizer_groups(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:
+    """Let callbacks that add parameter groups during a fit (`BaseFinetuning`) put them back, then check.
+
+    The saved optimizer states hold those groups and a fresh ``configure_optimizers`` does not, so
+    the check must see the rebuilt optimizers. A refused checkpoint leaves the groups and
+    ``requires_grad`` flags as they were: nothing is changed.
+    """
+    module, optimizers = trainer.module, trainer.optimizers
+    groups_before = [list(opt.param_groups) for opt in optimizers]
+    grad_before = [(p, p.requires_grad) for p in module.parameters()]
+    try:
+        for callback in trainer.callbacks:
+            rebuild = getattr(callback, "rebuild_optimizer_groups", None)
+            if callable(rebuild):
+                rebuild(trainer, module, checkpoint)
+        check_compatible(checkpoint, path, module, optimizers, trainer.lr_scheduler_configs)
+    except BaseException:
+        for opt, groups in zip(optimizers, groups_before):
+            opt.param_groups = groups
+        for param, flag in grad_before:
+            param.requires_grad_(flag)
+        raise
 
 
 def refuse_weights_only(checkpoint: dict[str, Any], path: str) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer.contracts import storage
+from trainer.contracts.rank import current_global_rank
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerView
@@ -31,6 +33,12 @@ def _rank_zero_print(trainer: TrainerView, message: str) -> None:
     """Print ``message`` once, from global rank 0."""
     if trainer.is_global_zero:
         print(message, flush=True)
+
+
+def _rank_zero_warn(message: str, stacklevel: int = 2) -> None:
+    """Warn once per run, from global rank 0 (every rank reaches the same conclusion)."""
+    if current_global_rank() == 0:
+        warnings.warn(message, stacklevel=stacklevel + 1)
 
 
 # -- log directories --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from callbacks._utils import (
     _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
+    _rank_zero_warn,
     _to_float,
     _validate_mode,
     _ValidationMetricTracker,
@@ -401,7 +402,7 @@ class ModelCheckpoint(Checkpoint):
             self.current_score = state.get("current_score")
             self.last_model_path = state.get("last_model_path", "")
         else:
-            warnings.warn(
+            _rank_zero_warn(
                 f"ModelCheckpoint: the checkpoint directory changed from {state.get('dirpath')!r} to "
                 f"{self.dirpath!r}; only best_model_path is restored.",
                 stacklevel=2,
@@ -421,7 +422,7 @@ class ModelCheckpoint(Checkpoint):
         foreign = sorted({str(p) for p in named if p and not self._is_own_file(p)})
         if not foreign:
             return state
-        warnings.warn(
+        _rank_zero_warn(
             f"ModelCheckpoint: the checkpoint's state names paths outside its directory {self.dirpath!r}: "
             f"{', '.join(foreign)}; they are dropped (a checkpoint callback deletes and overwrites only "
             "checkpoint files in its own directory).",
@@ -474,7 +475,7 @@ class ModelCheckpoint(Checkpoint):
                 if name not in self._missing_fields_warned:
                     self._missing_fields_warned.add(name)
                     available = ", ".join(sorted(metrics)) or "(none)"
-                    warnings.warn(
+                    _rank_zero_warn(
                         f"ModelCheckpoint(filename={template!r}) refers to {name!r}, which is not in the "
                         f"logged metrics (available: {available}): it is written as 0.",
                         stacklevel=2,

@@ -178,6 +178,11 @@ def main(argv: list[str] | None = None) -> None:
         ckpt_path=args.resume,
     )
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if "val_acc" not in metrics:  # resumed from a run that had reached --max-epochs: fit trained nothing
+        if trainer.is_global_zero:
+            print(f"[digits] {args.resume} had already trained {trainer.current_epoch} epoch(s): pass "
+                  f"--max-epochs {trainer.current_epoch + args.max_epochs} (or any larger number) to train further.")
+        return
     if trainer.is_global_zero:
         print(f"val_acc={metrics['val_acc']:.4f} val_loss={metrics['val_loss']:.4f} "
               f"world_size={trainer.world_size} global_batch={trainer.global_batch_size} log_dir={trainer.log_dir}")

@@ -54,3 +54,14 @@ def test_digits_two_processes_with_accumulation(tmp_path, one_process):
     assert abs(result["val_acc"] - one_process[1]["val_acc"]) <= 0.02
     # one TensorBoard event-file set, written by global rank 0 only
     assert len(list((tmp_path / "run" / "logs").glob("version_*"))) == 1
+    # the README's next command: resuming the finished demo says so once, and how to train further
+    proc = run_script(
+        [SCRIPT, "--accelerator", "cpu", "--devices", "2", "--max-epochs", str(EPOCHS), "--root", str(tmp_path / "run"),
+         "--resume", "last"],
+        launcher="python", timeout=240,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "KeyError" not in output, output[-3000:]
+    assert output.count(f"already reached max_epochs={EPOCHS}; nothing to train") == 1
+    assert output.count(f"[digits] last had already trained {EPOCHS} epoch(s): pass --max-epochs {2 * EPOCHS}") == 1
+    assert output.count("the checkpoint directory changed") <= 1  # one warning, not one per rank

@@ -157,6 +157,13 @@ class FitLoop:
                 f"[lockstep] Resumed from {path}: epoch {self.progress.current_epoch}, global step "
                 f"{self.progress.global_step}."
             )
+            finished = self._limit_reached()
+            if finished:  # as Lightning's "`Trainer.fit` stopped: `max_epochs=3` reached."
+                more = "max_epochs" if finished.startswith("max_epochs") else "max_steps"
+                rank_zero_info(
+                    f"[lockstep] fit stopped at once: {path} already reached {finished}; nothing to "
+                    f"train. Pass a larger {more} to train on from it."
+                )
         else:
             self.scale_learning_rates()
         summary = (

@@ -72,7 +72,7 @@ def _hint_misspelled_arguments(init: Callable[..., Any]) -> Callable[..., Any]:
 
 class Trainer(TrainerSettings, RunStateFields, BatchCounts):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
-    every argument, checked before any work; each is then a read-only setting, `TrainerConfig`)."""
+    every argument, checked before any work; each is then a read-only attribute of the same name)."""
 
     @_hint_misspelled_arguments
     def __init__(

@@ -192,7 +192,8 @@ class BatchSizeFinder(Callback):
             check_int(f"scale_batch_size({name})", value, minimum=1)
         if init_val > max_val:
             raise ValueError(
-                f"scale_batch_size(init_val={init_val!r}, max_val={max_val!r}): init_val must not exceed max_val."
+                f"scale_batch_size(init_val={init_val!r}, max_val={max_val!r}): "
+                "init_val must not exceed max_val."
             )
         check_number("scale_batch_size(margin)", margin, minimum=0.0, below=1.0)
         check_str("scale_batch_size(batch_arg_name)", batch_arg_name)

@@ -249,7 +249,8 @@ class LearningRateFinder(Callback):
         attr_name: str = "",
     ) -> None:
         check_range_test_arguments(
-            "LearningRateFinder", min_lr, max_lr, num_training_steps, mode, early_stop_threshold, "num_training_steps"
+            "LearningRateFinder", min_lr, max_lr, num_training_steps, mode, early_stop_threshold,
+            steps_name="num_training_steps",
         )
         check_bool("LearningRateFinder(update_attr)", update_attr)
         check_str("LearningRateFinder(attr_name)", attr_name)

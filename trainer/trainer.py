@@ -6,9 +6,6 @@ checkpoint connector (`trainer.checkpointing.connector`) and the `MetricLogger`.
 from __future__ import annotations
 
 import datetime
-import difflib
-import functools
-import inspect
 import os
 from typing import Any, Callable
 
@@ -17,7 +14,7 @@ import torch
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
-from trainer.checks import check_call
+from trainer.checks import check_call, hint_misspelled_arguments
 from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.batch_counts import BatchCounts
@@ -40,41 +37,11 @@ from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-def _explicit_parameters(init: Callable[..., Any]) -> list[str]:
-    return [
-        p.name for p in inspect.signature(init).parameters.values()
-        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
-
-
-def _hint_misspelled_arguments(init: Callable[..., Any]) -> Callable[..., Any]:
-    """``init`` refusing an unknown keyword with the closest argument's name (``max_epoch``: did you
-    mean ``max_epochs``?). Python's own error names none. ``functools.wraps`` keeps ``init``'s
-    signature for `inspect`, jsonargparse (the CLI) and the docs; a subclass that passes its
-    ``**kwargs`` on gets the hint too, its own arguments included."""
-    own = _explicit_parameters(init)
-
-    @functools.wraps(init)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
-        unknown = [name for name in kwargs if name not in own]
-        if unknown:
-            known = own + [n for n in _explicit_parameters(type(self).__init__) if n not in own]
-            message = f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
-            close = difflib.get_close_matches(unknown[0], known, n=1)
-            raise TypeError(
-                f"{message}: did you mean `{close[0]}`?" if close
-                else f"{message} (docs/trainer.md lists the arguments)"
-            )
-        init(self, *args, **kwargs)
-
-    return checked
-
-
 class Trainer(TrainerSettings, RunStateFields, BatchCounts):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
     every argument, checked before any work; each is then a read-only attribute of the same name)."""
 
-    @_hint_misspelled_arguments
+    @hint_misspelled_arguments
     def __init__(
         self,
         max_epochs: int | None = None,

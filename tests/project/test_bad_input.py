@@ -201,16 +201,16 @@ def test_bad_trainer_arguments(kwargs, error, message):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"max_epoch": 1}, "Trainer() got an unexpected keyword argument 'max_epoch': did you mean `max_epochs`?"),
-        ({"acelerator": "cpu"}, "Trainer() got an unexpected keyword argument 'acelerator': did you mean `accelerator`?"),
-        ({"gradient_clip": 1.0}, "Trainer() got an unexpected keyword argument 'gradient_clip': did you mean `gradient_clip_val`?"),
-        ({"qwertyuiop": 1}, "Trainer() got an unexpected keyword argument 'qwertyuiop' (docs/trainer.md lists the arguments)"),
+        ({"max_epoch": 1}, "'max_epoch': did you mean `max_epochs`?"),
+        ({"acelerator": "cpu"}, "'acelerator': did you mean `accelerator`?"),
+        ({"gradient_clip": 1.0}, "'gradient_clip': did you mean `gradient_clip_val`?"),
+        ({"qwertyuiop": 1}, "'qwertyuiop' (docs/trainer.md lists the arguments)"),
     ],
 )
 def test_a_misspelled_trainer_argument_names_the_closest_one(kwargs, message):
     with pytest.raises(TypeError) as raised:
         Trainer(**{**QUIET, **kwargs})
-    assert str(raised.value) == message
+    assert str(raised.value) == "Trainer() got an unexpected keyword argument " + message
 
 
 def test_ckpt_path_best_before_any_fit_says_to_pass_a_path():

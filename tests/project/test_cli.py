@@ -128,7 +128,8 @@ def test_ckpt_path_best_in_a_fresh_process_ends_without_a_traceback(tmp_path, co
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("python -m trainer validate: error: " + BEST_UNKNOWN) and "--ckpt_path path/to/file.ckpt" in last
+    assert last.startswith("python -m trainer validate: error: " + BEST_UNKNOWN)
+    assert "--ckpt_path path/to/file.ckpt" in last
 
 
 def test_unknown_subcommand(capsys):

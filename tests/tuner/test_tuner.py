@@ -125,9 +125,15 @@ def _counting_module(L):
         ({"max_lr": float("nan")}, ValueError, "lr_find(max_lr) must be a finite number > 0, got nan"),
         ({"max_lr": float("inf")}, ValueError, "lr_find(max_lr) must be a finite number > 0, got inf"),
         ({"max_lr": "1"}, TypeError, "lr_find(max_lr) must be a finite number > 0, got '1'"),
-        ({"min_lr": 0.1, "max_lr": 0.01}, ValueError, "lr_find(min_lr=0.1, max_lr=0.01): min_lr must be below max_lr"),
+        (
+            {"min_lr": 0.1, "max_lr": 0.01}, ValueError,
+            "lr_find(min_lr=0.1, max_lr=0.01): min_lr must be below max_lr",
+        ),
         ({"mode": "log"}, ValueError, "lr_find(mode='log'): use 'exponential' or 'linear'"),
-        ({"early_stop_threshold": 0}, ValueError, "lr_find(early_stop_threshold) must be None or a finite number > 0, got 0"),
+        (
+            {"early_stop_threshold": 0}, ValueError,
+            "lr_find(early_stop_threshold) must be None or a finite number > 0, got 0",
+        ),
         ({"early_stop_threshold": float("nan")}, ValueError, "must be None or a finite number > 0, got nan"),
         ({"update_attr": "yes"}, TypeError, "lr_find(update_attr) must be a bool (True or False), got 'yes'"),
     ],
@@ -140,7 +146,8 @@ def test_lr_find_refuses_bad_arguments_first(kwargs, error, message):
     model = _counting_module(L)(learning_rate=0.01)
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(error) as raised:
-        Tuner(_trainer("lockstep")).lr_find(model, **{"min_lr": 1e-4, "max_lr": 10.0, "num_training": 30, **kwargs})
+        arguments = {"min_lr": 1e-4, "max_lr": 10.0, "num_training": 30, **kwargs}
+        Tuner(_trainer("lockstep")).lr_find(model, **arguments)
     assert message in str(raised.value)
     # refused before anything ran: no training step, the module's rate and weights untouched
     assert model.steps == 0 and model.learning_rate == 0.01
@@ -151,9 +158,15 @@ def test_lr_find_refuses_bad_arguments_first(kwargs, error, message):
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        ({"num_training_steps": 0}, ValueError, "LearningRateFinder(num_training_steps) must be an int >= 1, got 0"),
+        (
+            {"num_training_steps": 0}, ValueError,
+            "LearningRateFinder(num_training_steps) must be an int >= 1, got 0",
+        ),
         ({"min_lr": 0.0}, ValueError, "LearningRateFinder(min_lr) must be a finite number > 0, got 0.0"),
-        ({"max_lr": float("nan")}, ValueError, "LearningRateFinder(max_lr) must be a finite number > 0, got nan"),
+        (
+            {"max_lr": float("nan")}, ValueError,
+            "LearningRateFinder(max_lr) must be a finite number > 0, got nan",
+        ),
     ],
 )
 def test_learning_rate_finder_refuses_bad_arguments_at_construction(kwargs, error, message):
@@ -171,9 +184,18 @@ def test_learning_rate_finder_refuses_bad_arguments_at_construction(kwargs, erro
         ({"init_val": 2.0}, TypeError, "scale_batch_size(init_val) must be an int >= 1, got 2.0"),
         ({"max_trials": -1}, ValueError, "scale_batch_size(max_trials) must be an int >= 1, got -1"),
         ({"max_val": 0}, ValueError, "scale_batch_size(max_val) must be an int >= 1, got 0"),
-        ({"init_val": 64, "max_val": 32}, ValueError, "scale_batch_size(init_val=64, max_val=32): init_val must not exceed max_val"),
-        ({"margin": float("nan")}, ValueError, "scale_batch_size(margin) must be a finite number in [0.0, 1.0), got nan"),
-        ({"batch_arg_name": ""}, ValueError, "scale_batch_size(batch_arg_name) must be a non-empty str, got ''"),
+        (
+            {"init_val": 64, "max_val": 32}, ValueError,
+            "scale_batch_size(init_val=64, max_val=32): init_val must not exceed max_val",
+        ),
+        (
+            {"margin": float("nan")}, ValueError,
+            "scale_batch_size(margin) must be a finite number in [0.0, 1.0), got nan",
+        ),
+        (
+            {"batch_arg_name": ""}, ValueError,
+            "scale_batch_size(batch_arg_name) must be a non-empty str, got ''",
+        ),
         ({"mode": "double"}, ValueError, "scale_batch_size(mode='double'): use 'power' or 'binsearch'"),
     ],
 )

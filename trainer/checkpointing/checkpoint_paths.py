@@ -30,8 +30,8 @@ def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
             # "best" lives in the ModelCheckpoint's memory: a fresh process (python -m trainer
             # test/validate) has run no fit, so only a path can name the checkpoint
             raise CheckpointPathError(
-                "ckpt_path='best' is unknown: no fit has run in this process (or none saved a checkpoint), so no "
-                "ModelCheckpoint has a best checkpoint"
+                "ckpt_path='best' is unknown: no fit has run in this process (or none saved a checkpoint), "
+                "so no ModelCheckpoint has a best checkpoint"
                 + (" (this Trainer has none: enable_checkpointing=False)" if cb is None else "")
                 + ". Pass a checkpoint path instead: ckpt_path='path/to/file.ckpt' "
                 "(on the command line: --ckpt_path path/to/file.ckpt)."

@@ -60,7 +60,8 @@ def _refuse_unsupported_bf16_hook(hook: str | Callable[..., Any]) -> None:
     raise ValueError(
         f"DDPStrategy(ddp_comm_hook={shown}) cannot run on this torch build ({build}): torch's bf16 hook "
         "needs a CUDA (or ROCm) build with NCCL >= 2.10, or XPU with XCCL, even on the gloo backend. "
-        "Use ddp_comm_hook='fp16_compress' (half the bytes too) or 'powersgd', or install a CUDA build of torch."
+        "Use ddp_comm_hook='fp16_compress' (half the bytes too) or 'powersgd', or install a CUDA build "
+        "of torch."
     )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_int, check_number, check_str
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -185,8 +186,19 @@ class BatchSizeFinder(Callback):
     ) -> None:
         if mode not in ("power", "binsearch"):
             raise ValueError(f"scale_batch_size(mode={mode!r}): use 'power' or 'binsearch'.")
-        if not 0.0 <= margin < 1.0:
-            raise ValueError(f"scale_batch_size(margin={margin!r}): expected 0 <= margin < 1.")
+        # 0 steps or a size of 0 would loop on empty trials; a NaN margin would give a NaN size
+        for name, value in (("steps_per_trial", steps_per_trial), ("init_val", init_val),
+                            ("max_trials", max_trials), ("max_val", max_val)):
+            check_int(f"scale_batch_size({name})", value, minimum=1)
+        if init_val > max_val:
+            raise ValueError(
+                f"scale_batch_size(init_val={init_val!r}, max_val={max_val!r}): "
+                "init_val must not exceed max_val."
+            )
+        check_number("scale_batch_size(margin)", margin, minimum=0.0, below=1.0)
+        check_str("scale_batch_size(batch_arg_name)", batch_arg_name)
+        if not batch_arg_name:
+            raise ValueError("scale_batch_size(batch_arg_name) must be a non-empty str, got ''")
         self.mode, self.steps_per_trial, self.init_val = mode, steps_per_trial, init_val
         self.max_trials, self.batch_arg_name, self.margin, self.max_val = max_trials, batch_arg_name, margin, max_val
         self.optimal_batch_size: int | None = init_val

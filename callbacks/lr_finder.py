@@ -8,9 +8,38 @@ import torch
 
 from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool, check_int, check_number, check_str
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
+
+
+def check_range_test_arguments(
+    caller: str,
+    min_lr: Any,
+    max_lr: Any,
+    num_training: Any,
+    mode: Any,
+    early_stop_threshold: Any,
+    steps_name: str = "num_training",
+) -> None:
+    """Refuse bad range-test arguments by name (``caller(min_lr)``...), before anything runs.
+
+    The rates must be finite and positive (the exponential schedule takes ``(max_lr / min_lr) ** r``:
+    0 divides by zero, a negative base gives complex rates, NaN trains at NaN), ``min_lr < max_lr``,
+    the steps an int >= 1, ``mode`` ``"exponential"`` or ``"linear"``, the threshold None or > 0.
+    """
+    check_number(f"{caller}(min_lr)", min_lr, above=0)
+    check_number(f"{caller}(max_lr)", max_lr, above=0)
+    if min_lr >= max_lr:
+        raise ValueError(
+            f"{caller}(min_lr={min_lr!r}, max_lr={max_lr!r}): min_lr must be below max_lr "
+            "(the test raises the rate from min_lr to max_lr)."
+        )
+    check_int(f"{caller}({steps_name})", num_training, minimum=1)
+    if mode not in ("linear", "exponential"):
+        raise ValueError(f"{caller}(mode={mode!r}): use 'exponential' or 'linear'.")
+    check_number(f"{caller}(early_stop_threshold)", early_stop_threshold, above=0, allow_none=True)
 
 
 class LRFinder:
@@ -145,6 +174,9 @@ def lr_find(
 ) -> LRFinder | None:
     """The range test: ``num_training`` optimizer steps from ``min_lr`` to ``max_lr`` on ``model``,
     which afterwards has its weights back (and, with ``update_attr``, the suggested rate)."""
+    check_range_test_arguments("lr_find", min_lr, max_lr, num_training, mode, early_stop_threshold)
+    check_bool("lr_find(update_attr)", update_attr)
+    check_str("lr_find(attr_name)", attr_name)
     if trainer.fast_dev_run:
         import warnings
 
@@ -216,7 +248,12 @@ class LearningRateFinder(Callback):
         update_attr: bool = True,
         attr_name: str = "",
     ) -> None:
-        LRFinder(mode, min_lr, max_lr, num_training_steps)  # checks the arguments now
+        check_range_test_arguments(
+            "LearningRateFinder", min_lr, max_lr, num_training_steps, mode, early_stop_threshold,
+            steps_name="num_training_steps",
+        )
+        check_bool("LearningRateFinder(update_attr)", update_attr)
+        check_str("LearningRateFinder(attr_name)", attr_name)
         self._min_lr, self._max_lr, self._num_training_steps = min_lr, max_lr, num_training_steps
         self._mode, self._early_stop_threshold = mode, early_stop_threshold
         self._update_attr, self._attr_name = update_attr, attr_name

@@ -446,7 +446,14 @@ def main(argv: Sequence[str] | None = None) -> Any:
         sys.stderr.write(usage + (f"error: unknown subcommand {args[0]!r}\n" if args else "error: a subcommand is needed\n"))
         raise SystemExit(2)
     _need_jsonargparse()
-    return LightningCLI(
-        seed_everything_default=0, args=args, parser_kwargs={"prog": "python -m trainer"},
-        save_config_kwargs={"overwrite": True},
-    )
+    from trainer.checkpointing.checkpoint_paths import CheckpointPathError
+
+    try:
+        return LightningCLI(
+            seed_everything_default=0, args=args, parser_kwargs={"prog": "python -m trainer"},
+            save_config_kwargs={"overwrite": True},
+        )
+    except CheckpointPathError as err:
+        # a bad --ckpt_path is a usage error, like a bad option: one line and exit code 2, no traceback
+        sys.stderr.write(f"python -m trainer {args[0]}: error: {err}\n")
+        raise SystemExit(2) from None

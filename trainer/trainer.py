@@ -14,7 +14,7 @@ import torch
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
-from trainer.checks import check_call
+from trainer.checks import check_call, hint_misspelled_arguments
 from trainer.configuration import TrainerConfig, TrainerSettings
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.batch_counts import BatchCounts
@@ -39,8 +39,9 @@ from trainer.strategies.strategy import Strategy
 
 class Trainer(TrainerSettings, RunStateFields, BatchCounts):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
-    every argument, checked before any work; each is then a read-only setting, `TrainerConfig`)."""
+    every argument, checked before any work; each is then a read-only attribute of the same name)."""
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         max_epochs: int | None = None,
@@ -239,9 +240,8 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
     ) -> None:
         """Train ``model`` on the loaders or a ``datamodule``; ``ckpt_path`` ("last", "best", a path) resumes.
 
-        A restarted run (torch's elastic agent restarting the worker group on any node, or SLURM
-        requeueing the job; `Strategy.is_restart`) resumes from the last checkpoint when ``ckpt_path``
-        is None. ``weights_only=False`` allows arbitrary pickled objects: only for files you trust."""
+        A restart (`Strategy.is_restart`: torchrun's, a SLURM requeue) resumes its own run's last checkpoint
+        when ``ckpt_path`` is None. ``weights_only=False`` unpickles anything: only for files you trust."""
         check_call(model, Stage.FIT, ckpt_path, weights_only)
         train_dataloaders, datamodule = attach_datamodule(self, Stage.FIT, train_dataloaders, datamodule, val_dataloaders)
         args = (model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, weights_only)

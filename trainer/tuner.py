@@ -66,7 +66,11 @@ class Tuner:
         attr_name: str = "",
     ) -> Optional[LRFinder]:
         """The range test: ``num_training`` steps from ``min_lr`` to ``max_lr`` (see `LRFinder`);
-        ``update_attr`` writes the suggestion to the module's ``lr`` / ``learning_rate``."""
+        ``update_attr`` writes the suggestion to the module's ``lr`` / ``learning_rate``.
+
+        The arguments are checked before anything runs: finite rates ``0 < min_lr < max_lr``,
+        ``num_training`` an int >= 1, ``mode`` ``"exponential"`` or ``"linear"``,
+        ``early_stop_threshold`` None or > 0 (a ``ValueError``/``TypeError`` naming the argument)."""
         if method != "fit":
             raise ValueError(f"Tuner.lr_find(method={method!r}): only method='fit' is possible.")
         if dataloaders is not None:

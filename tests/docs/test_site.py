@@ -3,6 +3,7 @@ missing from the nav, the API reference generated from the docstrings) and its n
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,12 @@ def test_the_site_builds_strictly(tmp_path):
     reference = (tmp_path / "site" / "reference" / "module" / "index.html").read_text()
     assert "training_step" in reference and ":::" not in reference
     assert (tmp_path / "site" / "images" / "tensorboard_digits.png").is_file()
+    # the Trainer's page shows the public API only: no internal base class or launcher method
+    trainer_page = (tmp_path / "site" / "reference" / "trainer" / "index.html").read_text()
+    internals = ("TrainerSettings", "RunStateFields", "BatchCounts", "adopt_spawned_run", "TrainerConfig")
+    assert [name for name in internals if name in trainer_page] == []
+    assert "Bases:" not in trainer_page
+    # ...and its signature in a block of its own, one argument a line, not a heading of 50 arguments
+    heading = re.search(r'<h2 id="trainer\.Trainer".*?</h2>', trainer_page, re.S)
+    assert heading is not None and "max_epochs" not in heading.group(0)
+    assert "max_epochs" in trainer_page and "fit" in trainer_page and "save_checkpoint" in trainer_page

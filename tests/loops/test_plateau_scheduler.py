@@ -65,3 +65,23 @@ def test_a_new_result_equal_to_the_last_one_is_a_new_step():
 def test_a_training_metric_logged_every_epoch_steps_every_epoch():
     module, _ = _fit(lr=1e-6, monitor="epoch_loss", epochs=4, every=2)
     assert len(module.plateau.values) == 4
+
+
+class _TopLevelMonitor(_Plateau):
+    """Lightning's other form: the monitor as the top-level key of configure_optimizers' dict."""
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=self.hparams["lr"])
+        self.plateau = _RecordingPlateau(opt, patience=0, factor=0.5)
+        return {"optimizer": opt, "lr_scheduler": self.plateau, "monitor": self.monitor}
+
+
+def test_the_top_level_monitor_key_drives_a_plateau_scheduler():
+    module = _TopLevelMonitor(lr=1e-6, monitor="val_loss")
+    trainer = Trainer(accelerator="cpu", max_epochs=3, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(module, loader(regression_data(16), 4), loader(regression_data(8, seed=1), 4))
+    assert trainer.lr_scheduler_configs[0].monitor == "val_loss"
+    # one step per validation, on the logged val_loss; patience=0 and no progress at lr=1e-6: halved twice
+    assert len(module.plateau.values) == 3
+    assert module.plateau.values[-1] == pytest.approx(float(trainer.callback_metrics["val_loss"]), abs=0)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.25e-6, rel=1e-12)

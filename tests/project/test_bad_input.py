@@ -198,6 +198,50 @@ def test_bad_trainer_arguments(kwargs, error, message):
         Trainer(**{"accelerator": "cpu", **QUIET, **kwargs})
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"max_epoch": 1}, "'max_epoch': did you mean `max_epochs`?"),
+        ({"acelerator": "cpu"}, "'acelerator': did you mean `accelerator`?"),
+        ({"gradient_clip": 1.0}, "'gradient_clip': did you mean `gradient_clip_val`?"),
+        ({"qwertyuiop": 1}, "'qwertyuiop' (docs/trainer.md lists the arguments)"),
+    ],
+)
+def test_a_misspelled_trainer_argument_names_the_closest_one(kwargs, message):
+    with pytest.raises(TypeError) as raised:
+        Trainer(**{**QUIET, **kwargs})
+    assert str(raised.value) == "Trainer() got an unexpected keyword argument " + message
+
+
+def test_ckpt_path_best_before_any_fit_says_to_pass_a_path():
+    trainer = Trainer(accelerator="cpu", **{**QUIET, "enable_checkpointing": True})
+    with pytest.raises(ValueError) as raised:
+        trainer.validate(Regression(), loader(regression_data(8), 4), ckpt_path="best")
+    message = str(raised.value)
+    assert message.startswith("ckpt_path='best' is unknown: no fit has run in this process")
+    assert "ckpt_path='path/to/file.ckpt'" in message and "\n" not in message
+
+
+class _TrainerWithOptions(Trainer):
+    """A subclass with arguments of its own, passing the rest on."""
+
+    def __init__(self, *args, extra_flag: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.extra_flag = extra_flag
+
+
+def test_a_trainer_subclass_keeps_its_own_arguments_and_gets_the_hint():
+    trainer = _TrainerWithOptions(extra_flag=True, max_epochs=2, accelerator="cpu", **QUIET)
+    assert trainer.extra_flag is True and trainer.max_epochs == 2
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_epoch': did you mean `max_epochs`"):
+        _TrainerWithOptions(extra_flag=True, max_epoch=2, **QUIET)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'extra_flg': did you mean `extra_flag`"):
+        _TrainerWithOptions(extra_flg=True, **QUIET)
+    # the signature the CLI and the docs read is still the Trainer's own
+    assert "max_epochs" in inspect.signature(Trainer).parameters
+    assert "max_epochs" in inspect.signature(Trainer.__init__).parameters
+
+
 def test_bad_configure_optimizers_return():
     class Bad(Regression):
         def configure_optimizers(self):

@@ -108,6 +108,30 @@ def test_a_misspelled_key_in_a_yaml_file_is_named(tmp_path, config, capsys):
     assert "does not accept option 'trainer.max_epoch'" in capsys.readouterr().err  # LightningCLI's subcommand parser
 
 
+BEST_UNKNOWN = (
+    "ckpt_path='best' is unknown: no fit has run in this process (or none saved a checkpoint), so no "
+    "ModelCheckpoint has a best checkpoint"
+)
+
+
+def test_ckpt_path_best_without_a_fit_is_a_one_line_error(tmp_path, config, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["validate", "--config", config, "--ckpt_path", "best"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert BEST_UNKNOWN in err and "--ckpt_path path/to/file.ckpt" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_ckpt_path_best_in_a_fresh_process_ends_without_a_traceback(tmp_path, config):
+    done = _cli(tmp_path, "validate", "--config", config, "--ckpt_path", "best")
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("python -m trainer validate: error: " + BEST_UNKNOWN)
+    assert "--ckpt_path path/to/file.ckpt" in last
+
+
 def test_unknown_subcommand(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train"])

@@ -100,3 +100,111 @@ def test_loaders_passed_directly_are_refused():
     L, _ = framework("lockstep")
     with pytest.raises(ValueError, match="cannot change the batch size of loaders passed to it"):
         Tuner(_trainer("lockstep")).scale_batch_size(make_module(L)(), loaders()[0])
+
+
+# -- bad arguments: refused by name before any trial runs or anything changes ----------------------
+def _counting_module(L):
+    class Counting(make_module(L)):
+        steps = 0
+
+        def training_step(self, batch, batch_idx):
+            self.steps += 1
+            return super().training_step(batch, batch_idx)
+
+    return Counting
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"num_training": 0}, ValueError, "lr_find(num_training) must be an int >= 1, got 0"),
+        ({"num_training": -5}, ValueError, "lr_find(num_training) must be an int >= 1, got -5"),
+        ({"num_training": 2.5}, TypeError, "lr_find(num_training) must be an int >= 1, got 2.5"),
+        ({"min_lr": 0.0}, ValueError, "lr_find(min_lr) must be a finite number > 0, got 0.0"),
+        ({"min_lr": -1e-3}, ValueError, "lr_find(min_lr) must be a finite number > 0, got -0.001"),
+        ({"max_lr": float("nan")}, ValueError, "lr_find(max_lr) must be a finite number > 0, got nan"),
+        ({"max_lr": float("inf")}, ValueError, "lr_find(max_lr) must be a finite number > 0, got inf"),
+        ({"max_lr": "1"}, TypeError, "lr_find(max_lr) must be a finite number > 0, got '1'"),
+        (
+            {"min_lr": 0.1, "max_lr": 0.01}, ValueError,
+            "lr_find(min_lr=0.1, max_lr=0.01): min_lr must be below max_lr",
+        ),
+        ({"mode": "log"}, ValueError, "lr_find(mode='log'): use 'exponential' or 'linear'"),
+        (
+            {"early_stop_threshold": 0}, ValueError,
+            "lr_find(early_stop_threshold) must be None or a finite number > 0, got 0",
+        ),
+        ({"early_stop_threshold": float("nan")}, ValueError, "must be None or a finite number > 0, got nan"),
+        ({"update_attr": "yes"}, TypeError, "lr_find(update_attr) must be a bool (True or False), got 'yes'"),
+    ],
+)
+def test_lr_find_refuses_bad_arguments_first(kwargs, error, message):
+    from trainer.tuner import Tuner
+
+    L, _ = framework("lockstep")
+    torch.manual_seed(0)
+    model = _counting_module(L)(learning_rate=0.01)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(error) as raised:
+        arguments = {"min_lr": 1e-4, "max_lr": 10.0, "num_training": 30, **kwargs}
+        Tuner(_trainer("lockstep")).lr_find(model, **arguments)
+    assert message in str(raised.value)
+    # refused before anything ran: no training step, the module's rate and weights untouched
+    assert model.steps == 0 and model.learning_rate == 0.01
+    for a, b in zip(before, model.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (
+            {"num_training_steps": 0}, ValueError,
+            "LearningRateFinder(num_training_steps) must be an int >= 1, got 0",
+        ),
+        ({"min_lr": 0.0}, ValueError, "LearningRateFinder(min_lr) must be a finite number > 0, got 0.0"),
+        (
+            {"max_lr": float("nan")}, ValueError,
+            "LearningRateFinder(max_lr) must be a finite number > 0, got nan",
+        ),
+    ],
+)
+def test_learning_rate_finder_refuses_bad_arguments_at_construction(kwargs, error, message):
+    _, cbs = framework("lockstep")
+    with pytest.raises(error) as raised:
+        cbs.LearningRateFinder(**kwargs)
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"steps_per_trial": 0}, ValueError, "scale_batch_size(steps_per_trial) must be an int >= 1, got 0"),
+        ({"init_val": 0}, ValueError, "scale_batch_size(init_val) must be an int >= 1, got 0"),
+        ({"init_val": 2.0}, TypeError, "scale_batch_size(init_val) must be an int >= 1, got 2.0"),
+        ({"max_trials": -1}, ValueError, "scale_batch_size(max_trials) must be an int >= 1, got -1"),
+        ({"max_val": 0}, ValueError, "scale_batch_size(max_val) must be an int >= 1, got 0"),
+        (
+            {"init_val": 64, "max_val": 32}, ValueError,
+            "scale_batch_size(init_val=64, max_val=32): init_val must not exceed max_val",
+        ),
+        (
+            {"margin": float("nan")}, ValueError,
+            "scale_batch_size(margin) must be a finite number in [0.0, 1.0), got nan",
+        ),
+        (
+            {"batch_arg_name": ""}, ValueError,
+            "scale_batch_size(batch_arg_name) must be a non-empty str, got ''",
+        ),
+        ({"mode": "double"}, ValueError, "scale_batch_size(mode='double'): use 'power' or 'binsearch'"),
+    ],
+)
+def test_scale_batch_size_refuses_bad_arguments_first(kwargs, error, message):
+    from trainer.tuner import Tuner
+
+    L, _ = framework("lockstep")
+    model = _counting_module(L)(batch_size=2)
+    with pytest.raises(error) as raised:
+        Tuner(_trainer("lockstep", max_epochs=1)).scale_batch_size(model, **kwargs)
+    assert message in str(raised.value)
+    assert model.steps == 0 and model.batch_size == 2

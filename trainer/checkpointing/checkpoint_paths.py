@@ -28,18 +28,30 @@ def read_checkpoint(trainer: Trainer, ckpt_path: Any, weights_only: bool = True)
     return path, trainer.strategy.read_checkpoint(path, weights_only)
 
 
+class CheckpointPathError(ValueError):
+    """``ckpt_path="best"`` / ``"last"`` names no checkpoint; ``python -m trainer`` prints it as one line."""
+
+
 def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
     """A path, or ``"last"`` / ``"best"`` resolved through the checkpoint callbacks and the disk."""
     if ckpt_path == "best":
         cb = trainer.checkpoint_callback
         path = cb.best_model_path if cb is not None else None
         if not path:
-            raise ValueError("ckpt_path='best' but no ModelCheckpoint has a best checkpoint yet.")
+            # "best" lives in the ModelCheckpoint's memory: a fresh process (python -m trainer
+            # test/validate) has run no fit, so only a path can name the checkpoint
+            raise CheckpointPathError(
+                "ckpt_path='best' is unknown: no fit has run in this process (or none saved a checkpoint), "
+                "so no ModelCheckpoint has a best checkpoint"
+                + (" (this Trainer has none: enable_checkpointing=False)" if cb is None else "")
+                + ". Pass a checkpoint path instead: ckpt_path='path/to/file.ckpt' "
+                "(on the command line: --ckpt_path path/to/file.ckpt)."
+            )
         return str(path)
     if ckpt_path == "last":
         path = find_last_checkpoint(trainer)
         if path is None:
-            raise ValueError(
+            raise CheckpointPathError(
                 f"ckpt_path='last' but there is no last checkpoint under {trainer.default_root_dir!r} or "
                 "in a ModelCheckpoint's dirpath (save_last=True writes one; so does a pre-emption)."
             )

@@ -21,9 +21,48 @@ _BUFFER_SYNC_ARG = (
 )
 
 
-# Names accepted for ``ddp_comm_hook`` (torch's built-in hooks). All three run on gloo (CPU) and
-# NCCL; ``bf16_compress`` on NCCL needs a CUDA build with bf16 all-reduce support.
+# Names accepted for ``ddp_comm_hook`` (torch's built-in hooks). fp16_compress and powersgd run
+# on gloo (CPU) and NCCL; bf16_compress needs a torch build that passes `_bf16_hook_supported`,
+# whatever the backend (gloo included).
 COMM_HOOKS = ("fp16_compress", "bf16_compress", "powersgd")
+_BF16_HOOK_NAMES = ("bf16_compress_hook", "bf16_compress_wrapper_hook")  # the names torch checks
+
+
+def _bf16_hook_supported() -> bool:
+    """Whether ``DistributedDataParallel.register_comm_hook`` accepts torch's bf16 hooks on this build.
+
+    The condition of torch's ``DistributedDataParallel._check_comm_hook`` (torch/nn/parallel/
+    distributed.py), for any backend: a CUDA or ROCm build with NCCL >= 2.10, or XPU with XCCL.
+    Checked here so that the strategy refuses at construction, not in every worker after launch.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    gpu_build = torch.version.cuda is not None or torch.version.hip is not None
+    if gpu_build and dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10):
+        return True
+    xccl = getattr(dist, "is_xccl_available", None)
+    return bool(xccl is not None and xccl() and torch.xpu.is_available())
+
+
+def _refuse_unsupported_bf16_hook(hook: str | Callable[..., Any]) -> None:
+    name = hook if isinstance(hook, str) else getattr(hook, "__name__", "")
+    if name not in ("bf16_compress", *_BF16_HOOK_NAMES) or _bf16_hook_supported():
+        return
+    import torch
+
+    shown = repr(hook) if isinstance(hook, str) else name
+    build = f"torch {torch.__version__}, CUDA {torch.version.cuda}" + (
+        ", a CPU-only build" if torch.version.cuda is None and torch.version.hip is None else ", NCCL < 2.10"
+    )
+    raise ValueError(
+        f"DDPStrategy(ddp_comm_hook={shown}) cannot run on this torch build ({build}): torch's bf16 hook "
+        "needs a CUDA (or ROCm) build with NCCL >= 2.10, or XPU with XCCL, even on the gloo backend. "
+        "Use ddp_comm_hook='fp16_compress' (half the bytes too) or 'powersgd', or install a CUDA build "
+        "of torch."
+    )
 
 
 def resolve_comm_hook(hook: str | Callable[..., Any], state: Any) -> tuple[Any, Callable[..., Any]]:
@@ -68,7 +107,8 @@ class DDPStrategy(ProcessGroupStrategy):
     all-reduced once per optimizer step.
 
     ``ddp_comm_hook`` changes how gradients are communicated: ``"fp16_compress"`` /
-    ``"bf16_compress"`` (all-reduce in half precision: half the bytes), ``"powersgd"`` (low-rank
+    ``"bf16_compress"`` (all-reduce in half precision: half the bytes; bf16 needs a CUDA build of
+    torch even on gloo, else a ``ValueError`` here), ``"powersgd"`` (low-rank
     compression, `PowerSGDState` in ``ddp_comm_state`` or torch's defaults), or a callable
     ``hook(state, bucket) -> Future`` registered with ``ddp_comm_state``. ``static_graph=True``
     tells DDP the set of used parameters never changes, which lets it skip per-step bookkeeping.
@@ -94,6 +134,8 @@ class DDPStrategy(ProcessGroupStrategy):
                 raise TypeError(bad_hook)
             if ddp_comm_hook not in COMM_HOOKS:
                 raise ValueError(bad_hook)
+        if ddp_comm_hook is not None:
+            _refuse_unsupported_bf16_hook(ddp_comm_hook)
         # DDP reads these with `if`: a truthy "no" would silently switch them on
         check_bool("gradient_as_bucket_view", gradient_as_bucket_view)
         check_bool("find_unused_parameters", find_unused_parameters)

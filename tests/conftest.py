@@ -24,6 +24,12 @@ the one definition of the quiet Trainer settings.
   fixture is built on each worker that runs one of its tests: keeping the groups together was
   measured slower (19 min 16 s against 17 min 29 s). Whole-module scheduling (``loadfile``) left
   one worker running a long module alone at the end of the suite.
+- ``--fast`` runs the fast tier for the inner loop: no real launches and no services. It leaves
+  out the tests marked ``distributed``, ``slow``, ``faults``, ``slurm``, ``multinode`` or
+  ``launches`` (starts a process: a script, a server, torchrun), and a fast-tier test that starts
+  a process anyway fails, naming the marker it needs (DataLoader workers, which fork, are allowed).
+- ``--cpu-report`` prints the CPU-seconds (user + system, of the test and the processes it
+  waited for) per test folder at the end, so that the suite's growth is seen per part.
 - So the expensive module fixtures (a whole distributed run, the mlflow server) are made once
   per session with ``tests/helpers/session_cache.py``: the first worker that needs one makes it,
   the others read it. The servers it started are stopped here, in ``pytest_sessionfinish`` of
@@ -32,7 +38,9 @@ the one definition of the quiet Trainer settings.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -56,6 +64,13 @@ def cuda_skip_reason(marker: pytest.Mark, available: int) -> str | None:
 
 
 _SERIAL_MARKERS = ("slurm", "multinode")
+# Left out of the fast tier (``--fast``): real launches, services, long runs.
+_NOT_FAST = ("distributed", "slow", "faults", "slurm", "multinode", "launches")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true", help="the fast tier: no real launches, no services")
+    parser.addoption("--cpu-report", action="store_true", help="CPU-seconds per test folder at the end")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,6 +91,11 @@ def _shares_module_state(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if config.getoption("--fast"):
+        slow = [item for item in items if any(item.get_closest_marker(name) for name in _NOT_FAST)]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if item not in set(slow)]
     for item in items:
         if _shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
@@ -93,3 +113,82 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture(autouse=True)
 def _own_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``--fast``, starting a process (not a forked DataLoader worker) fails the test."""
+    if not request.config.getoption("--fast"):
+        return
+    import multiprocessing.popen_forkserver
+    import multiprocessing.popen_spawn_posix
+    import subprocess
+
+    def refuse(what: str) -> None:
+        pytest.fail(
+            f"{request.node.nodeid} starts {what}, which the fast tier (--fast) leaves out: mark it "
+            "@pytest.mark.launches (or distributed / slow)", pytrace=False,
+        )
+
+    popen = subprocess.Popen.__init__
+
+    def checked_popen(self: Any, args: Any, *rest: Any, **kwargs: Any) -> None:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        program = os.path.basename(os.fsdecode(argv[0]).split()[0]) if argv else ""
+        # a Python process is a launch, a worker or a server; a quick tool (ldconfig, bash -n) is not
+        launch = program.startswith("python") or program in _LAUNCHERS or os.fsdecode(argv[0]) == sys.executable
+        if launch and not _asked_by_a_library():
+            refuse(f"a process ({program})")
+        popen(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", checked_popen)
+    for owner in (multiprocessing.popen_spawn_posix.Popen, multiprocessing.popen_forkserver.Popen):
+        monkeypatch.setattr(owner, "__init__", lambda *a, **k: refuse("a spawned process"))
+
+
+def _asked_by_a_library() -> bool:
+    """Whether a library asks its interpreter a question (jsonargparse's stub finder reads
+    ``sys.path`` of a fresh Python once): no launch of ours."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if "typeshed_client" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+_LAUNCHERS = {"torchrun", "mlflow", "moto_server", "tensorboard", "wandb", "srun", "sbatch", "unshare", "ip", "mkdocs"}
+
+
+_STARTED = pytest.StashKey[os.times_result]()
+_CPU_SECONDS: dict[str, float] = {}  # per folder, added up in the process that reports (xdist's main one)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_STARTED] = os.times()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    if call.when == "teardown" and _STARTED in item.stash:
+        before, after = item.stash[_STARTED], os.times()
+        # user and system time of the test, and of the processes it started and waited for
+        outcome.get_result().user_properties.append(("cpu_seconds", sum(after[i] - before[i] for i in range(4))))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    spent = dict(report.user_properties).get("cpu_seconds") if report.when == "teardown" else None
+    if isinstance(spent, float):
+        folder = os.path.dirname(report.nodeid.split("::", 1)[0])
+        _CPU_SECONDS[folder] = _CPU_SECONDS.get(folder, 0.0) + spent
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not config.getoption("--cpu-report"):
+        return
+    terminalreporter.section("CPU-seconds per test folder")
+    for folder, seconds in sorted(_CPU_SECONDS.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:9.1f}  {folder}")
+    terminalreporter.write_line(f"{sum(_CPU_SECONDS.values()):9.1f}  in all")

@@ -110,6 +110,7 @@ _HOLDER = textwrap.dedent(
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.launches
 def test_a_concurrent_run_in_another_process_is_refused_naming_it(tmp_path):
     ckpts, go = tmp_path / "ckpts", tmp_path / "go"
     holder = subprocess.Popen(
@@ -130,6 +131,7 @@ def test_a_concurrent_run_in_another_process_is_refused_naming_it(tmp_path):
     assert _step(ckpts / "last.ckpt") == 2 and not (ckpts / LOCK_FILE).exists()
 
 
+@pytest.mark.launches
 def test_the_lock_of_a_run_that_died_is_taken_over(tmp_path):
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait(timeout=30)
@@ -164,6 +166,7 @@ _PID1_RUN = textwrap.dedent(
 
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a pid namespace needs root and unshare")
+@pytest.mark.launches
 def test_a_run_restarted_as_pid_1_of_a_container_takes_its_lock_over(tmp_path):
     """The restarted process has the dead one's pid (1) and host: the lock's process token tells them apart."""
     def run(mode):

@@ -130,6 +130,7 @@ def test_fit_with_tensorboard_options_matches_lightning(tmp_path):
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.launches
 def test_mlflow_save_dir_prefix_and_asynchronous_match_lightning(tmp_path, monkeypatch):
     pytest.importorskip("mlflow", reason="needs the mlflow extra")
     from mlflow import MlflowClient

@@ -109,6 +109,7 @@ def _trainer(tmp_path, logger, callbacks):
                    default_root_dir=tmp_path, log_every_n_steps=2, callbacks=callbacks)
 
 
+@pytest.mark.launches
 def test_offline_run_holds_metrics_and_config_and_resume_keeps_the_id(offline_env, tmp_path):
     data = loader(regression_data(32), batch_size=8)
     first = WandbLogger(project="lockstep-test", name="first", offline=True)
@@ -138,6 +139,7 @@ def test_offline_run_holds_metrics_and_config_and_resume_keeps_the_id(offline_en
     assert offline_env.connections == 0
 
 
+@pytest.mark.launches
 def test_lightning_arguments_version_dir_and_prefix(offline_env, tmp_path):
     # Lightning's names: `version` is the run id, `dir` the files' directory, `prefix` + "-" + key
     logger = WandbLogger(dir=tmp_path / "d", version="lockstep0001", prefix="p", offline=True)

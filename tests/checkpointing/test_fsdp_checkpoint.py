@@ -233,6 +233,7 @@ def test_consolidated_file_loads_with_torch_load_and_load_from_checkpoint(run, t
     assert single[0]["val_loss"] == pytest.approx(results[0]["val"][0]["val_loss"], rel=1e-6)
 
 
+@pytest.mark.launches
 def test_consolidate_command_line(run, tmp_path):
     import subprocess
     import sys

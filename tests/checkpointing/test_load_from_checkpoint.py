@@ -28,6 +28,7 @@ def _fit_and_save(module: Any, path: Any, datamodule: Any = None, **fit: Any) ->
     return trainer
 
 
+@pytest.mark.launches
 def test_a_fresh_process_predicts_the_same_numbers(tmp_path):
     module = Regression(optimizer="adamw", lr=0.02)
     _fit_and_save(module, tmp_path / "model.ckpt")

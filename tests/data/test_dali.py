@@ -176,6 +176,7 @@ def test_without_dali_the_error_names_the_extra(monkeypatch):
         DALILoader(samples, ["x"])
 
 
+@pytest.mark.launches
 def test_importing_trainer_does_not_import_dali():
     code = "import sys, trainer, trainer.data.dali; sys.exit('nvidia.dali' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT).returncode == 0

@@ -34,6 +34,7 @@ def test_the_nav_lists_every_page_once():
     assert len(nav) == len(set(nav)), "a page is in the nav twice"
 
 
+@pytest.mark.launches
 def test_the_site_builds_strictly(tmp_path):
     for package in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
         pytest.importorskip(package, reason=f"{package} is not installed (the `docs` extra): pip install -e '.[docs]'")

@@ -105,6 +105,7 @@ def test_mlflow_that_never_answers_can_be_a_warning_and_the_run_trains_on(silent
 
 
 @pytest.mark.timeout(120)  # W&B starts its service process first
+@pytest.mark.launches
 def test_wandb_on_a_closed_port_warns_and_logs_offline(tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb", reason="needs the 'wandb' extra")
     from callbacks.wandb_logger import WandbLogger

@@ -204,6 +204,7 @@ Trainer(max_epochs=2, accumulate_grad_batches=2, default_root_dir={root!r}, acce
 
 @pytest.mark.parametrize("gap, expected", [(0.0, PREEMPTION_EXIT_CODE), (0.8, -signal.SIGTERM)],
                          ids=["same-request-twice", "asked-again-later"])
+@pytest.mark.launches
 def test_a_signal_delivered_twice_at_once_still_saves(tmp_path, gap, expected):
     # SLURM signals every process of a step and torch's agent forwards the signal to its workers:
     # one request arrives twice. Only a repeat after the window means "stop now, do not save".

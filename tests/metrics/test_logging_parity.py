@@ -217,6 +217,7 @@ def test_a_metric_logged_on_step_without_forward_logs_no_step_value_and_says_so(
     assert "m" not in trainer.callback_metrics and trainer.global_step > 0
 
 
+@pytest.mark.launches
 def test_logging_does_not_import_torchmetrics():
     code = (
         "import sys, torch\n"

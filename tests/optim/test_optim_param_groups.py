@@ -136,6 +136,7 @@ def test_mixed_named_and_unnamed_parameters_are_an_error():
         LAMB([{"params": {a, b}}], lr=0.1)
 
 
+@pytest.mark.launches
 def test_import_adds_no_heavy_modules():
     # torch itself may import tqdm: only count what `import trainer.optim` adds to `import torch`.
     code = (

@@ -52,6 +52,7 @@ def _run(script, *args):
 
 
 @pytest.mark.timeout(360)
+@pytest.mark.launches
 def test_lightning_cli_example_runs_prints_and_reloads_its_config(script):
     first = _run(script, *SMALL, "--model.hidden_dim=16")
     assert first.returncode == 0, first.stderr[-3000:]

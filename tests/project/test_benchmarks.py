@@ -100,6 +100,7 @@ def test_the_plot_is_a_png_of_every_scenario(tmp_path):
     assert pixels.std() > 0.05  # bars and text, not a blank canvas
 
 
+@pytest.mark.launches
 def test_device_cuda_without_a_gpu_is_a_clear_error(tmp_path):
     env = {**bench_env(), "CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, also on a GPU machine
     proc = subprocess.run(
@@ -167,6 +168,7 @@ def test_peers_are_optional_variants():
     assert Path(report.__file__).parent.joinpath("handwritten", "ddp_ga.py").exists()
 
 
+@pytest.mark.launches
 def test_gpu_check_without_cuda_says_so_and_fails(tmp_path):
     # CUDA_VISIBLE_DEVICES="" hides every GPU, so this is the no-CUDA path on any machine.
     report = tmp_path / "gpu.md"

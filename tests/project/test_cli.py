@@ -123,6 +123,7 @@ def test_ckpt_path_best_without_a_fit_is_a_one_line_error(tmp_path, config, caps
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.launches
 def test_ckpt_path_best_in_a_fresh_process_ends_without_a_traceback(tmp_path, config):
     done = _cli(tmp_path, "validate", "--config", config, "--ckpt_path", "best")
     assert done.returncode == 2, done.stderr[-3000:]

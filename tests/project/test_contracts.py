@@ -94,6 +94,7 @@ def test_the_floor_imports_only_the_standard_library_and_torch():
             assert root in allowed or module.startswith("trainer.contracts"), (path.name, module)
 
 
+@pytest.mark.launches
 def test_importing_the_floor_does_not_import_the_trainer():
     code = (
         "import sys, trainer.contracts.protocols, trainer.contracts.storage, callbacks; "

@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers.distributed import REPO_ROOT
 
 # `import trainer, callbacks` imports about 80 modules beyond torch today (its own, and two
@@ -26,6 +28,7 @@ def _modules_added_to_torch() -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.launches
 def test_import_trainer_adds_only_its_own_modules_and_the_standard_library():
     added = _modules_added_to_torch()
     assert "trainer" in added and "callbacks" in added  # not vacuous: the imports happened here

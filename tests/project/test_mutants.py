@@ -35,6 +35,7 @@ def _toy_checkout(root: Path) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.launches
 def test_the_runner_reports_killed_survived_stale_and_broken_mutants(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # the toy's pytest runs need no plugin
     _toy_checkout(tmp_path)

@@ -74,6 +74,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.launches
 def test_two_workers_compute_once_and_the_server_is_stopped_at_the_end(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text(_CONFTEST)
     (tmp_path / "test_inner.py").write_text(_TESTS)

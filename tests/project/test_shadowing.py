@@ -14,6 +14,7 @@ from tests.helpers.distributed import script_env
     ("callbacks.py", "from trainer import Trainer\nprint(Trainer)\n"),
     ("trainer.py", "from callbacks import ModelCheckpoint\n"),
 ])
+@pytest.mark.launches
 def test_own_file_named_like_a_package_is_named_in_the_error(tmp_path, own_file, script):
     (tmp_path / own_file).write_text("value = 1\n")
     (tmp_path / "run.py").write_text(script)

@@ -122,6 +122,7 @@ def _hybrid(rank: int, world_size: int) -> list[torch.Tensor]:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.launches
 def test_hybrid_sharding_on_a_two_by_two_mesh_equals_one_process():
     # 4 ranks: 2 replicas x 2 shards; micro batch 2, A = 2: global batch 16
     runs = run_ranks(_hybrid, world_size=4, init_group=False, timeout=150)

@@ -170,6 +170,27 @@ def test_a_failing_worker_ends_the_run_fast_with_its_error(tmp_path, launcher):
     assert "END pid=" not in proc.stdout and "FIT_DONE" not in proc.stdout
 
 
+# The statement of the user's bug in tests/scripts/ddp_fit.py: each printed traceback shows it once.
+_SHAPE_BUG = "return torch.ones(2, 3) @ torch.ones(2, 3)"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("launcher", ["torchrun", "python"])
+def test_a_users_error_on_one_rank_prints_its_traceback_once(tmp_path, launcher):
+    """A shape bug in rank 1's training_step: its traceback reaches the output exactly once (the
+    launcher's report: torchrun's Root Cause, or the Trainer's launcher's own), not also from the
+    worker itself."""
+    extra = ("--devices", "2") if launcher == "python" else ()
+    proc = _launch(tmp_path, *extra, "--fail-rank", "1", "--fail-step", "3", "--fail-kind", "shape",
+                   launcher=launcher, timeout=240)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert output.count(_SHAPE_BUG) == 1, output
+    assert "[lockstep] rank 1 failed at epoch 0, global step 3, batch index 3" in output, output
+    assert "mat1 and mat2 shapes cannot be multiplied (2x3 and 2x3)" in output
+
+
 def _launcher_mismatch(rank, world_size):
     """Trainer arguments that contradict a 2-process launch (run_ranks sets torchrun's variables)."""
     from trainer import Trainer

@@ -115,14 +115,14 @@ def test_a_timed_out_rank_reports_its_own_timeout_not_its_peer():
     assert "rank 1 had already stopped at epoch 0, global step 2, batch index 2" in notes0
 
 
-def _failure(tmp_path, rank, exitcode, message=None, timestamp=1000, collective=False):
+def _failure(tmp_path, rank, exitcode, message=None, timestamp=1000, collective=False, callstack=None):
     """A worker failure as torch's agent records it, from an error file in the Trainer's format."""
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
     error_file = tmp_path / f"error{rank}-{exitcode}.json"
     if message is not None:
         error_file.write_text(json.dumps({"message": {"message": message, "extraInfo": {
-            "py_callstack": f"Traceback of rank {rank}\n{message}", "timestamp": str(timestamp),
+            "py_callstack": callstack or f"Traceback of rank {rank}\n{message}", "timestamp": str(timestamp),
             "lockstep_consequence": collective or message.startswith("RankFailedError")}}}))
     failure = ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=exitcode, error_file=str(error_file))
     if message is None:
@@ -173,6 +173,15 @@ def test_the_launcher_names_the_own_failure_not_the_first_exit(tmp_path, capsys)
                 1: _failure(tmp_path, 1, -15)}
     assert _report_failed_workers(failures) == 1
     capsys.readouterr()
+    # The workers leave their tracebacks to this report: a second rank's own error keeps its
+    # traceback, and a survivor the agent stopped says why it stopped.
+    second = "Traceback (most recent call last):\n  File \"train.py\", line 9\nValueError: bad on rank 0"
+    failures = {0: _failure(tmp_path, 0, 1, "ValueError: bad on rank 0", timestamp=1001, callstack=second),
+                1: _failure(tmp_path, 1, 1, "RuntimeError: boom"), 2: _failure(tmp_path, 2, -15)}
+    assert _report_failed_workers(failures) == 1
+    err = capsys.readouterr().err
+    assert "Traceback of rank 1\n" in err and second in err
+    assert "[lockstep] worker rank 2 also stopped (exit code -15): stopped by the launcher (SIGTERM) after worker rank 1 failed" in err
     # Pre-empted workers (75; a slower one stopped by the agent's SIGTERM): one line, exit code 75.
     failures = {0: _failure(tmp_path, 0, 75), 1: _failure(tmp_path, 1, -15)}
     assert _report_failed_workers(failures) == 75

@@ -13,7 +13,8 @@ adopt the launcher; under ``fsdp`` the saved parameters are the gathered whole o
 fits once per strategy in the same launch, each from a fresh model, and saves each strategy's
 results under ``$LOCKSTEP_TEST_OUT/<strategy>/``),
 ``--fail-rank R --fail-step S`` (``training_step`` raises ``RuntimeError("boom on rank R")`` on
-global rank R at global step S; with ``--stall-others`` every other rank then stalls for 10
+global rank R at global step S; ``--fail-kind shape`` makes it a user's shape bug instead,
+``torch.ones(2, 3) @ torch.ones(2, 3)``; with ``--stall-others`` every other rank then stalls for 10
 minutes, a stand-in for a collective that never learns of the dead peer, as NCCL waits for its
 timeout, so only the launcher stopping the group ends the run). ``prepare_data`` appends a line to
 ``$LOCKSTEP_TEST_OUT/prepare_data.txt``; a ``rank_zero_only`` function appends one to
@@ -28,6 +29,8 @@ import sys
 import time
 from typing import Any
 
+import torch
+
 from tests.helpers.distributed import save_rank_result
 from tests.helpers.models import QUIET, Regression, loader, params_of, regression_data
 from trainer import Trainer, rank_zero_only
@@ -39,10 +42,12 @@ class Model(Regression):
     """`Regression` that records prepare_data calls and can fail on one rank."""
 
     def __init__(
-        self, fail_rank: int | None = None, fail_step: int | None = None, stall_others: bool = False
+        self, fail_rank: int | None = None, fail_step: int | None = None, stall_others: bool = False,
+        fail_kind: str = "boom",
     ) -> None:
         super().__init__("sgd")
         self.fail_rank, self.fail_step, self.stall_others = fail_rank, fail_step, stall_others
+        self.fail_kind = fail_kind
 
     def prepare_data(self) -> None:
         with open(os.path.join(OUT, "prepare_data.txt"), "a") as f:
@@ -50,6 +55,8 @@ class Model(Regression):
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         if self.fail_rank is not None and self.global_step == self.fail_step:
+            if self.global_rank == self.fail_rank and self.fail_kind == "shape":
+                return torch.ones(2, 3) @ torch.ones(2, 3)  # a user's one-line shape bug
             if self.global_rank == self.fail_rank:
                 raise RuntimeError(f"boom on rank {self.global_rank}")
             if self.stall_others:
@@ -81,6 +88,7 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=None)
     parser.add_argument("--fail-step", type=int, default=None)
     parser.add_argument("--stall-others", action="store_true")
+    parser.add_argument("--fail-kind", choices=("boom", "shape"), default="boom")
     parser.add_argument("--checkpointing", action="store_true")  # a ModelCheckpoint under OUT
     args = parser.parse_args()
 
@@ -97,7 +105,7 @@ def _fit(args: argparse.Namespace, strategy: str, subdir: str) -> None:
     trainer = Trainer(accelerator="cpu",
         max_epochs=2, devices=devices, num_nodes=args.num_nodes, strategy=strategy, **options
     )
-    model = Model(args.fail_rank, args.fail_step, args.stall_others)
+    model = Model(args.fail_rank, args.fail_step, args.stall_others, args.fail_kind)
     trainer.fit(model, loader(regression_data(32), 4))
     if trainer.is_global_zero:
         _say(f"FIT_DONE pid={os.getpid()}")

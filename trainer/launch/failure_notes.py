@@ -153,14 +153,19 @@ def explain_failure(
         if peers:
             first = peers[0]
             _write_note(store, rank, False, where, exc)
-            time.sleep(_DEFER_EXIT_S)
-            return RankFailedError(
+            named = RankFailedError(
                 f"Rank {first['rank']} failed at {first['where']}: {first['error']}. Rank {rank} stopped "
                 f"(at {where}) because the collective it was waiting in could not complete without that rank.",
                 rank=first["rank"],
                 where=first["where"],
                 cause=first["error"],
             )
+            # The agent usually stops this rank during the deferred exit, before any excepthook:
+            # the one line that says why it stopped must be out by then.
+            if agent_reports_failures():
+                say_stopped(rank, named)
+            time.sleep(_DEFER_EXIT_S)
+            return named
         if time.monotonic() >= deadline or len({n["rank"] for n in notes}) == world_size - 1:
             break  # waited long enough, or every peer has already said why it stopped
         time.sleep(0.05)
@@ -231,4 +236,64 @@ def record_for_elastic_agent(exc: BaseException, rank: int) -> None:
         with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
             json.dump(data, f)
     except Exception:  # the original exception matters more than its report
-        pass
+        return
+    _leave_traceback_to_agent(exc, rank, bool(info["lockstep_consequence"]))
+
+
+def agent_reports_failures() -> bool:
+    """Whether this worker's elastic agent reports a failure of it now, with the error file's traceback.
+
+    That is torchrun's "Root Cause" table and the Trainer's own launcher's report; both appear
+    once the agent gives up. An agent with restarts left restarts the group instead, logging no
+    more than the exit code, so there the worker prints its traceback itself.
+    """
+    if not os.environ.get("TORCHELASTIC_ERROR_FILE"):
+        return False
+    try:
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        allowed = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0"))
+    except ValueError:
+        return False
+    return restarts >= allowed
+
+
+# The exception this worker's error file holds, and whether the rank's one line about it is out.
+_recorded: BaseException | None = None
+_recorded_rank = -1
+_recorded_consequence = False
+_said: BaseException | None = None
+_hook_installed = False
+
+
+def say_stopped(rank: int, exc: BaseException) -> None:
+    """One line on this rank's stderr: it stopped because of another rank's failure (``exc``)."""
+    global _said
+    _said = exc
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    sys.stderr.write(f"[rank{rank}]: [lockstep] rank {rank} stopped: {text}\n")
+    sys.stderr.flush()
+
+
+def _leave_traceback_to_agent(exc: BaseException, rank: int, consequence: bool) -> None:
+    """Have Python's excepthook not print ``exc`` when the agent will print its traceback.
+
+    Otherwise a one-line bug on one rank shows its traceback twice: once from the worker (torch's
+    ``[rankN]:``-prefixed excepthook) and once from the agent's report of the error file. The
+    agent's copy is the one kept: it also reaches the console when torchrun redirects the
+    workers' output to files, and it comes last, under the agent's own lines. A rank that stopped
+    because of another rank's failure prints one line saying so instead of its broken collective.
+    """
+    global _recorded, _recorded_rank, _recorded_consequence, _hook_installed
+    _recorded, _recorded_rank, _recorded_consequence = exc, rank, consequence
+    if _hook_installed:
+        return
+    _hook_installed = True
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if value is not _recorded or not agent_reports_failures():
+            previous(kind, value, tb)
+        elif _recorded_consequence and _said is not value:
+            say_stopped(_recorded_rank, value)
+
+    sys.excepthook = excepthook

@@ -92,6 +92,12 @@ class ElasticLauncher:
         from torch.distributed.elastic.multiprocessing.api import SignalException
 
         os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the workers die with this process
+        # gloo's and the store's C++ warnings when a peer goes away ("recvValue failed ...
+        # Connection reset by peer", with C++ frames) bury the failing rank's error. c10 reads
+        # the level once, when a worker loads torch, so it can only be set for the workers here.
+        quiet_cpp = "TORCH_CPP_LOG_LEVEL" not in os.environ
+        if quiet_cpp:
+            os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
         notes = tempfile.TemporaryDirectory(prefix="lockstep-notes-")
         os.environ[PREEMPTION_NOTES_ENV] = notes.name
         # SLURM's pre-emption signal reaches the workers themselves, which save and exit 75; its
@@ -123,6 +129,8 @@ class ElasticLauncher:
         finally:
             os.environ.pop(LAUNCHER_PID_ENV, None)
             os.environ.pop(PREEMPTION_NOTES_ENV, None)
+            if quiet_cpp:
+                os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
             notes.cleanup()
             if previous is not None:
                 signal.signal(usr1, previous)
@@ -159,6 +167,11 @@ def _report_failed_workers(failures: dict[int, Any]) -> int:
         message = failure.message
         return message.get("message", "") if isinstance(message, dict) else str(message)
 
+    def callstack(failure: Any) -> str:
+        info = failure.error_file_data.get("message", {})
+        info = info.get("extraInfo", {}) if isinstance(info, dict) else {}
+        return str(info.get("py_callstack") or "").rstrip()
+
     def priority(failure: Any) -> int:
         info = failure.error_file_data.get("message", {})
         info = info.get("extraInfo", {}) if isinstance(info, dict) else {}
@@ -175,12 +188,18 @@ def _report_failed_workers(failures: dict[int, Any]) -> int:
     order = sorted(failures, key=lambda r: (priority(failures[r]), failures[r].timestamp, r))
     root = failures[order[0]]
     lines = [f"[lockstep] worker rank {order[0]} failed with exit code {root.exitcode}: {text(root)}"]
-    callstack = root.error_file_data.get("message", {})
-    if isinstance(callstack, dict) and callstack.get("extraInfo", {}).get("py_callstack"):
-        lines.append(callstack["extraInfo"]["py_callstack"].rstrip())
+    if callstack(root):
+        lines.append(callstack(root))
     for rank in order[1:]:
-        first = text(failures[rank]).splitlines()[0] if text(failures[rank]) else ""
-        lines.append(f"[lockstep] worker rank {rank} also stopped (exit code {failures[rank].exitcode}): {first}")
+        failure = failures[rank]
+        first = text(failure).splitlines()[0] if text(failure) else ""
+        if failure.exitcode == -signal.SIGTERM and priority(failure) == 2 and priority(root) == 0:
+            first = f"stopped by the launcher (SIGTERM) after worker rank {order[0]} failed"
+        lines.append(f"[lockstep] worker rank {rank} also stopped (exit code {failure.exitcode}): {first}")
+        # The worker left its traceback to this report (`trainer.launch.failure_notes`): a
+        # second rank's own error, or a collective that timed out, is shown here or nowhere.
+        if "Traceback (most recent call last)" in callstack(failure):
+            lines.append(callstack(failure))
     _say("\n".join(lines))
     return root.exitcode if root.exitcode > 0 else 1
 

@@ -26,8 +26,9 @@ the one definition of the quiet Trainer settings.
   one worker running a long module alone at the end of the suite.
 - ``--fast`` runs the fast tier for the inner loop: no real launches and no services. It leaves
   out the tests marked ``distributed``, ``slow``, ``faults``, ``slurm``, ``multinode`` or
-  ``launches`` (starts a process: a script, a server, torchrun), and a fast-tier test that starts
-  a process anyway fails, naming the marker it needs (DataLoader workers, which fork, are allowed).
+  ``launches`` (starts a process: a script, a server, torchrun) and those using a module fixture
+  of ``_LAUNCHING_FIXTURES``; a fast-tier test (or fixture) that starts a process anyway fails,
+  naming the marker it needs (DataLoader workers, which fork, are allowed).
 - ``--cpu-report`` prints the CPU-seconds (user + system, of the test and the processes it
   waited for) per test folder at the end, so that the suite's growth is seen per part.
 - So the expensive module fixtures (a whole distributed run, the mlflow server) are made once
@@ -37,10 +38,11 @@ the one definition of the quiet Trainer settings.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -66,6 +68,21 @@ def cuda_skip_reason(marker: pytest.Mark, available: int) -> str | None:
 _SERIAL_MARKERS = ("slurm", "multinode")
 # Left out of the fast tier (``--fast``): real launches, services, long runs.
 _NOT_FAST = ("distributed", "slow", "faults", "slurm", "multinode", "launches")
+# Module fixtures that start processes (a whole distributed run, a server): their tests are
+# left out of the fast tier too. (module, fixture); the fast tier's guard names any it misses.
+_LAUNCHING_FIXTURES = {
+    ("tests/checkpointing/test_fsdp_checkpoint.py", "run"),
+    ("tests/strategies/test_fsdp_training.py", "fsdp_runs"),
+    ("tests/callbacks/test_mlflow_logger.py", "tracking_uri"),
+    ("tests/checkpointing/test_remote_storage.py", "s3_endpoint"),
+}
+
+
+def _not_fast(item: pytest.Item) -> bool:
+    if any(item.get_closest_marker(name) for name in _NOT_FAST):
+        return True
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    return any((d[-1].baseid, name) in _LAUNCHING_FIXTURES for name, d in defs.items() if d)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,7 +109,7 @@ def _shares_module_state(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if config.getoption("--fast"):
-        slow = [item for item in items if any(item.get_closest_marker(name) for name in _NOT_FAST)]
+        slow = [item for item in items if _not_fast(item)]
         if slow:
             config.hook.pytest_deselected(items=slow)
             items[:] = [item for item in items if item not in set(slow)]
@@ -115,10 +132,23 @@ def _own_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture(autouse=True)
-def _fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    with _no_process_started(item):  # fixtures too: a session fixture may start a server
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    with _no_process_started(item):
+        yield
+
+
+@contextlib.contextmanager
+def _no_process_started(item: pytest.Item) -> Iterator[None]:
     """Under ``--fast``, starting a process (not a forked DataLoader worker) fails the test."""
-    if not request.config.getoption("--fast"):
+    if not item.config.getoption("--fast"):
+        yield
         return
     import multiprocessing.popen_forkserver
     import multiprocessing.popen_spawn_posix
@@ -126,7 +156,7 @@ def _fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch: py
 
     def refuse(what: str) -> None:
         pytest.fail(
-            f"{request.node.nodeid} starts {what}, which the fast tier (--fast) leaves out: mark it "
+            f"{item.nodeid} starts {what}, which the fast tier (--fast) leaves out: mark it "
             "@pytest.mark.launches (or distributed / slow)", pytrace=False,
         )
 
@@ -141,9 +171,16 @@ def _fast_tier_starts_no_process(request: pytest.FixtureRequest, monkeypatch: py
             refuse(f"a process ({program})")
         popen(self, args, *rest, **kwargs)
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", checked_popen)
-    for owner in (multiprocessing.popen_spawn_posix.Popen, multiprocessing.popen_forkserver.Popen):
-        monkeypatch.setattr(owner, "__init__", lambda *a, **k: refuse("a spawned process"))
+    spawners = (multiprocessing.popen_spawn_posix.Popen, multiprocessing.popen_forkserver.Popen)
+    saved = [(subprocess.Popen, popen), *((owner, owner.__init__) for owner in spawners)]
+    subprocess.Popen.__init__ = checked_popen  # type: ignore[method-assign]
+    for owner in spawners:
+        owner.__init__ = lambda *a, **k: refuse("a spawned process")  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for owner, init in saved:
+            owner.__init__ = init  # type: ignore[method-assign]
 
 
 def _asked_by_a_library() -> bool:
@@ -160,20 +197,20 @@ def _asked_by_a_library() -> bool:
 _LAUNCHERS = {"torchrun", "mlflow", "moto_server", "tensorboard", "wandb", "srun", "sbatch", "unshare", "ip", "mkdocs"}
 
 
-_STARTED = pytest.StashKey[os.times_result]()
+_LOG_STARTED: dict[str, Any] = {}  # nodeid -> os.times() when the test's protocol began
 _CPU_SECONDS: dict[str, float] = {}  # per folder, added up in the process that reports (xdist's main one)
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    item.stash[_STARTED] = os.times()
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _LOG_STARTED[nodeid] = os.times()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
-    if call.when == "teardown" and _STARTED in item.stash:
-        before, after = item.stash[_STARTED], os.times()
+    if call.when == "teardown" and item.nodeid in _LOG_STARTED:
+        before, after = _LOG_STARTED.pop(item.nodeid), os.times()
         # user and system time of the test, and of the processes it started and waited for
         outcome.get_result().user_properties.append(("cpu_seconds", sum(after[i] - before[i] for i in range(4))))
 

@@ -545,6 +545,9 @@ class _Evaluated(Logged):
     def predict_step(self, batch, batch_idx):
         return self.net(batch[0])
 
+    def val_dataloader(self):  # what `python -m trainer validate` evaluates without a DataModule
+        return make_loader()
+
 
 def _resume_from(rank, world_size, path):
     torch.set_num_threads(1)
@@ -579,6 +582,15 @@ def test_a_bytes_entry_the_writer_never_writes_is_refused_and_not_executed(run, 
     ):
         with pytest.raises(CheckpointError, match=refusal):
             call()
+    # the command lines: `python -m trainer validate --ckpt_path DIR` and the consolidation tool
+    pytest.importorskip("jsonargparse")
+    from trainer.checkpointing.consolidate import main as consolidate_main
+    from trainer.cli import main as cli_main
+
+    with pytest.raises(CheckpointError, match=refusal):
+        cli_main(["validate", "--model", f"{__name__}._Evaluated", "--trainer.accelerator", "cpu",
+                  "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--ckpt_path", str(path)])
+    assert consolidate_main([str(path), str(tmp_path / "out.ckpt")]) != 0
     assert not marker.exists()
     assert not (tmp_path / "out.ckpt").exists()
 

@@ -30,7 +30,7 @@ from trainer.checkpointing.from_checkpoint import (
     DATAMODULE_STATE_KEY,
     MODULE_HPARAMS_KEY,
 )
-from trainer.checkpointing.resume import gather_rank_states, restore_position
+from trainer.checkpointing.resume import gather_rank_states
 from trainer.checkpointing.stateful import OPTIMIZER_STATES, load_states, save_states, stateful_objects
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def restore_checkpoint(trainer: Trainer, checkpoint: dict[str, Any], path: str) 
     _restore_weights(trainer, checkpoint)
     trainer.hooks.call_callbacks("on_load_checkpoint", checkpoint)  # before the callbacks' states
     load_states(stateful_objects(trainer), checkpoint)  # callbacks, optimizers, schedulers, precision
-    restore_position(trainer, checkpoint, path)
+    trainer.fit_loop.load_state_dict(checkpoint, path)  # the position: the loop plans how it continues
 
 
 def _rebuild_optimizer_groups(trainer: Trainer, checkpoint: dict[str, Any], path: str) -> None:

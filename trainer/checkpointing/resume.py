@@ -8,27 +8,30 @@ loader again so it produces the *same* order, skips the trained batches at the i
 data is loaded for them), and then restores the RNG states of the moment of the checkpoint so
 the rest of training draws what the uninterrupted run drew. Resuming at an epoch boundary
 restores the states of the moment of the checkpoint, which decide the next epoch's order.
-`restore_position` makes that choice for a restored fit.
+`plan_resume` makes that choice for a restored fit.
 
 A checkpoint that records the position in samples (a `GlobalBatchSampler`) resumes on any world
 size with the same global batch; `check_global_batch` refuses another one unless allowed.
+`plan_resume` decides how a restored fit continues (a `ResumePlan`); the fit loop applies it.
 
 The random states are captured and restored by `trainer.rng`.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.contracts.loader import ShardingLoader
-from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
+from trainer.data.global_batch_sampler import GlobalBatchSampler
 from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.rng import capture_generators, capture_rng_state, restore_generators, restore_rng_state
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.loops.progress import FitProgress
 
 
 def _seeded_samplers(loader: Any) -> list[Any]:
@@ -219,25 +222,46 @@ def check_dataset_size(saved: int | None, now: int | None, path: str, allowed: b
     return False
 
 
-def restore_position(trainer: Trainer, checkpoint: dict[str, Any], path: str = "") -> None:
-    """Restore a fit's epoch, step and place in the epoch, and the random state that continues from there.
+@dataclasses.dataclass(frozen=True)
+class ResumePlan:
+    """How a restored fit continues, decided once from the checkpoint and this run's shape
+    (`plan_resume`); the fit loop applies it: the position and epoch-boundary states at
+    restore, the rest (``epoch_state`` onwards) when the first epoch starts."""
 
-    A checkpoint that records the position in samples (a `GlobalBatchSampler` run) resumes on
-    any world size: the data order continues at the next unseen sample. Rank ``r`` takes the
-    saved random states of rank ``r`` (rank 0's when the saved run had fewer ranks).
+    warnings: tuple[str, ...] = ()  # said once (global rank 0) when the checkpoint is restored
+    finished_epoch: bool = False  # the checkpoint is at an epoch's end: the next epoch follows it
+    rank_state: dict[str, Any] | None = None  # this rank's saved states (None: none usable)
+    restore_now: bool = False  # at an epoch boundary: restore ``rank_state``'s RNG and loader states now
+    # The first epoch: None (a loader without a recorded position starts afresh), or checked
+    # against this run (global batch, dataset length) and continued after what was trained.
+    epoch_state: dict[str, Any] | None = None  # the interrupted epoch's order (None: a fresh epoch)
+    rng: dict[str, Any] | None = None  # the RNG states of the moment of the checkpoint
+    batches_done: int = 0  # continue after this many batches (a loader resumed by batches)
+    samples_done: int | None = None  # continue after this many samples (a `GlobalBatchSampler`)
+    global_batch_size: int | None = None  # the checkpoint's G
+    dataset_size: int | None = None  # the checkpoint epoch's train dataset length
+    path: str = ""  # the checkpoint, named in a refusal
+    checks_first_epoch: bool = False  # the first epoch checks G and the dataset length
+
+
+def plan_resume(
+    checkpoint: dict[str, Any], progress: FitProgress, path: str, world_size: int, global_rank: int, by_samples: bool
+) -> ResumePlan:
+    """How a fit whose loop loaded ``checkpoint``'s position (``progress``) continues on this run's
+    ``world_size`` (this process being ``global_rank``): a pure function of the checkpoint and the
+    run's shape. ``by_samples``: the position is in samples and the train loader has a
+    `GlobalBatchSampler`, so any world size continues the same order.
     """
-    trainer.fit_loop.load_state_dict(checkpoint)
-    progress = trainer.fit_loop.progress
     finished, batches_done = progress.epoch_finished, progress.batches_done
     samples_done, saved_batch, saved_size = progress.samples_done, progress.global_batch_size, progress.dataset_size
-    by_samples = samples_done is not None and global_batch_sampler(trainer.train_dataloader) is not None
-    saved_world = int(checkpoint.get("world_size", trainer.world_size))
+    saved_world = int(checkpoint.get("world_size", world_size))
     rank_states = checkpoint.get("rank_states")
-    usable = rank_states is not None and (saved_world == trainer.world_size or by_samples)
-    if saved_world != trainer.world_size:
-        rank_zero_warn(
+    usable = rank_states is not None and (saved_world == world_size or by_samples)
+    said: list[str] = []
+    if saved_world != world_size:
+        said.append(
             f"Resuming a checkpoint made with world size {saved_world} on world size "
-            f"{trainer.world_size}: the module, optimizer and scheduler states are restored (the "
+            f"{world_size}: the module, optimizer and scheduler states are restored (the "
             "learning rates as saved, not scaled again), "
             + (
                 "the data order continues exactly at the next unseen sample; random numbers drawn "
@@ -248,43 +272,45 @@ def restore_position(trainer: Trainer, checkpoint: dict[str, Any], path: str = "
                 + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
             )
         )
-    source = trainer.global_rank if trainer.global_rank < saved_world else 0
+    source = global_rank if global_rank < saved_world else 0
     mine = rank_states[source] if usable else None
     if finished or not batches_done:
-        if finished:
-            progress.finish_epoch()
-        else:
-            progress.start_epoch(0)
-        if mine is not None:
-            restore_rng_state(mine["rng"])
-            restore_generators(trainer.train_dataloader, mine.get("generators", []))
-            restore_loader_position(trainer.train_dataloader, mine.get("loader"))
-            if mine.get("epoch_state") is not None:
-                restore_sampler_seeds(trainer.train_dataloader, mine["epoch_state"])
-        if by_samples:  # the next epoch starts afresh; its global batch is checked
-            trainer.fit_loop.resume_mid_epoch(0, None, None, samples_done=0, global_batch_size=saved_batch)
-        return
-    progress.start_epoch(0)  # the loop starts the epoch where `resume_mid_epoch` says
+        # the next epoch starts afresh (its global batch is checked when it starts, by samples)
+        return ResumePlan(
+            warnings=tuple(said), finished_epoch=finished, rank_state=mine, restore_now=mine is not None,
+            samples_done=0 if by_samples else None, global_batch_size=saved_batch, path=path,
+            checks_first_epoch=by_samples,
+        )
     if usable and any(s is None or s.get("epoch_state") is None for s in rank_states):
         # Every rank must make the same choice, or one resumes mid-epoch while another restarts
         # the epoch and they wait in different collectives.
-        rank_zero_warn(
+        said.append(
             "The checkpoint holds the interrupted epoch's order for only some ranks (written by "
             "save_checkpoint while the run was failing, or outside a fit): the epoch restarts "
             "from its first batch on every rank."
         )
-        return
+        return ResumePlan(warnings=tuple(said), path=path)
     if mine is None or mine.get("epoch_state") is None:
-        return  # the epoch restarts from its first batch (warned above)
+        return ResumePlan(warnings=tuple(said), path=path)  # the epoch restarts (warned above)
     accumulate = int(checkpoint.get("accumulate_grad_batches", 1))
     start = batches_done - batches_done % accumulate
     if start != batches_done:
-        rank_zero_warn(
+        said.append(
             f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
             f"{accumulate} micro batches); that window is trained again from its first micro batch."
         )
-    trainer.fit_loop.resume_mid_epoch(
-        start, mine["epoch_state"], mine["rng"],
-        samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
-        dataset_size=saved_size, path=path,
+    return ResumePlan(
+        warnings=tuple(said), rank_state=mine, epoch_state=mine["epoch_state"], rng=mine["rng"],
+        batches_done=start, samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
+        dataset_size=saved_size, path=path, checks_first_epoch=True,
     )
+
+
+def restore_boundary_states(loader: Any, state: dict[str, Any]) -> None:
+    """At an epoch boundary: the RNG and loader states of the moment of the checkpoint, which
+    decide the next epoch's order."""
+    restore_rng_state(state["rng"])
+    restore_generators(loader, state.get("generators", []))
+    restore_loader_position(loader, state.get("loader"))
+    if state.get("epoch_state") is not None:
+        restore_sampler_seeds(loader, state["epoch_state"])

@@ -17,10 +17,13 @@ from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preempt
 from trainer.contracts.run_identity import run_id
 from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
 from trainer.checkpointing.resume import (
+    ResumePlan,
     capture_epoch_state,
     check_dataset_size,
     check_global_batch,
     gather_rank_states,
+    plan_resume,
+    restore_boundary_states,
     resumed_epoch,
 )
 from trainer.data.batch_transfer import BatchTransfer
@@ -35,7 +38,7 @@ from trainer.loops.anomaly import NonFiniteLossCheck
 from trainer.loops.automatic import AutomaticOptimization
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.manual import ManualOptimization, check_manual_arguments
-from trainer.distributed.rank_zero import rank_zero_info
+from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.loops.progress import FitProgress
@@ -62,7 +65,7 @@ class FitLoop:
         self.epoch_state: dict[str, Any] | None = None  # RNG states that decide this epoch's order
         self.rank_states_at_end: list[dict[str, Any] | None] | None = None  # every rank's, after a DDP fit
         self.lr_scaled = False  # the optimizers' rates were scaled for W (checkpointed: never twice)
-        self._resume_from: dict[str, Any] | None = None  # the rest of an interrupted epoch
+        self._plan: ResumePlan | None = None  # how the first epoch of a restored fit continues
         self._preemption = PreemptionWatch()
         self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
         self._agree_each_batch = False  # some rank's loader has no length: agree on the last batch
@@ -229,37 +232,31 @@ class FitLoop:
         self.failed_fetch_idx = None
         self._validated = False
         self._agreed_stop = False
-        self._resume_from = None
+        self._plan = None
 
     def state_dict(self) -> dict[str, Any]:
         """The loop's checkpoint entries: the position (`FitProgress`) and whether the rates were scaled."""
         return {**self.progress.state_dict(), "lr_scaled": self.lr_scaled}
 
-    def load_state_dict(self, checkpoint: dict[str, Any]) -> None:
-        """Take the position and the LR-scaling flag a checkpoint recorded (saved rates are final: never rescaled)."""
-        self.progress.load_state_dict(checkpoint)
+    def load_state_dict(self, checkpoint: dict[str, Any], path: str = "") -> None:
+        """Take a checkpoint's position and LR-scaling flag (saved rates are final: never rescaled)
+        and plan how the fit continues (`plan_resume`): at an epoch boundary the states that decide
+        the next epoch are restored now; an interrupted epoch continues when the first epoch starts."""
+        t, progress = self.trainer, self.progress
+        progress.load_state_dict(checkpoint)
         self.lr_scaled = bool(checkpoint.get("lr_scaled", False))
-
-    def resume_mid_epoch(
-        self,
-        batches_done: int,
-        epoch_state: dict[str, Any] | None,
-        rng: dict[str, Any] | None,
-        samples_done: int | None = None,
-        global_batch_size: int | None = None,
-        dataset_size: int | None = None,
-        path: str = "",
-    ) -> None:
-        """The next epoch continues an interrupted one in its order: after ``samples_done``
-        samples when the checkpoint recorded them (any world size), else after ``batches_done``
-        batches. ``epoch_state=None``: the checkpoint is at an epoch boundary, the next epoch
-        starts afresh; ``global_batch_size`` (the checkpoint's G) and ``dataset_size`` (its
-        epoch's dataset length) are checked against this run's (``path`` names the checkpoint)."""
-        self._resume_from = {
-            "batches_done": batches_done, "epoch_state": epoch_state, "rng": rng,
-            "samples_done": samples_done, "global_batch_size": global_batch_size,
-            "dataset_size": dataset_size, "path": path,
-        }
+        loader = t.train_dataloader
+        by_samples = progress.samples_done is not None and global_batch_sampler(loader) is not None
+        plan = plan_resume(checkpoint, progress, path, t.world_size, t.global_rank, by_samples)
+        for message in plan.warnings:
+            rank_zero_warn(message)
+        if plan.finished_epoch:
+            progress.finish_epoch()
+        else:
+            progress.start_epoch(0)  # the first epoch starts where the plan says
+        if plan.restore_now and plan.rank_state is not None:
+            restore_boundary_states(loader, plan.rank_state)
+        self._plan = plan if plan.checks_first_epoch else None
 
     def count_training_batches(self) -> None:
         """This epoch's batch count, agreed by every rank (one tiny all-gather per epoch)."""
@@ -349,19 +346,20 @@ class FitLoop:
         sampler = global_batch_sampler(loader)
         if sampler is not None:
             sampler.set_accumulation(t.accumulate_grad_batches)
-        resume, self._resume_from = self._resume_from, None
+        plan, self._plan = self._plan, None
         size = sampler.dataset_size if sampler is not None else _dataset_size(loader)
-        if resume is not None and resume["epoch_state"] is not None and not check_dataset_size(
-            resume["dataset_size"], size, resume["path"], t.allow_dataset_change
+        if plan is not None and plan.epoch_state is not None and not check_dataset_size(
+            plan.dataset_size, size, plan.path, t.allow_dataset_change
         ):
-            if resume["rng"] is not None:  # the epoch restarts: its order drawn from the state saved
-                restore_rng_state(resume["rng"])
-            resume = None
-        by_samples = resume is not None and sampler is not None and resume["samples_done"] is not None
+            if plan.rng is not None:  # the epoch restarts: its order drawn from the state saved
+                restore_rng_state(plan.rng)
+            plan = None
+        by_samples = plan is not None and sampler is not None and plan.samples_done is not None
         if by_samples:
-            check_global_batch(resume["global_batch_size"], sampler, t.allow_global_batch_change)  # type: ignore[arg-type]
-            if resume["epoch_state"] is not None:
-                sampler.start_at(resume["samples_done"])  # type: ignore[union-attr]
+            assert plan is not None and sampler is not None and plan.samples_done is not None
+            check_global_batch(plan.global_batch_size, sampler, t.allow_global_batch_change)
+            if plan.epoch_state is not None:
+                sampler.start_at(plan.samples_done)
         self.count_training_batches()  # a sampler's length may change between epochs
         if self.manual is not None:
             check_manual_arguments(t)
@@ -371,17 +369,17 @@ class FitLoop:
         )
         if self.automatic is not None:
             self.automatic.start_epoch(windows)
-        if resume is None or resume["epoch_state"] is None:
+        if plan is None or plan.epoch_state is None:
             self.epoch_state = capture_epoch_state(loader)
             source, start = loader, 0
         elif by_samples:  # the sampler itself starts after the trained samples
-            self.epoch_state = resume["epoch_state"]
+            self.epoch_state = plan.epoch_state
             start = layout.first_batch  # type: ignore[union-attr]
-            source = resumed_epoch(loader, 0, resume["epoch_state"], resume["rng"])
+            source = resumed_epoch(loader, 0, plan.epoch_state, plan.rng)
         else:
-            self.epoch_state = resume["epoch_state"]
-            start = resume["batches_done"]
-            source = resumed_epoch(loader, start, resume["epoch_state"], resume["rng"])
+            self.epoch_state = plan.epoch_state
+            start = plan.batches_done
+            source = resumed_epoch(loader, start, plan.epoch_state, plan.rng)
         if layout is not None:
             progress.start_epoch(start, layout.offset, layout.global_batch_size, size)
         else:

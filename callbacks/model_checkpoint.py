@@ -25,6 +25,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.checkpoint import Checkpoint
+from callbacks.checkpoint_policy import Policy, Save, TopK, decide
 from trainer.contracts import run_lock
 from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
@@ -520,125 +521,70 @@ class ModelCheckpoint(Checkpoint):
         ``top_k``: consider a top-k checkpoint; ``last``: write ``last.ckpt`` ``"always"`` (when
         ``save_last``) or ``"if_saved"`` (only when this call wrote a checkpoint, or links).
         """
-        decision: dict[str, Any] | None = None
+        decision: Save | tuple[str, str] | None = None  # a Save, or rank 0's error (its type's name, message)
         error: BaseException | None = None
         if trainer.is_global_zero:
             try:
                 decision = self._decide(trainer, top_k, last)
             except Exception as exc:  # noqa: BLE001 - must reach the other ranks before raising
                 error = exc
-                decision = {"error": (type(exc).__name__, str(exc))}
+                decision = (type(exc).__name__, str(exc))
         if trainer.world_size > 1:
             decision = trainer.strategy.broadcast(decision, src=0)
-        assert decision is not None
-        if "error" in decision:
+        if not isinstance(decision, Save):
             if error is not None:
                 raise error
-            kind, message = decision["error"]
+            assert decision is not None
+            kind, message = decision
             raise (_MonitorKeyError if kind == _MonitorKeyError.__name__ else RuntimeError)(
                 f"ModelCheckpoint failed on global rank 0: {message}"
             )
         self._apply_decision(trainer, decision)
 
-    def _decide(self, trainer: TrainerView, top_k: bool, last: str) -> dict[str, Any]:
-        """Rank 0: which files to write and delete, and the bookkeeping after this save."""
+    def _decide(self, trainer: TrainerView, top_k: bool, last: str) -> Save:
+        """Rank 0: which files to write and delete, and the books after this save (`checkpoint_policy`)."""
         metrics = self._metrics(trainer)
-        state = self._bookkeeping()
-        best_k = state["best_k_models"]
-        save_path: str | None = None
-        delete: list[str] = []
-        message = ""
+        score = self._score(trainer, metrics) if self.monitor is not None and top_k else None
+        policy = Policy(self.monitor, self.mode, self.save_top_k, self.save_last)
+        return decide(self._books(), policy, score, top_k, last, self._last_checkpoint_saved, _Names(self, metrics))
 
-        score: float | None = None
-        if self.monitor is not None and top_k:
-            if (
-                self.monitor not in metrics
-                and self._tracker is not None
-                and self._tracker.missing_is_expected(trainer)
-            ):
-                score = None  # validation has not run yet: nothing to rank by
-            else:
-                score = _to_float(_monitor_value(metrics, self.monitor, "ModelCheckpoint"))
-                if math.isnan(score):
-                    score = _worst(self.mode)
-                state["current_score"] = score
+    def _score(self, trainer: TrainerView, metrics: Mapping[str, Any]) -> float | None:
+        """The monitored value to rank by (NaN is the worst), or None while validation has not logged it yet."""
+        assert self.monitor is not None
+        if self.monitor not in metrics and self._tracker is not None and self._tracker.missing_is_expected(trainer):
+            return None
+        score = _to_float(_monitor_value(metrics, self.monitor, "ModelCheckpoint"))
+        return _worst(self.mode) if math.isnan(score) else score
 
-        if top_k and self.save_top_k != 0 and (self.monitor is None or score is not None):
-            if self.monitor is None:
-                evict = [p for p in best_k if self.save_top_k == 1]
-                save_path = self._unique_path(metrics, best_k, evict[0] if evict else None)
-                delete = [p for p in evict if p != save_path]
-                if self.save_top_k == 1:
-                    best_k.clear()
-                best_k[save_path] = math.nan
-                state["best_model_path"] = save_path
-                message = f"saving latest model to {save_path}"
-            elif (
-                self.save_top_k == -1 or len(best_k) < self.save_top_k or self._better(score, self.kth_value)
-            ):
-                assert score is not None
-                evict_path = self.kth_best_model_path if 0 < self.save_top_k <= len(best_k) else None
-                save_path = self._unique_path(metrics, best_k, evict_path)
-                if evict_path is not None:
-                    best_k.pop(evict_path, None)
-                    if evict_path != save_path:
-                        delete.append(evict_path)
-                best_k[save_path] = score
-                ranked = sorted(best_k.items(), key=lambda kv: kv[1], reverse=self.mode == "min")
-                state["kth_best_model_path"], state["kth_value"] = ranked[0]  # worst of the kept ones
-                state["best_model_path"], state["best_model_score"] = ranked[-1]
-                message = (
-                    f"{self.monitor!r} reached {score:.5g} (best {state['best_model_score']:.5g}), "
-                    f"saving model to {save_path}"
-                )
-            else:
-                message = f"{self.monitor!r} was not in top {self.save_top_k}"
-
-        last_path = self.last_checkpoint_path(best_k)
-        newest = save_path or self._last_checkpoint_saved
-        link = self.save_last == "link" and bool(newest) and self.save_top_k != 0
-        write_last = bool(self.save_last) and (last == "always" or save_path is not None or link)
-        if write_last:
-            state["last_model_path"] = last_path
-        return {
-            "save_path": save_path,
-            "last_path": last_path if write_last else None,
-            "link_to": newest if write_last and link else None,
-            "delete": delete,
-            "state": state,
-            "message": message,
-        }
-
-    def _apply_decision(self, trainer: TrainerView, decision: Mapping[str, Any]) -> None:
-        before = self._bookkeeping()
-        # bookkeeping first: the checkpoint being written records itself as saved
-        self._set_bookkeeping(decision["state"])
-        if decision["save_path"] is not None or decision["last_path"] is not None:
+    def _apply_decision(self, trainer: TrainerView, decision: Save) -> None:
+        before = self._books()
+        # the books first: the checkpoint being written records itself as saved
+        self._set_books(decision.books)
+        if decision.save_path is not None or decision.last_path is not None:
             self._last_global_step_saved = trainer.global_step
-        if self.verbose and decision["message"]:
+        if self.verbose and decision.message:
             _rank_zero_print(
-                trainer,
-                f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: "
-                f"{decision['message']}",
+                trainer, f"Epoch {trainer.current_epoch}, global step {trainer.global_step}: {decision.message}"
             )
         try:
-            if decision["save_path"] is not None:
-                trainer.save_checkpoint(decision["save_path"], weights_only=self.save_weights_only)
-                self._last_checkpoint_saved = decision["save_path"]
+            if decision.save_path is not None:
+                trainer.save_checkpoint(decision.save_path, weights_only=self.save_weights_only)
+                self._last_checkpoint_saved = decision.save_path
         except BaseException:
             # the write failed: keep pointing at the files that exist
-            self._set_bookkeeping(before)
+            self._set_books(before)
             raise
-        if decision["link_to"] is not None:
+        if decision.link_to is not None:
             if trainer.is_global_zero:
-                _link(decision["link_to"], decision["last_path"])
-        elif decision["last_path"] is not None:
-            self._write_last(trainer, decision["last_path"])
-        if decision["delete"]:
+                assert decision.last_path is not None
+                _link(decision.link_to, decision.last_path)
+        elif decision.last_path is not None:
+            self._write_last(trainer, decision.last_path)
+        if decision.delete:
             trainer.strategy.wait_for_checkpoint()  # an asynchronous save must be on disk first
         if trainer.is_global_zero:
             # only after the new file is safely on disk
-            for path in decision["delete"]:
+            for path in decision.delete:
                 storage.remove(path)
 
     def _write_last(self, trainer: TrainerView, path: str) -> None:
@@ -646,25 +592,22 @@ class ModelCheckpoint(Checkpoint):
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
 
-    def _bookkeeping(self) -> dict[str, Any]:
-        return {
-            "best_k_models": dict(self.best_k_models),
-            "best_model_path": self.best_model_path,
-            "best_model_score": self.best_model_score,
-            "current_score": self.current_score,
-            "kth_best_model_path": self.kth_best_model_path,
-            "kth_value": self.kth_value,
-            "last_model_path": self.last_model_path,
-        }
+    def _books(self) -> TopK:
+        return TopK(
+            best_k_models=dict(self.best_k_models), best_model_path=self.best_model_path,
+            best_model_score=self.best_model_score, current_score=self.current_score,
+            kth_best_model_path=self.kth_best_model_path, kth_value=self.kth_value,
+            last_model_path=self.last_model_path,
+        )
 
-    def _set_bookkeeping(self, state: Mapping[str, Any]) -> None:
-        self.best_k_models = dict(state["best_k_models"])
-        self.best_model_path = state["best_model_path"]
-        self.best_model_score = state["best_model_score"]
-        self.current_score = state["current_score"]
-        self.kth_best_model_path = state["kth_best_model_path"]
-        self.kth_value = state["kth_value"]
-        self.last_model_path = state["last_model_path"]
+    def _set_books(self, books: TopK) -> None:
+        self.best_k_models = dict(books.best_k_models)
+        self.best_model_path = books.best_model_path
+        self.best_model_score = books.best_model_score
+        self.current_score = books.current_score
+        self.kth_best_model_path = books.kth_best_model_path
+        self.kth_value = books.kth_value
+        self.last_model_path = books.last_model_path
 
     def last_checkpoint_path(self, taken: Mapping[str, Any] | None = None) -> str:
         """Where this run writes its last checkpoint: the one it wrote (or resumed) before, else
@@ -693,10 +636,19 @@ class ModelCheckpoint(Checkpoint):
             path = name(version)
         return path
 
-    def _better(self, score: float | None, reference: float) -> bool:
-        if score is None:
-            return False
-        return score < reference if self.mode == "min" else score > reference
+
+class _Names:
+    """The names a save may take (`checkpoint_policy.Names`): the callback's template and its
+    version counter, which looks at the disk."""
+
+    def __init__(self, callback: ModelCheckpoint, metrics: Mapping[str, Any]) -> None:
+        self.callback, self.metrics = callback, metrics
+
+    def checkpoint(self, taken: Mapping[str, float], replaceable: str | None) -> str:
+        return self.callback._unique_path(self.metrics, taken, replaceable)
+
+    def last(self, taken: Mapping[str, float]) -> str:
+        return self.callback.last_checkpoint_path(taken)
 
 
 def _link(target: str, link: str) -> None:

@@ -1,0 +1,134 @@
+"""`ModelCheckpoint`'s decisions as pure functions: which checkpoint a save writes, which one it
+deletes, whether ``last.ckpt`` follows, and the top-k books afterwards.
+
+Nothing here touches a file or the Trainer: the callback scores the monitored metric, gives the
+names (`Names`: its file-name template and version counter, which look at the disk) and carries
+out the `Save` it gets back (writes, links, deletes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Optional, Protocol, Union
+
+
+@dataclasses.dataclass(frozen=True)
+class TopK:
+    """A checkpoint callback's books: the kept checkpoints and their scores, the best and the
+    worst kept one, and the last checkpoint written."""
+
+    best_k_models: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    best_model_path: str = ""
+    best_model_score: Optional[float] = None
+    current_score: Optional[float] = None
+    kth_best_model_path: str = ""
+    kth_value: float = math.inf
+    last_model_path: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """What to keep: ``save_top_k`` checkpoints ranked by ``monitor`` in ``mode`` (None: the
+    latest), and ``save_last`` (True, False or ``"link"``)."""
+
+    monitor: Optional[str]
+    mode: str
+    save_top_k: int
+    save_last: Union[bool, str]
+
+    def better(self, score: float, reference: float) -> bool:
+        """Whether ``score`` beats ``reference`` in this policy's mode."""
+        return score < reference if self.mode == "min" else score > reference
+
+
+@dataclasses.dataclass(frozen=True)
+class Save:
+    """One save's decision: the checkpoint to write (None: none), ``last.ckpt`` to write (or to
+    link to ``link_to``), the files to delete once the new one is on disk, and the books after."""
+
+    save_path: Optional[str]
+    last_path: Optional[str]
+    link_to: Optional[str]
+    delete: tuple[str, ...]
+    books: TopK
+    message: str
+
+
+class Names(Protocol):
+    """The file names a save may take (they depend on the disk: names of other runs' files are
+    versioned past)."""
+
+    def checkpoint(self, taken: Mapping[str, float], replaceable: Optional[str]) -> str:
+        """This save's checkpoint path, clobbering no file of ``taken`` except ``replaceable``."""
+
+    def last(self, taken: Mapping[str, float]) -> str:
+        """Where ``last.ckpt`` goes, given the checkpoints ``taken``."""
+
+
+def decide(
+    books: TopK, policy: Policy, score: Optional[float], top_k: bool, last: str, newest: str, names: Names
+) -> Save:
+    """The decision of one save.
+
+    ``score``: the monitored value now (None: no monitor, or nothing to rank by yet; NaN already
+    made the worst); ``top_k``: this save may keep a top-k checkpoint; ``last``: ``"always"``
+    write ``last.ckpt`` (when ``save_last``) or ``"if_saved"`` (only with a new checkpoint, or to
+    re-link); ``newest``: the newest checkpoint written so far (what a link points to).
+    """
+    if score is not None:
+        books = dataclasses.replace(books, current_score=score)
+    save_path, delete, message = None, (), ""
+    if top_k and policy.save_top_k != 0:
+        if policy.monitor is None:
+            books, save_path, delete, message = _keep_latest(books, policy, names)
+        elif score is not None:
+            books, save_path, delete, message = _keep_best(books, policy, score, names)
+    last_path = names.last(books.best_k_models)
+    newest = save_path or newest
+    link = policy.save_last == "link" and bool(newest) and policy.save_top_k != 0
+    write_last = bool(policy.save_last) and (last == "always" or save_path is not None or link)
+    if write_last:
+        books = dataclasses.replace(books, last_model_path=last_path)
+    return Save(
+        save_path=save_path,
+        last_path=last_path if write_last else None,
+        link_to=newest if write_last and link else None,
+        delete=delete,
+        books=books,
+        message=message,
+    )
+
+
+def _keep_latest(books: TopK, policy: Policy, names: Names) -> tuple[TopK, str, tuple[str, ...], str]:
+    """Without a monitor the newest checkpoint is the best (``save_top_k=1`` replaces the last one)."""
+    evict = [p for p in books.best_k_models if policy.save_top_k == 1]
+    save_path = names.checkpoint(books.best_k_models, evict[0] if evict else None)
+    kept = {} if policy.save_top_k == 1 else dict(books.best_k_models)
+    kept[save_path] = math.nan
+    books = dataclasses.replace(books, best_k_models=kept, best_model_path=save_path)
+    return books, save_path, tuple(p for p in evict if p != save_path), f"saving latest model to {save_path}"
+
+
+def _keep_best(
+    books: TopK, policy: Policy, score: float, names: Names
+) -> tuple[TopK, Optional[str], tuple[str, ...], str]:
+    """A checkpoint enters the top k when there is room or it beats the worst kept one, which it evicts."""
+    kept = dict(books.best_k_models)
+    k = policy.save_top_k
+    if not (k == -1 or len(kept) < k or policy.better(score, books.kth_value)):
+        return books, None, (), f"{policy.monitor!r} was not in top {k}"
+    evict = books.kth_best_model_path if 0 < k <= len(kept) else None
+    save_path = names.checkpoint(kept, evict)
+    delete: tuple[str, ...] = ()
+    if evict is not None:
+        kept.pop(evict, None)
+        delete = (evict,) if evict != save_path else ()
+    kept[save_path] = score
+    ranked = sorted(kept.items(), key=lambda kv: kv[1], reverse=policy.mode == "min")
+    (kth_path, kth_value), (best_path, best_score) = ranked[0], ranked[-1]  # the worst and the best kept
+    books = dataclasses.replace(
+        books, best_k_models=kept, kth_best_model_path=kth_path, kth_value=kth_value,
+        best_model_path=best_path, best_model_score=best_score,
+    )
+    message = f"{policy.monitor!r} reached {score:.5g} (best {best_score:.5g}), saving model to {save_path}"
+    return books, save_path, delete, message

@@ -220,3 +220,25 @@ def test_no_cli_argument_builds_a_class_its_type_does_not_name(tmp_path, monkeyp
         assert not marker.exists(), f"--{key} built logging.FileHandler"
     # a spec under an untyped or Any parameter arrives as data, never as an object
     assert set(accepted) <= {"model.backbone", "model.head", "trainer.default_root_dir"}, accepted
+
+
+def test_a_crafted_checkpoint_state_resumed_from_the_cli_deletes_nothing_outside(tmp_path, config):
+    """Issue 33 item 3 through ``python -m trainer fit --ckpt_path``: a checkpoint whose
+    ModelCheckpoint state names this run's directory but lists files outside it for eviction."""
+    main(["fit", "--config", config, "--trainer.max_steps", "2"])
+    first = tmp_path / "run" / "logs" / "version_0" / "checkpoints" / "last.ckpt"
+    victim = tmp_path / "theirs.ckpt"
+    victim.write_text("keep me")
+    checkpoint = torch.load(first, weights_only=True)
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("ModelCheckpoint")]
+    resumed_dir = os.path.join("run", "logs", "version_1", "checkpoints")  # where the resumed run writes (cwd: tmp_path)
+    checkpoint["callbacks"][key].update(
+        dirpath=resumed_dir, best_k_models={str(victim): 9.0}, kth_best_model_path=str(victim),
+        best_model_path=str(victim), last_model_path=str(victim),
+    )
+    crafted = tmp_path / "crafted.ckpt"
+    torch.save(checkpoint, crafted)
+    with pytest.warns(UserWarning, match="names paths outside its directory"):
+        main(["fit", "--config", config, "--trainer.max_steps", "4", "--ckpt_path", str(crafted)])
+    assert victim.read_text() == "keep me"
+    assert sorted(os.listdir(resumed_dir)) == ["epoch=0-step=4.ckpt", "last.ckpt"]

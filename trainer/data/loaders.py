@@ -35,6 +35,19 @@ def check_limit(name: str, limit: int | float | None) -> None:
         raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")
 
 
+def dataset_size(loader: Any) -> int | None:
+    """The length of a map-style DataLoader's dataset (None: another kind of loader, or no length)."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    dataset = loader.dataset if isinstance(loader, DataLoader) else None
+    if dataset is None or isinstance(dataset, IterableDataset):
+        return None
+    try:
+        return len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 def has_length(loader: Any) -> bool:
     """Whether ``len(loader)`` works."""
     try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
@@ -29,7 +28,14 @@ from trainer.checkpointing.resume import (
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
 from trainer.data.global_batch_sampler import global_batch_sampler
-from trainer.data.loaders import as_loader_list, check_loader, has_length, iterate_with_lookahead, num_batches
+from trainer.data.loaders import (
+    as_loader_list,
+    check_loader,
+    dataset_size,
+    has_length,
+    iterate_with_lookahead,
+    num_batches,
+)
 from trainer.data.overfit import without_shuffling
 from trainer.data.prefetcher import prefetch_to_device
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
@@ -347,7 +353,7 @@ class FitLoop:
         if sampler is not None:
             sampler.set_accumulation(t.accumulate_grad_batches)
         plan, self._plan = self._plan, None
-        size = sampler.dataset_size if sampler is not None else _dataset_size(loader)
+        size = sampler.dataset_size if sampler is not None else dataset_size(loader)
         if plan is not None and plan.epoch_state is not None and not check_dataset_size(
             plan.dataset_size, size, plan.path, t.allow_dataset_change
         ):
@@ -530,17 +536,6 @@ class FitLoop:
 def _validation_due(every: int | None, at_end: bool, batch_idx: int, is_last: bool) -> bool:
     """Whether validation runs after this batch (every ``every`` batches, or at the epoch's last)."""
     return bool(every and (batch_idx + 1) % every == 0) or (is_last and at_end)
-
-
-def _dataset_size(loader: Any) -> int | None:
-    """The length of a map-style train loader's dataset (None: another kind of loader)."""
-    dataset = getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else None
-    if dataset is None or isinstance(dataset, IterableDataset):
-        return None
-    try:
-        return len(dataset)
-    except TypeError:
-        return None
 
 
 def _check_trained_some(seen: int) -> None:

@@ -7,7 +7,8 @@ import math
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+import warnings
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from callbacks._utils import _flat_metrics, _flatten_hparams
 from callbacks.logger import Logger
@@ -116,12 +117,12 @@ class MLFlowLogger(Logger):
             for record in records:
                 f.write(json.dumps(record) + "\n")
 
-    def _send(self, what: str, send: Any, records: list[dict[str, Any]]) -> None:
+    def _send(self, what: str, send: Any, records: Callable[[], list[dict[str, Any]]]) -> None:
         """``send()``; under ``"warn"`` a failure (a timeout, a refused connection, an error answer)
         stops this logger's requests and ``records`` go to `unsent_path` (MLflow's own retries are
         bounded by ``timeout``, so this costs at most a few timeouts once)."""
         if self._unreachable:
-            self._keep_unsent(records)
+            self._keep_unsent(records())
             return
         try:
             send()
@@ -129,8 +130,7 @@ class MLFlowLogger(Logger):
             if self.on_unreachable == "raise":
                 raise
             self._unreachable = True
-            self._keep_unsent(records)
-            import warnings
+            self._keep_unsent(records())  # built only here: a reachable server costs no copies
 
             warnings.warn(
                 f"MLFlowLogger: the tracking server {self.tracking_uri} failed to take the {what} "
@@ -217,9 +217,9 @@ class MLFlowLogger(Logger):
         entries = [Metric(key, value, now, int(step)) for key, value in flat.items()]
         for i in range(0, len(entries), _BATCH):
             chunk = entries[i:i + _BATCH]
-            records = [{"metric": m.key, "value": m.value, "step": m.step, "timestamp": m.timestamp} for m in chunk]
             self._send("metrics", lambda: self.experiment.log_batch(
-                self.run_id, metrics=chunk, synchronous=self._synchronous), records)
+                self.run_id, metrics=chunk, synchronous=self._synchronous),
+                lambda: [{"metric": m.key, "value": m.value, "step": m.step, "timestamp": m.timestamp} for m in chunk])
 
     def log_hyperparams(self, params: Any) -> None:
         """Log ``params`` as MLflow parameters (flattened, as strings)."""
@@ -233,14 +233,14 @@ class MLFlowLogger(Logger):
             chunk = entries[i:i + _PARAM_BATCH]
             self._send("parameters", lambda: self.experiment.log_batch(
                 self.run_id, params=chunk, synchronous=self._synchronous),
-                [{"param": p.key, "value": p.value} for p in chunk])
+                lambda: [{"param": p.key, "value": p.value} for p in chunk])
 
     def log_text(self, tag: str, text: str) -> None:
         """Store ``text`` as the artifact ``<tag>.txt``."""
         if not self._logs:
             return
         name = f"{tag.replace(os.sep, '_')}.txt"
-        self._send("text", lambda: self.experiment.log_text(self.run_id, text, name), [{"artifact": name, "text": text}])
+        self._send("text", lambda: self.experiment.log_text(self.run_id, text, name), lambda: [{"artifact": name, "text": text}])
 
     def finalize(self, status: str) -> None:
         """Mark the run ``FINISHED`` or ``FAILED`` (a later call of the Trainer reopens it)."""

@@ -62,9 +62,15 @@ def _indices(loader):
     return [i for batch in loader for i in (batch.tolist() if torch.is_tensor(batch) else [batch])]
 
 
+def _rank0_seed(seed):
+    # What the strategy's broadcast gives every rank of a shuffled training loader: one seed (here
+    # the ranks are simulated in one process, each drawing its own from the default generator).
+    return 1234
+
+
 def _shards(loader, world_size=2, **kwargs):
     return [
-        _indices(distribute_dataloader(loader, num_replicas=world_size, rank=r, **kwargs))
+        _indices(distribute_dataloader(loader, num_replicas=world_size, rank=r, share_seed=_rank0_seed, **kwargs))
         for r in range(world_size)
     ]
 
@@ -153,13 +159,25 @@ def test_shuffle_argument_overrides_the_original_sampler():
     assert _shards(DataLoader(_Range(8), shuffle=True), shuffle=False)[1] == [1, 3, 5, 7]
 
 
-def test_set_epoch_changes_the_order():
-    loader = distribute_dataloader(DataLoader(_Range(32), batch_size=4, shuffle=True), num_replicas=2, rank=0)
-    set_epoch(loader, 0)
-    epoch0 = _indices(loader)
-    assert _indices(loader) == epoch0  # same epoch, same order
-    set_epoch(loader, 1)
-    assert loader.batch_sampler.epoch == 1 and _indices(loader) != epoch0
+def test_each_epoch_is_drawn_from_the_default_generator_as_a_random_sampler_draws_it():
+    plain = DataLoader(_Range(32), batch_size=4, shuffle=True)
+    loader = distribute_dataloader(plain, num_replicas=1, rank=0)
+    torch.manual_seed(3)
+    ours = [_indices(loader) for _ in range(3)]
+    after_ours = torch.get_rng_state()
+    torch.manual_seed(3)
+    theirs = [_indices(plain) for _ in range(3)]
+    assert ours == theirs and len({tuple(o) for o in ours}) == 3
+    assert torch.equal(after_ours, torch.get_rng_state())  # the same draws, no more
+
+
+def test_set_epoch_changes_the_order_of_a_fixed_seed():
+    sampler = GlobalBatchSampler(32, 4, seed=5)
+    sampler.set_epoch(0)
+    epoch0 = [i for b in sampler for i in b]
+    assert [i for b in sampler for i in b] == epoch0  # same epoch, same order
+    sampler.set_epoch(1)
+    assert [i for b in sampler for i in b] != epoch0
 
 
 def test_every_dataloader_setting_survives():

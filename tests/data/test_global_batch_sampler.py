@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils.data import BatchSampler, RandomSampler
 
 from trainer.data.global_batch_sampler import GlobalBatchSampler
 from trainer.loops.accumulation import AccumulationWindows
@@ -80,11 +81,37 @@ def test_drop_last_drops_the_shorter_global_window():
     assert len(sampler) == 6 * 2 and max(i for b in sampler for i in b) < 96
 
 
-def test_the_users_generator_draws_each_epochs_permutation_as_a_random_sampler_does():
-    ours = GlobalBatchSampler(20, 4, generator=torch.Generator().manual_seed(3))
-    theirs = torch.Generator().manual_seed(3)
-    for _ in range(2):
-        assert [i for b in ours for i in b] == torch.randperm(20, generator=theirs).tolist()
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_the_users_generator_draws_each_epochs_permutation_as_a_random_sampler_does(drop_last):
+    mine, users = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    ours = GlobalBatchSampler(22, 4, generator=mine, drop_last=drop_last)
+    theirs = BatchSampler(RandomSampler(range(22), generator=users), 4, drop_last=drop_last)
+    for _ in range(3):  # a RandomSampler draws a second (empty) permutation when its epoch ends
+        assert list(ours) == list(theirs)
+    assert torch.equal(mine.get_state(), users.get_state())
+
+
+def test_without_a_generator_each_epoch_draws_its_seed_from_the_default_generator():
+    ours = GlobalBatchSampler(22, 4)
+    theirs = BatchSampler(RandomSampler(range(22)), 4, drop_last=False)
+    torch.manual_seed(11)
+    mine = [list(ours) for _ in range(3)]
+    after = torch.get_rng_state()
+    torch.manual_seed(11)
+    assert mine == [list(theirs) for _ in range(3)] and torch.equal(after, torch.get_rng_state())
+
+
+def test_every_rank_takes_rank_0s_seed():
+    drawn = []
+
+    def rank0(seed):  # what the strategy's broadcast does: rank 0's seed everywhere
+        drawn.append(seed)
+        return drawn[0]
+
+    samplers = [GlobalBatchSampler(22, 2, num_replicas=2, rank=r, share_seed=rank0) for r in range(2)]
+    shards = [[i for b in s for i in b] for s in samplers]
+    assert len(set(drawn)) == 2  # each simulated rank drew its own, from the one default generator
+    assert sorted(shards[0] + shards[1]) == list(range(22))
 
 
 @pytest.mark.parametrize("world, batch, accumulate", SPLITS)

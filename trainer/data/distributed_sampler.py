@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils.data import (
@@ -109,11 +109,13 @@ def distribute_dataloader(
     seed: int = 0,
     evaluation: bool = False,
     contiguous: bool = False,
+    share_seed: Callable[[int], int] | None = None,
 ) -> DataLoader:
     """Return a DataLoader that yields only this rank's shard of ``dataloader``'s data.
 
     Training (``evaluation=False``): a `GlobalBatchSampler` as the batch sampler, also for
-    ``num_replicas=1``: each epoch one permutation (``shuffle``) from ``seed + epoch``, or drawn
+    ``num_replicas=1``: each epoch one permutation (``shuffle``) drawn as a ``RandomSampler``
+    draws it (its seed from torch's default generator, rank 0's shared by ``share_seed``), or
     from the user's ``generator`` (the loader's, or its ``RandomSampler``'s) when there is one;
     the loader's ``drop_last`` drops the epoch's shorter last global window. A loader with
     ``batch_size=None`` (no batching) gets a ``DistributedSampler`` instead (unchanged at one rank).
@@ -165,8 +167,8 @@ def distribute_dataloader(
             num_replicas=num_replicas,
             rank=rank,
             shuffle=shuffle,
-            seed=seed,
             generator=_user_generator(inner, dataloader),
+            share_seed=share_seed,
             drop_last=drop_last,
         )
         return DataLoader(dataloader.dataset, **kwargs)

@@ -1,7 +1,8 @@
 """`GlobalBatchSampler`: the training order of an epoch, the same on any number of ranks.
 
-Each epoch is one permutation of the dataset (from ``(seed, epoch)``, or drawn from the user's
-DataLoader ``generator``), cut into global windows of ``G = W * b * A`` positions: optimizer step
+Each epoch is one permutation of the dataset, drawn as PyTorch's ``RandomSampler`` draws it (a
+seed from torch's default generator, or the user's DataLoader ``generator``, at the first batch),
+on rank 0 and shared with every rank; it is cut into global windows of ``G = W * b * A`` positions: optimizer step
 ``s`` of the epoch trains on positions ``[s*G, (s+1)*G)`` whatever ``W`` (ranks), ``b`` (micro
 batch) and ``A`` (accumulation) are. A window is split over the ranks strided (rank ``r`` gets
 the window's positions ``r, r + W, ...``) and each rank's share into micro batches of ``b``
@@ -20,7 +21,7 @@ FSDP's all-gathers) without changing the mean.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -79,10 +80,15 @@ class GlobalBatchSampler(Sampler[list[int]]):
         num_replicas: the world size ``W``.
         rank: this process's global rank.
         shuffle: one permutation per epoch (else the dataset's order).
-        seed: the permutation of epoch ``e`` is ``torch.randperm(N)`` from ``seed + e`` (the
-            Trainer passes ``seed_everything``'s seed, 0 without it), unless ``generator`` is given.
+        seed: ``None`` (the Trainer's choice): each epoch's permutation is drawn as a
+            ``RandomSampler`` without a generator draws it, from a seed taken from torch's default
+            generator when the epoch's first batch is asked for; so one process trains in exactly
+            the order of the same script on plain PyTorch or Lightning. An int: the permutation of
+            epoch ``e`` comes from ``seed + e`` (no draw from the default generator).
         generator: the user's DataLoader generator: each epoch's permutation is the next one it
-            draws (as a ``RandomSampler`` does); it must be seeded alike on every rank.
+            draws, and the epoch's end draws the one more a ``RandomSampler`` draws there.
+        share_seed: rank 0's value of an int on every rank (the strategy's ``broadcast``), so that
+            a seed drawn on each rank's own generator becomes rank 0's; ``None`` on one process.
         drop_last: drop the shorter last window (the ``N mod G`` last samples of the permutation).
         accumulate: ``A``; the fit loop sets it each epoch (`set_accumulation`).
     """
@@ -95,8 +101,9 @@ class GlobalBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         shuffle: bool = True,
-        seed: int = 0,
+        seed: int | None = None,
         generator: torch.Generator | None = None,
+        share_seed: Callable[[int], int] | None = None,
         drop_last: bool = False,
         accumulate: int = 1,
     ) -> None:
@@ -111,6 +118,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
         self.shuffle = shuffle
         self.seed = seed
         self.generator = generator
+        self.share_seed = share_seed
         self.drop_last = drop_last
         self.epoch = 0
         self.accumulate = 1
@@ -169,7 +177,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         # A generator function: the permutation is drawn at the first batch, as a RandomSampler
-        # draws it (after the DataLoader iterator's own draw from the same generator).
+        # draws it (after the DataLoader iterator's own draw of its base seed).
         layout = self.layout()
         order = self._permutation()
         W, b, rank = self.num_replicas, self.batch_size, self.rank
@@ -186,6 +194,10 @@ class GlobalBatchSampler(Sampler[list[int]]):
                 # padding: the window's first sample, trained with weight 0 (see the module docstring)
                 yield share[at : at + count] if count else [order[start]]
                 at += count
+        if self.shuffle and self.generator is not None:
+            # A RandomSampler draws one more (empty) permutation from the user's generator when its
+            # epoch runs out: the next epoch's draws from it are then the ones PyTorch makes.
+            torch.randperm(self.dataset_size, generator=self.generator)
 
     def _permutation(self) -> list[int]:
         n = self.dataset_size
@@ -193,9 +205,13 @@ class GlobalBatchSampler(Sampler[list[int]]):
             return list(range(n))
         if self.generator is not None:
             return torch.randperm(n, generator=self.generator).tolist()
-        generator = torch.Generator()
-        generator.manual_seed(self.seed + self.epoch)
-        return torch.randperm(n, generator=generator).tolist()
+        if self.seed is not None:
+            seed = self.seed + self.epoch
+        else:  # RandomSampler's draw, from this rank's default generator; rank 0's wins
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            if self.share_seed is not None:
+                seed = self.share_seed(seed)
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def global_batch_sampler(loader: Any) -> GlobalBatchSampler | None:

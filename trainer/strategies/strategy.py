@@ -198,7 +198,8 @@ class Strategy:
             return dataloader.sharded(self.global_rank, self.world_size, training=stage == "fit")
         if stage == "fit" and self.use_distributed_sampler:
             return distribute_dataloader(
-                dataloader, num_replicas=self.world_size, rank=self.global_rank, seed=global_seed()
+                dataloader, num_replicas=self.world_size, rank=self.global_rank, seed=global_seed(),
+                share_seed=self.broadcast if self.world_size > 1 else None,
             )
         return dataloader
 

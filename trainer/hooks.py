@@ -78,6 +78,10 @@ class HookDispatcher:
                 ]
             self._all[name] = self._callbacks[name] + self._module[name]
 
+    def implemented(self, name: str) -> bool:
+        """Whether a callback or the module implements hook ``name``."""
+        return bool(self._all[name])
+
     def call(self, name: str, *args: Any) -> None:
         """Run hook ``name`` on every callback that overrides it, then on the module."""
         for fn in self._all[name]:

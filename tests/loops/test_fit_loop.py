@@ -143,6 +143,10 @@ class GradProbe(Regression):
         self.norms.append(torch.cat([p.grad.flatten() for p in self.parameters()]).norm().item())
 
     def on_before_zero_grad(self, optimizer):
+        # Lightning's place: the next window's first batch, before its backward (the last step's
+        # gradients, clipped); the first window has none yet
+        if any(p.grad is None for p in self.parameters()):
+            return
         grads = torch.cat([p.grad.flatten() for p in self.parameters()])
         self.max_abs.append(grads.abs().max().item())
         self.after_clip = grads.norm().item()

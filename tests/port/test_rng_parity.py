@@ -175,9 +175,9 @@ def _recorder(L: Any, record: list[str]) -> Any:
         {},
         {"val_check_interval": 0.5},
         {"check_val_every_n_epoch": 2, "limit_train_batches": 5},
-        {"max_steps": 13, "limit_val_batches": 2},
+        {"num_sanity_val_steps": 0, "limit_val_batches": 2},
     ],
-    ids=["every_epoch", "val_check_interval", "every_2_epochs_limited", "max_steps"],
+    ids=["every_epoch", "val_check_interval", "every_2_epochs_limited", "no_sanity_check"],
 )
 def test_hook_and_rng_record_is_lightnings(settings: dict[str, Any]) -> None:
     records = {}

@@ -7,13 +7,15 @@ closure to the module's ``optimizer_step(epoch, batch_idx, optimizer, optimizer_
 ``optimizer.step(closure=optimizer_closure)`` runs it, then the window's gradient work (the
 strategy's sync, the accumulation correction, unscaling), ``on_before_optimizer_step``,
 ``configure_gradient_clipping`` and the precision plugin's step. After the step: zero the
-gradients, count ``global_step``, step the step-interval schedulers (``lr_scheduler_step``).
+gradients, count ``global_step``, step the step-interval schedulers (``lr_scheduler_step``) but
+a ``ReduceLROnPlateau``, which the fit loop steps after the batch's validation, as Lightning.
 
 Overridden hooks are found once per fit; a module that overrides none of them runs the lean path:
 the closure called directly, then a plain step of every optimizer. Gradients are cleared right after
 the step (their memory is free during the next forward), unless the module overrides
-``optimizer_step`` or ``optimizer_zero_grad`` or steps an ``LBFGS``: then, as in Lightning, in the
-first micro batch of each window, between ``training_step`` and ``backward``.
+``optimizer_step`` or ``optimizer_zero_grad``, steps an ``LBFGS``, or a callback or the module
+implements ``on_before_zero_grad``: then, as in Lightning, in the first micro batch of each
+window, between ``training_step`` and ``backward``.
 """
 from __future__ import annotations
 
@@ -93,9 +95,9 @@ class AutomaticOptimization:
             raise ValueError(
                 "LBFGS re-evaluates its closure, which the fp16 grad scaler does not allow (as in Lightning)."
             )
-        # Lightning's position of zero_grad: the optimizer may call the closure again (LBFGS), or
-        # an override may depend on when it runs
-        self.zero_in_closure = bool(overridden) or needs_closure
+        # Lightning's position of zero_grad: the optimizer may call the closure again (LBFGS), an
+        # override may depend on when it runs, or a hook watches it (the hooks' order is Lightning's)
+        self.zero_in_closure = bool(overridden) or needs_closure or t.hooks.implemented("on_before_zero_grad")
         self.no_sync = self._strategy.no_sync
         self._step_with_closure = self._optimizer_step is not None or needs_closure
         self.optimizers = [StepOptimizer(opt, self) for opt in t.optimizers]
@@ -244,17 +246,18 @@ class AutomaticOptimization:
                 t.hooks.call("on_before_zero_grad", optimizer)
                 optimizer.zero_grad(set_to_none=True)
         progress.optimizer_stepped()
-        if t.lr_scheduler_configs:
-            self.step_schedulers("step", progress.global_step)
+        if t.lr_scheduler_configs:  # a ReduceLROnPlateau steps after the batch's validation (fit loop)
+            self.step_schedulers("step", progress.global_step, plateau=False)
         if progress.global_step % t.log_every_n_steps == 0:
             self.loop.loss_check.check()
             t.metric_logger.publish_step(self._strategy, progress.global_step, progress.current_epoch)
 
-    def step_schedulers(self, interval: str, count: int) -> None:
-        """Step the schedulers of ``interval`` due at ``count`` (the module's ``lr_scheduler_step`` if overridden)."""
+    def step_schedulers(self, interval: str, count: int, plateau: bool) -> None:
+        """Step the schedulers of ``interval`` due at ``count``, the ``ReduceLROnPlateau`` ones or the
+        others (the module's ``lr_scheduler_step`` if overridden)."""
         configs = self.trainer.lr_scheduler_configs
         if configs:
-            step_schedulers(configs, interval, count, self.loop.scheduler_metrics, self._scheduler_hook)
+            step_schedulers(configs, interval, count, self.loop.scheduler_metrics, self._scheduler_hook, plateau)
 
     def clip(self, optimizer: Any, value: float | None, algorithm: str | None) -> None:
         """``self.clip_gradients`` under automatic optimization (from ``configure_gradient_clipping``).

@@ -83,6 +83,9 @@ class EvaluationLoop:
         multiple = self._several = len(dataloaders) > 1
         try:
             with self._grad_mode():
+                # as Lightning: the first loader's iterator (its base seed and sampler draws from
+                # torch's generator) exists before the stage's first hook
+                first = iter(dataloaders[0])
                 hooks.call(s.start)
                 hooks.call(s.epoch_start)
                 for dl_idx, loader in enumerate(dataloaders):
@@ -91,7 +94,7 @@ class EvaluationLoop:
                     limit_n = self._batches(loader, limit)
                     seen = 0
                     self.dataloader_idx, self.batch_idx = dl_idx, 0
-                    for batch_idx, batch in enumerate(loader):
+                    for batch_idx, batch in enumerate(first if dl_idx == 0 else loader):
                         if limit_n is not None and batch_idx >= limit_n:
                             break
                         seen += 1

@@ -50,6 +50,7 @@ from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_
 from trainer.loops.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
 from trainer.rng import isolated_rng, restore_rng_state
+from trainer.data.iterator_draws import draw_ahead, iterate_from
 from trainer.seed import install_worker_seeding
 from trainer.stage import Stage
 
@@ -239,6 +240,8 @@ class FitLoop:
         self._validated = False
         self._agreed_stop = False
         self._plan = None
+        self._ahead: dict[str, Any] | None = None  # the first epoch's iterator draws, made ahead
+        self._reached_last = False  # the epoch trained its last batch (its schedulers step)
 
     def state_dict(self) -> dict[str, Any]:
         """The loop's checkpoint entries: the position (`FitProgress`) and whether the rates were scaled."""
@@ -281,12 +284,15 @@ class FitLoop:
         hooks = t.hooks
         hooks.call("on_fit_start")
         if t.val_dataloaders and t.num_sanity_val_steps != 0 and self.validation_enabled():
-            t.state.stage = Stage.SANITY_CHECK
-            hooks.call("on_sanity_check_start")
-            with isolated_rng():  # training draws the same random numbers with or without it
+            with isolated_rng():  # training draws the same random numbers with or without it (its hooks too, as Lightning)
+                t.state.stage = Stage.SANITY_CHECK
+                hooks.call("on_sanity_check_start")
                 EvaluationLoop(t, Stage.SANITY_CHECK, within_fit=True).run(t.val_dataloaders)
-            hooks.call("on_sanity_check_end")
-            t.state.stage = Stage.FIT
+                hooks.call("on_sanity_check_end")
+                t.state.stage = Stage.FIT
+        fresh = self._plan is None and self.progress.global_step == 0 and self.progress.current_epoch == 0
+        # Lightning creates the first epoch's iterator here: its draws are made here (iterator_draws.py)
+        self._ahead = draw_ahead(t.train_dataloader) if fresh else None
         hooks.call("on_train_start")
         t.model.train()
         self.rank_states_at_end = None
@@ -327,6 +333,9 @@ class FitLoop:
             seen += 1
             if _validation_due(val_every, val_at_end, batch_idx, is_last):
                 self._validate(window_end)
+            if window_end and self.automatic is not None:  # after validation: it may log their monitor
+                self.automatic.step_schedulers("step", progress.global_step, plateau=True)
+            self._reached_last = is_last
             if is_last or (window_end and self._stops_mid_epoch()):
                 break
         _check_trained_some(seen)
@@ -375,7 +384,11 @@ class FitLoop:
         )
         if self.automatic is not None:
             self.automatic.start_epoch(windows)
-        if plan is None or plan.epoch_state is None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and plan is None:
+            source, self.epoch_state = iterate_from(loader, ahead, lambda: capture_epoch_state(loader))
+            start = 0
+        elif plan is None or plan.epoch_state is None:
             self.epoch_state = capture_epoch_state(loader)
             source, start = loader, 0
         elif by_samples:  # the sampler itself starts after the trained samples
@@ -441,6 +454,8 @@ class FitLoop:
         else:
             assert self.automatic is not None
             output = self.automatic.run(batch, batch_idx, window_end)
+            if is_last:  # Lightning's place for the epoch's schedulers but the plateau ones: before validation
+                self.automatic.step_schedulers("epoch", progress.current_epoch + 1, plateau=False)
         progress.batch_trained(batch_idx, is_last)  # the position a checkpoint written from here on records
         if window_end:
             progress.window_stepped(windows.samples_through(batch_idx))
@@ -460,8 +475,10 @@ class FitLoop:
         t.hooks.call_module("on_train_epoch_end")
         t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, progress.global_step, progress.current_epoch)
         t.hooks.call_callbacks("on_train_epoch_end", monitoring=True)
-        if self.automatic is not None:  # manual optimization steps its own schedulers
-            self.automatic.step_schedulers("epoch", progress.current_epoch + 1)
+        # manual optimization steps its own schedulers; an epoch that should_stop cut short steps
+        # none (as Lightning)
+        if self.automatic is not None and self._reached_last:
+            self.automatic.step_schedulers("epoch", progress.current_epoch + 1, plateau=True)
         progress.finish_epoch()
         self.agree_on_stop()
 

@@ -152,8 +152,11 @@ def step_schedulers(
     count: int,
     metrics: Callable[[], SchedulerMetrics],
     step: Callable[[Any, Any], None] | None = None,
+    plateau: bool | None = None,
 ) -> None:
-    """Step every scheduler with ``interval`` whose ``frequency`` divides ``count``.
+    """Step every scheduler with ``interval`` whose ``frequency`` divides ``count`` (``plateau``:
+    only the ``ReduceLROnPlateau`` ones, or only the others; Lightning steps the others before
+    validation and the plateau ones after it, when their monitor may have a new value).
 
     ``metrics`` is called only when a ``ReduceLROnPlateau`` needs its monitored value. Such a
     scheduler steps only when its monitor holds a value logged since its last step: with
@@ -163,7 +166,7 @@ def step_schedulers(
     monitored value, ``None`` for other schedulers), as in Lightning.
     """
     for cfg in configs:
-        if cfg.interval != interval or count % cfg.frequency:
+        if cfg.interval != interval or count % cfg.frequency or plateau not in (None, cfg.is_plateau):
             continue
         if cfg.is_plateau:
             value = _new_monitored_value(cfg, metrics())

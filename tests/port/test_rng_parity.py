@@ -93,11 +93,11 @@ def _fit(name: str, callbacks: list[Any] | None = None, record: list[str] | None
     module = _module_class(L, record)()
     train, val = _loaders()
     args = dict(
-        max_epochs=EPOCHS, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+        max_epochs=EPOCHS, devices=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, enable_checkpointing=False, callbacks=callbacks or [],
     )
     args.update(trainer_args)
-    L.Trainer(**args).fit(module, train, val)
+    L.Trainer(accelerator="cpu", **args).fit(module, train, val)
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 

@@ -207,7 +207,11 @@ def lr_find(
     with restored_module(model):
         model.configure_optimizers = range_test_optimizers  # type: ignore[method-assign]
         try:
-            inner = inner_trainer(trainer, [recorder], max_steps=num_training, detect_non_finite_loss=False)
+            # validation runs in the range test as in Lightning (up to num_training batches): its
+            # loaders draw from torch's generator, so the curve after the first epoch is Lightning's
+            inner = inner_trainer(
+                trainer, [recorder], max_steps=num_training, limit_val_batches=num_training, detect_non_finite_loss=False
+            )
             inner.fit(model, train_dataloaders, val_dataloaders, datamodule=datamodule)
         finally:
             del model.configure_optimizers  # the class's method again

@@ -13,6 +13,7 @@ the default generator at that moment and every scheduler step: the two records m
 from __future__ import annotations
 
 import hashlib
+import importlib
 from typing import Any
 
 import pytest
@@ -192,3 +193,22 @@ def test_hook_and_rng_record_is_lightnings(settings: dict[str, Any]) -> None:
         f"records differ at event {first}: Lightning {lightning[first - 2 : first + 3] if first else lightning[-3:]}"
         f" Lockstep {lockstep[first - 2 : first + 3] if first else lockstep[-3:]}"
     )
+
+
+@pytest.mark.timeout(240)
+def test_lr_find_on_shuffled_data_with_dropout_is_lightnings() -> None:
+    """The range test's curve from its first point: the same batches, dropout masks and losses."""
+    results = {}
+    for name in ("lightning", "lockstep"):
+        L, _ = framework(name)
+        tuner = importlib.import_module("lightning.pytorch.tuner" if name == "lightning" else "trainer.tuner")
+        L.seed_everything(42)
+        module = _module_class(L)()
+        train, val = _loaders()
+        trainer = L.Trainer(
+            accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+            enable_checkpointing=False, max_epochs=EPOCHS,
+        )
+        finder = tuner.Tuner(trainer).lr_find(module, train, val, num_training=20, min_lr=1e-4, max_lr=1.0, update_attr=False)
+        results[name] = torch.tensor(finder.results["loss"])
+    torch.testing.assert_close(results["lockstep"], results["lightning"], rtol=1e-6, atol=1e-7)

@@ -26,7 +26,7 @@ from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
-from trainer.loops.progress import FitProgress
+from trainer.contracts.progress import FitProgress
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
 from trainer.profiler import Profiler, make_profiler
@@ -314,7 +314,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
             model.load_state_dict(outcome["state_dict"])
             self._module = model
             model.trainer = self
-        self.fit_loop.progress.load_state_dict(outcome["progress"])
+        self.fit_loop.adopt_progress(outcome["progress"])
         self.metric_logger.restore(outcome["callback_metrics"], outcome["logged_metrics"])
 
     # -- the run --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from trainer.checkpointing.resume import ResumePlan, plan_resume
-from trainer.loops.progress import FitProgress
+from trainer.contracts.progress import FitProgress
 
 
 def _checkpoint(batches_done, finished=False, world_size=2, accumulate=1, states=("a", "b"), samples=None):
@@ -20,8 +20,7 @@ def _checkpoint(batches_done, finished=False, world_size=2, accumulate=1, states
 
 
 def _plan(checkpoint, world_size=2, rank=0, by_samples=False):
-    progress = FitProgress()
-    progress.load_state_dict(checkpoint)
+    progress = FitProgress.from_state_dict(checkpoint)
     before = dataclasses.asdict(progress)
     plan = plan_resume(checkpoint, progress, "x.ckpt", world_size, rank, by_samples)
     assert dataclasses.asdict(progress) == before  # pure: the loaded position is only read

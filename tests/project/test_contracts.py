@@ -13,7 +13,7 @@ import pytest
 from callbacks import Callback, Logger
 from trainer import TrainModule, Trainer
 from trainer.contracts import protocols
-from trainer.loops.progress import FitProgress
+from trainer.contracts.progress import FitProgress
 from trainer.strategies.strategy import SingleDeviceStrategy
 
 from tests.helpers.source_imports import runtime_imports
@@ -214,11 +214,24 @@ def _package_files() -> list[Path]:
     return [*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")]
 
 
+def _keyword_uses(name: str, paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every ``replace(..., name=...)`` or ``FitProgress(name=...)`` (``cls(...)``) in ``paths``, as ``file: callee``."""
+    return sorted(
+        f"{path.relative_to(root).as_posix()}: {ast.unparse(node.func)}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords)
+        and ast.unparse(node.func).split(".")[-1] in ("replace", "FitProgress", "cls")
+    )
+
+
 def test_one_place_counts_the_global_step():
-    # FitProgress owns the step: optimizer_stepped() counts up, load_state_dict() restores
-    assert _writes_of("global_step", _package_files()) == [
-        "trainer/loops/progress.py: self.global_step",
-        "trainer/loops/progress.py: self.global_step",
+    # FitProgress owns the step, a frozen value: stepped() returns the next one (the only
+    # replace of the field), from_state_dict() restores; nothing assigns it
+    assert _writes_of("global_step", _package_files()) == []
+    assert _keyword_uses("global_step", _package_files()) == [
+        "trainer/contracts/progress.py: cls",
+        "trainer/contracts/progress.py: dataclasses.replace",
     ]
 
 
@@ -226,6 +239,8 @@ def test_the_write_check_finds_a_step_counted_elsewhere(tmp_path):
     sample = tmp_path / "step.py"
     sample.write_text("def f(progress):\n    progress.global_step += 1\n")
     assert _writes_of("global_step", [sample], root=tmp_path) == ["step.py: progress.global_step"]
+    sample.write_text("def f(progress):\n    return dataclasses.replace(progress, global_step=0)\n")
+    assert _keyword_uses("global_step", [sample], root=tmp_path) == ["step.py: dataclasses.replace"]
 
 
 _RNG_CALLS = {"getstate", "setstate", "get_state", "set_state", "get_rng_state", "set_rng_state",

@@ -31,7 +31,7 @@ from trainer.rng import capture_generators, capture_rng_state, restore_generator
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
-    from trainer.loops.progress import FitProgress
+    from trainer.contracts.progress import FitProgress
 
 
 def _seeded_samplers(loader: Any) -> list[Any]:

@@ -240,12 +240,13 @@ class AutomaticOptimization:
                 clip_gradients(params, t.gradient_clip_val, t.gradient_clip_algorithm)
 
     def _after_step(self) -> None:
-        t, progress = self.trainer, self.loop.progress
+        t = self.trainer
         if not self.zero_in_closure:
             for optimizer in self._optimizers:
                 t.hooks.call("on_before_zero_grad", optimizer)
                 optimizer.zero_grad(set_to_none=True)
-        progress.optimizer_stepped()
+        self.loop.optimizer_stepped()
+        progress = self.loop.progress  # the position after the step
         if t.lr_scheduler_configs:  # a ReduceLROnPlateau steps after the batch's validation (fit loop)
             self.step_schedulers("step", progress.global_step, plateau=False)
         if progress.global_step % t.log_every_n_steps == 0:

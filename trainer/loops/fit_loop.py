@@ -27,7 +27,7 @@ from trainer.checkpointing.resume import (
 )
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
-from trainer.data.global_batch_sampler import global_batch_sampler
+from trainer.data.global_batch_sampler import EpochLayout, GlobalBatchSampler, global_batch_sampler
 from trainer.data.loaders import (
     as_loader_list,
     check_loader,
@@ -47,7 +47,7 @@ from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
-from trainer.loops.progress import FitProgress
+from trainer.contracts.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
 from trainer.rng import isolated_rng, restore_rng_state
 from trainer.data.iterator_draws import draw_ahead, iterate_from
@@ -162,18 +162,7 @@ class FitLoop:
         self.manual = None if model.automatic_optimization else ManualOptimization(self, self._grad_check_params)
         self.automatic = AutomaticOptimization(self, self._grad_check_params) if self.manual is None else None
         if checkpoint is not None:
-            restore_checkpoint(t, checkpoint, path)
-            rank_zero_info(  # as Lightning's "Restored all states from the checkpoint at ..."
-                f"[lockstep] Resumed from {path}: epoch {self.progress.current_epoch}, global step "
-                f"{self.progress.global_step}."
-            )
-            finished = self._limit_reached()
-            if finished:  # as Lightning's "`Trainer.fit` stopped: `max_epochs=3` reached."
-                more = "max_epochs" if finished.startswith("max_epochs") else "max_steps"
-                rank_zero_info(
-                    f"[lockstep] fit stopped at once: {path} already reached {finished}; nothing to "
-                    f"train. Pass a larger {more} to train on from it."
-                )
+            self._restore(checkpoint, path)
         else:
             self.scale_learning_rates()
         summary = (
@@ -185,6 +174,20 @@ class FitLoop:
         t.metric_logger.log_run_start(hparams if t.enable_autolog_hparams else {}, summary, strategy, model)
         with torch.autograd.set_detect_anomaly(t.config.detect_anomaly):
             self.run()
+
+    def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
+        restore_checkpoint(self.trainer, checkpoint, path)
+        rank_zero_info(  # as Lightning's "Restored all states from the checkpoint at ..."
+            f"[lockstep] Resumed from {path}: epoch {self.progress.current_epoch}, global step "
+            f"{self.progress.global_step}."
+        )
+        finished = self._limit_reached()
+        if finished:  # as Lightning's "`Trainer.fit` stopped: `max_epochs=3` reached."
+            more = "max_epochs" if finished.startswith("max_epochs") else "max_steps"
+            rank_zero_info(
+                f"[lockstep] fit stopped at once: {path} already reached {finished}; nothing to "
+                f"train. Pass a larger {more} to train on from it."
+            )
 
     def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:
         """The fit's loaders (given, or the DataModule's or module's hooks), sharded, seeded, pinned and counted."""
@@ -203,9 +206,7 @@ class FitLoop:
         if t.overfit_batches:
             loader = without_shuffling(loader)
         t.train_dataloader = strategy.process_dataloader(loader, "fit")
-        sampler = global_batch_sampler(t.train_dataloader)
-        if sampler is not None:
-            sampler.set_accumulation(t.accumulate_grad_batches)
+        self._take_accumulation()
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
         val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
@@ -251,21 +252,38 @@ class FitLoop:
         """Take a checkpoint's position and LR-scaling flag (saved rates are final: never rescaled)
         and plan how the fit continues (`plan_resume`): at an epoch boundary the states that decide
         the next epoch are restored now; an interrupted epoch continues when the first epoch starts."""
-        t, progress = self.trainer, self.progress
-        progress.load_state_dict(checkpoint)
+        t = self.trainer
+        loaded = FitProgress.from_state_dict(checkpoint)
         self.lr_scaled = bool(checkpoint.get("lr_scaled", False))
         loader = t.train_dataloader
-        by_samples = progress.samples_done is not None and global_batch_sampler(loader) is not None
-        plan = plan_resume(checkpoint, progress, path, t.world_size, t.global_rank, by_samples)
+        by_samples = loaded.samples_done is not None and global_batch_sampler(loader) is not None
+        plan = plan_resume(checkpoint, loaded, path, t.world_size, t.global_rank, by_samples)
         for message in plan.warnings:
             rank_zero_warn(message)
-        if plan.finished_epoch:
-            progress.finish_epoch()
-        else:
-            progress.start_epoch(0)  # the first epoch starts where the plan says
+        # the first epoch starts where the plan says
+        self.progress = loaded.next_epoch() if plan.finished_epoch else loaded.epoch_started(0)
         if plan.restore_now and plan.rank_state is not None:
             restore_boundary_states(loader, plan.rank_state)
         self._plan = plan if plan.checks_first_epoch else None
+
+    def adopt_progress(self, state: dict[str, Any]) -> None:
+        """Take the position a spawned run's rank 0 ended at (`Trainer.adopt_spawned_run`)."""
+        self.progress = FitProgress.from_state_dict(state)
+
+    def optimizer_stepped(self) -> None:
+        """An optimizer step was taken (called by the optimization path that took it)."""
+        self.progress = self.progress.stepped()
+
+    def _take_accumulation(self) -> int:
+        """The Trainer's current ``accumulate_grad_batches`` (A), given to the train loader's
+        `GlobalBatchSampler`: the one place the loop reads A, at set-up and at each epoch start
+        (after ``on_train_epoch_start``: a GradientAccumulationScheduler may have changed it)."""
+        t = self.trainer
+        accumulate = t.accumulate_grad_batches
+        sampler = global_batch_sampler(t.train_dataloader)
+        if sampler is not None:
+            sampler.set_accumulation(accumulate)
+        return accumulate
 
     def count_training_batches(self) -> None:
         """This epoch's batch count, agreed by every rank (one tiny all-gather per epoch)."""
@@ -316,17 +334,17 @@ class FitLoop:
 
     def run_epoch(self) -> None:
         """One training epoch, its validation runs, and the epoch-end hooks."""
-        t, progress = self.trainer, self.progress
+        t = self.trainer
         windows, source, start = self._start_epoch()
         val_every, val_at_end = self._validation_schedule()
         seen = 0
         rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
         for batch_idx, batch, is_last in iterate_with_lookahead(
-            source, self.num_training_batches, start, rank, progress.current_epoch, self._fetch_failed
+            source, self.num_training_batches, start, rank, self.progress.current_epoch, self._fetch_failed
         ):
             if self._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
                 is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
-            progress.batch_idx = batch_idx
+            self.progress = self.progress.at_batch(batch_idx)
             window_end = windows.is_window_end(batch_idx, is_last)
             with t.profiler.profile("run_training_batch"):
                 self._train_batch(batch, batch_idx, is_last, window_end, windows)
@@ -334,84 +352,97 @@ class FitLoop:
             if _validation_due(val_every, val_at_end, batch_idx, is_last):
                 self._validate(window_end)
             if window_end and self.automatic is not None:  # after validation: it may log their monitor
-                self.automatic.step_schedulers("step", progress.global_step, plateau=True)
+                self.automatic.step_schedulers("step", self.progress.global_step, plateau=True)
             self._reached_last = is_last
             if is_last or (window_end and self._stops_mid_epoch()):
                 break
         _check_trained_some(seen)
-        if not progress.epoch_finished and not self._stopped():
+        if not self.progress.epoch_finished and not self._stopped():
             # max_steps ended the run inside the epoch: the epoch is not over (no epoch-end hooks,
             # same epoch and position), so a checkpoint written now resumes at the next batch.
             self.loss_check.check()
             return
-        progress.epoch_finished = True  # also when should_stop ended it early
+        self.progress = self.progress.epoch_ending()  # also when should_stop ended it early
         self._epoch_end()
 
     def _start_epoch(self) -> tuple[AccumulationWindows, Any, int]:
         """The epoch's data (reloaded, resumed, prefetched), its hooks and windows: (windows, batches, first index)."""
-        t, progress = self.trainer, self.progress
+        t = self.trainer
         every = t.reload_dataloaders_every_n_epochs
-        if every and progress.current_epoch - self._loaded_epoch >= every:  # the loader hooks again
+        if every and self.progress.current_epoch - self._loaded_epoch >= every:  # the loader hooks again
             self.setup_data(t.module, *self._data_sources)
-        loader, strategy = t.train_dataloader, t.strategy
-        strategy.on_epoch_start(loader, progress.current_epoch)
+        loader = t.train_dataloader
+        t.strategy.on_epoch_start(loader, self.progress.current_epoch)
         t.metric_logger.start_training_epoch()
         t.hooks.call("on_train_epoch_start")
-        # After the hook: a GradientAccumulationScheduler may have changed A for this epoch.
+        accumulate = self._take_accumulation()
         sampler = global_batch_sampler(loader)
-        if sampler is not None:
-            sampler.set_accumulation(t.accumulate_grad_batches)
-        plan, self._plan = self._plan, None
         size = sampler.dataset_size if sampler is not None else dataset_size(loader)
-        if plan is not None and plan.epoch_state is not None and not check_dataset_size(
+        plan, self._plan = self._plan, None
+        resumed = None if plan is None else self._continued_epoch(plan, sampler, size)
+        self.count_training_batches()  # a sampler's length may change between epochs
+        layout = sampler.layout() if sampler is not None else None
+        windows = self._epoch_windows(accumulate, layout)
+        source, start = self._epoch_source(loader, resumed, layout)
+        offset, per_step = (layout.offset, layout.global_batch_size) if layout is not None else (None, None)
+        self.progress = self.progress.epoch_started(start, offset, per_step, size)
+        return windows, self._prefetched(source, start), start
+
+    def _continued_epoch(self, plan: ResumePlan, sampler: GlobalBatchSampler | None, size: int | None) -> ResumePlan | None:
+        """The restored fit's first epoch: ``plan`` when it continues the interrupted epoch (the
+        dataset length and global batch checked against this run's), None when it starts afresh."""
+        t = self.trainer
+        if plan.epoch_state is not None and not check_dataset_size(
             plan.dataset_size, size, plan.path, t.allow_dataset_change
         ):
             if plan.rng is not None:  # the epoch restarts: its order drawn from the state saved
                 restore_rng_state(plan.rng)
-            plan = None
-        by_samples = plan is not None and sampler is not None and plan.samples_done is not None
-        if by_samples:
-            assert plan is not None and sampler is not None and plan.samples_done is not None
+            return None
+        if sampler is not None and plan.samples_done is not None:
             check_global_batch(plan.global_batch_size, sampler, t.allow_global_batch_change)
             if plan.epoch_state is not None:
                 sampler.start_at(plan.samples_done)
-        self.count_training_batches()  # a sampler's length may change between epochs
+        return plan if plan.epoch_state is not None else None
+
+    def _epoch_windows(self, accumulate: int, layout: EpochLayout | None) -> AccumulationWindows:
+        t = self.trainer
         if self.manual is not None:
             check_manual_arguments(t)
-        layout = sampler.layout() if sampler is not None else None
         windows = AccumulationWindows(
-            t.accumulate_grad_batches, self.num_training_batches if self._train_length_known else None, layout
+            accumulate, self.num_training_batches if self._train_length_known else None, layout
         )
         if self.automatic is not None:
             self.automatic.start_epoch(windows)
+        return windows
+
+    def _epoch_source(self, loader: Any, resumed: ResumePlan | None, layout: EpochLayout | None) -> tuple[Any, int]:
+        """The epoch's batches and the index of the first: the loader, or the rest of the interrupted epoch."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and plan is None:
+        if resumed is None and ahead is not None:  # the first epoch of a fresh fit: draws made ahead
             source, self.epoch_state = iterate_from(loader, ahead, lambda: capture_epoch_state(loader))
-            start = 0
-        elif plan is None or plan.epoch_state is None:
+            return source, 0
+        if resumed is None:
             self.epoch_state = capture_epoch_state(loader)
-            source, start = loader, 0
-        elif by_samples:  # the sampler itself starts after the trained samples
-            self.epoch_state = plan.epoch_state
-            start = layout.first_batch  # type: ignore[union-attr]
-            source = resumed_epoch(loader, 0, plan.epoch_state, plan.rng)
-        else:
-            self.epoch_state = plan.epoch_state
-            start = plan.batches_done
-            source = resumed_epoch(loader, start, plan.epoch_state, plan.rng)
-        if layout is not None:
-            progress.start_epoch(start, layout.offset, layout.global_batch_size, size)
-        else:
-            progress.start_epoch(start, dataset_size=size)
+            return loader, 0
+        assert resumed.epoch_state is not None
+        self.epoch_state = resumed.epoch_state
+        if layout is not None and resumed.samples_done is not None:  # the sampler starts after the trained samples
+            return resumed_epoch(loader, 0, resumed.epoch_state, resumed.rng), layout.first_batch
+        start = resumed.batches_done
+        return resumed_epoch(loader, start, resumed.epoch_state, resumed.rng), start
+
+    def _prefetched(self, source: Any, start: int) -> Any:
+        """CUDA: the batches copied to the device on a side stream while the previous one computes
+        (trainer/data/prefetcher.py); else ``source`` itself."""
+        t = self.trainer
         self.failed_fetch_idx = None
-        # CUDA: copy the next batch on a side stream while this one computes (trainer/data/prefetcher.py)
         remaining = None if self.num_training_batches is None else self.num_training_batches - start
         transfer = self.transfer if self.transfer.hooked else None
-        prefetcher = prefetch_to_device(source, strategy.root_device, remaining, t.channels_last, transfer)
+        prefetcher = prefetch_to_device(source, t.strategy.root_device, remaining, t.channels_last, transfer)
         self.prefetching = prefetcher is not None
         self._move_batches = prefetcher is None and self.transfer.moves
         self._convert_batches = t.precision_plugin.module_dtype is not None
-        return windows, prefetcher if prefetcher is not None else source, start
+        return prefetcher if prefetcher is not None else source
 
     def _stopped(self) -> bool:
         # Mid-epoch, only a stop every rank agreed on (after validation) may end the epoch:
@@ -438,7 +469,7 @@ class FitLoop:
     def _train_batch(
         self, batch: Any, batch_idx: int, is_last: bool, window_end: bool, windows: AccumulationWindows
     ) -> None:
-        t, progress = self.trainer, self.progress
+        t = self.trainer
         hooks, strategy = t.hooks, t.strategy
         if self._move_batches:  # not when the prefetcher already moved it
             batch = self.transfer(batch)
@@ -455,10 +486,11 @@ class FitLoop:
             assert self.automatic is not None
             output = self.automatic.run(batch, batch_idx, window_end)
             if is_last:  # Lightning's place for the epoch's schedulers but the plateau ones: before validation
-                self.automatic.step_schedulers("epoch", progress.current_epoch + 1, plateau=False)
-        progress.batch_trained(batch_idx, is_last)  # the position a checkpoint written from here on records
+                self.automatic.step_schedulers("epoch", self.progress.current_epoch + 1, plateau=False)
+        samples = windows.samples_through(batch_idx) if window_end else self.progress.samples_done
+        # the position a checkpoint written from here on records
+        self.progress = self.progress.batch_trained(batch_idx, is_last, samples)
         if window_end:
-            progress.window_stepped(windows.samples_through(batch_idx))
             signum = self._preemption.agreed(t.world_size, strategy.control_group)
             if signum:
                 self._save_and_exit_for_preemption(signum)
@@ -466,20 +498,20 @@ class FitLoop:
         metrics.in_step = False
 
     def _epoch_end(self) -> None:
-        t, progress = self.trainer, self.progress
+        t = self.trainer
         self.loss_check.check()
         # Lightning's order: every hook sees the epoch aggregates; metric monitors run last so
         # they see what the module logs in its hook (docs/callbacks.md).
         t.metric_logger.preview_epoch(t.metric_logger.train, t.strategy)
         t.hooks.call_callbacks("on_train_epoch_end", monitoring=False)
         t.hooks.call_module("on_train_epoch_end")
-        t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, progress.global_step, progress.current_epoch)
+        t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, self.progress.global_step, self.progress.current_epoch)
         t.hooks.call_callbacks("on_train_epoch_end", monitoring=True)
         # manual optimization steps its own schedulers; an epoch that should_stop cut short steps
         # none (as Lightning)
         if self.automatic is not None and self._reached_last:
-            self.automatic.step_schedulers("epoch", progress.current_epoch + 1, plateau=True)
-        progress.finish_epoch()
+            self.automatic.step_schedulers("epoch", self.progress.current_epoch + 1, plateau=True)
+        self.progress = self.progress.next_epoch()
         self.agree_on_stop()
 
     def agree_on_stop(self) -> None:

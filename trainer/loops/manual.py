@@ -107,7 +107,7 @@ class ManualOptimization:
             self._before_step(optimizer)
             precision.optimizer_step(optimizer, **kwargs)
         precision.update()
-        progress.optimizer_stepped()
+        self.loop.optimizer_stepped()
         return output
 
     def clip(self, optimizer: Optimizer, value: float | None, algorithm: str | None) -> None:

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch.utils.data import DataLoader, IterableDataset
 
+from trainer.contracts.accumulation import window_start
 from trainer.contracts.loader import ShardingLoader
 from trainer.data.global_batch_sampler import GlobalBatchSampler
 from trainer.distributed.rank_zero import rank_zero_warn
@@ -252,34 +253,18 @@ def plan_resume(
     run's shape. ``by_samples``: the position is in samples and the train loader has a
     `GlobalBatchSampler`, so any world size continues the same order.
     """
-    finished, batches_done = progress.epoch_finished, progress.batches_done
-    samples_done, saved_batch, saved_size = progress.samples_done, progress.global_batch_size, progress.dataset_size
+    mid_epoch = bool(progress.batches_done) and not progress.epoch_finished
     saved_world = int(checkpoint.get("world_size", world_size))
     rank_states = checkpoint.get("rank_states")
     usable = rank_states is not None and (saved_world == world_size or by_samples)
-    said: list[str] = []
-    if saved_world != world_size:
-        said.append(
-            f"Resuming a checkpoint made with world size {saved_world} on world size "
-            f"{world_size}: the module, optimizer and scheduler states are restored (the "
-            "learning rates as saved, not scaled again), "
-            + (
-                "the data order continues exactly at the next unseen sample; random numbers drawn "
-                "per rank (dropout, augmentation) follow other streams than the saved run's "
-                "(docs/fault-tolerance.md)."
-                if by_samples
-                else "but the data order changes"
-                + (" and the interrupted epoch restarts from its first batch." if batches_done and not finished else ".")
-            )
-        )
-    source = global_rank if global_rank < saved_world else 0
-    mine = rank_states[source] if usable else None
-    if finished or not batches_done:
+    said = [] if saved_world == world_size else [_world_size_changed(saved_world, world_size, by_samples, mid_epoch)]
+    mine = rank_states[global_rank if global_rank < saved_world else 0] if usable else None
+    if not mid_epoch:
         # the next epoch starts afresh (its global batch is checked when it starts, by samples)
         return ResumePlan(
-            warnings=tuple(said), finished_epoch=finished, rank_state=mine, restore_now=mine is not None,
-            samples_done=0 if by_samples else None, global_batch_size=saved_batch, path=path,
-            checks_first_epoch=by_samples,
+            warnings=tuple(said), finished_epoch=progress.epoch_finished, rank_state=mine,
+            restore_now=mine is not None, samples_done=0 if by_samples else None,
+            global_batch_size=progress.global_batch_size, path=path, checks_first_epoch=by_samples,
         )
     if usable and any(s is None or s.get("epoch_state") is None for s in rank_states):
         # Every rank must make the same choice, or one resumes mid-epoch while another restarts
@@ -290,19 +275,43 @@ def plan_resume(
             "from its first batch on every rank."
         )
         return ResumePlan(warnings=tuple(said), path=path)
-    if mine is None or mine.get("epoch_state") is None:
+    if (mine or {}).get("epoch_state") is None:
         return ResumePlan(warnings=tuple(said), path=path)  # the epoch restarts (warned above)
+    return _continue_epoch(checkpoint, progress, cast("dict[str, Any]", mine), said, path, by_samples)
+
+
+def _continue_epoch(
+    checkpoint: dict[str, Any], progress: FitProgress, mine: dict[str, Any], said: list[str], path: str, by_samples: bool
+) -> ResumePlan:
+    """The interrupted epoch goes on after its last finished window."""
     accumulate = int(checkpoint.get("accumulate_grad_batches", 1))
-    start = batches_done - batches_done % accumulate
-    if start != batches_done:
+    start = window_start(progress.batches_done, accumulate)
+    if start != progress.batches_done:
         said.append(
-            f"The checkpoint was written inside an accumulation window ({batches_done % accumulate} of "
+            f"The checkpoint was written inside an accumulation window ({progress.batches_done - start} of "
             f"{accumulate} micro batches); that window is trained again from its first micro batch."
         )
     return ResumePlan(
         warnings=tuple(said), rank_state=mine, epoch_state=mine["epoch_state"], rng=mine["rng"],
-        batches_done=start, samples_done=samples_done if by_samples else None, global_batch_size=saved_batch,
-        dataset_size=saved_size, path=path, checks_first_epoch=True,
+        batches_done=start, samples_done=progress.samples_done if by_samples else None,
+        global_batch_size=progress.global_batch_size, dataset_size=progress.dataset_size, path=path,
+        checks_first_epoch=True,
+    )
+
+
+def _world_size_changed(saved_world: int, world_size: int, by_samples: bool, mid_epoch: bool) -> str:
+    if by_samples:
+        order = (
+            "the data order continues exactly at the next unseen sample; random numbers drawn "
+            "per rank (dropout, augmentation) follow other streams than the saved run's "
+            "(docs/fault-tolerance.md)."
+        )
+    else:
+        order = "but the data order changes" + (" and the interrupted epoch restarts from its first batch." if mid_epoch else ".")
+    return (
+        f"Resuming a checkpoint made with world size {saved_world} on world size "
+        f"{world_size}: the module, optimizer and scheduler states are restored (the "
+        "learning rates as saved, not scaled again), " + order
     )
 
 

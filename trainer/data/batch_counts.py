@@ -1,9 +1,9 @@
 """`BatchCounts`: the Trainer's read-only views of batch sizes and counts (a base class of `Trainer`)."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from trainer.contracts.accumulation import global_batch_size, steps_in
 from trainer.data.loaders import loader_batch_size, num_batches
 
 
@@ -34,7 +34,7 @@ class BatchCounts:
     def global_batch_size(self) -> int | None:
         """W * b * A: samples per optimizer step over all ranks."""
         b = self.micro_batch_size
-        return None if b is None else self.world_size * b * self.accumulate_grad_batches
+        return None if b is None else global_batch_size(self.world_size, b, self.accumulate_grad_batches)
 
     @property
     def num_val_batches(self) -> list[int | None]:
@@ -53,5 +53,5 @@ class BatchCounts:
             if self.train_dataloader is None:
                 raise RuntimeError("estimated_stepping_batches is known once fit has set up its data (configure_optimizers on).")
             return self.max_steps if self.max_steps != -1 else float("inf")  # a loader without length
-        steps = math.ceil(batches / self.accumulate_grad_batches) * max(self.max_epochs, 1)
+        steps = steps_in(batches, self.accumulate_grad_batches) * max(self.max_epochs, 1)
         return min(steps, self.max_steps) if self.max_steps != -1 else steps

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
+from trainer.contracts.accumulation import check_accumulation, global_batch_size
+
 __all__ = ["EpochLayout", "GlobalBatchSampler", "global_batch_sampler"]
 
 
@@ -128,7 +130,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
     @property
     def global_batch_size(self) -> int:
         """``G = W * b * A``: the samples of one optimizer step."""
-        return self.num_replicas * self.batch_size * self.accumulate
+        return global_batch_size(self.num_replicas, self.batch_size, self.accumulate)
 
     def set_epoch(self, epoch: int) -> None:
         """A new epoch: its own permutation, from its first sample."""
@@ -137,9 +139,7 @@ class GlobalBatchSampler(Sampler[list[int]]):
 
     def set_accumulation(self, accumulate: int) -> None:
         """The epoch's ``A`` (read after ``on_train_epoch_start``)."""
-        if not isinstance(accumulate, int) or accumulate < 1:
-            raise ValueError(f"accumulate_grad_batches must be an int >= 1, got {accumulate!r}")
-        self.accumulate = accumulate
+        self.accumulate = check_accumulation(accumulate)
 
     def start_at(self, samples_done: int) -> None:
         """This epoch continues after its first ``samples_done`` samples (a resume)."""

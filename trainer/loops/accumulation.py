@@ -10,6 +10,7 @@ number of ranks, and a padding micro batch weighs 0.
 """
 from __future__ import annotations
 
+from trainer.contracts.accumulation import check_accumulation, window_start
 from trainer.data.global_batch_sampler import EpochLayout
 
 
@@ -25,13 +26,15 @@ class AccumulationWindows:
     """
 
     def __init__(self, accumulate: int, num_batches: int | None, layout: EpochLayout | None = None) -> None:
-        if accumulate < 1:
-            raise ValueError(f"accumulate_grad_batches must be >= 1, got {accumulate}")
-        self.accumulate = accumulate
+        self.accumulate = check_accumulation(accumulate)
         self.num_batches = num_batches
         self.layout = layout
         # a limit that ends the epoch early leaves the layout's last window out: plain divisors then
         self._weighted = layout is not None and layout.num_batches == num_batches
+
+    def is_window_start(self, batch_idx: int) -> bool:
+        """Whether this micro batch opens a window (where an overridden ``optimizer_zero_grad`` runs)."""
+        return window_start(batch_idx, self.accumulate) == batch_idx
 
     def is_window_end(self, batch_idx: int, is_last_batch: bool) -> bool:
         """Whether the optimizer steps (and DDP syncs) after this micro batch."""
@@ -45,8 +48,7 @@ class AccumulationWindows:
             return 1.0 / weight
         if self.num_batches is None:
             return self.accumulate
-        window_start = batch_idx - batch_idx % self.accumulate
-        return min(self.accumulate, self.num_batches - window_start)
+        return min(self.accumulate, self.num_batches - window_start(batch_idx, self.accumulate))
 
     def is_padding(self, batch_idx: int) -> bool:
         """Whether this micro batch only lets the rank join the window's collectives (weight 0)."""
@@ -66,3 +68,4 @@ class AccumulationWindows:
             return 1.0
         in_window = batch_idx % self.accumulate + 1
         return self.accumulate / in_window
+

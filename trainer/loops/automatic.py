@@ -196,7 +196,8 @@ class AutomaticOptimization:
     def zero_grad(self, batch_idx: int) -> None:
         """Lightning's position: the first micro batch of a window, before its backward."""
         t = self.trainer
-        if batch_idx % t.accumulate_grad_batches:
+        assert self._windows is not None
+        if not self._windows.is_window_start(batch_idx):  # the epoch's A, not a value set since
             return
         optimizer = self._optimizers[0]
         t.hooks.call("on_before_zero_grad", optimizer)

@@ -131,17 +131,11 @@ def distribute_dataloader(
     with a custom sampler or batch sampler, DataLoader subclasses and iterables that are not
     DataLoaders, which cannot be rebuilt without losing behaviour.
     """
-    if not isinstance(num_replicas, int) or num_replicas < 1:
-        raise ValueError(f"distribute_dataloader: num_replicas must be an int >= 1, got {num_replicas!r}.")
-    if not isinstance(rank, int) or not 0 <= rank < num_replicas:
-        raise ValueError(
-            f"distribute_dataloader: rank={rank!r} must be in 0..{num_replicas - 1} "
-            f"for num_replicas={num_replicas}."
-        )
+    _check_place(num_replicas, rank)
     if not isinstance(dataloader, DataLoader):
         _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
         return dataloader
-    if isinstance(dataloader.dataset, IterableDataset) or _is_distributed(dataloader) or global_batch_sampler(dataloader) is not None:
+    if _shards_already(dataloader):
         return dataloader
 
     batch_sampler = dataloader.batch_sampler
@@ -190,6 +184,25 @@ def distribute_dataloader(
     else:
         kwargs.update(sampler=sampler, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     return DataLoader(dataloader.dataset, **kwargs)
+
+
+def _check_place(num_replicas: Any, rank: Any) -> None:
+    if not isinstance(num_replicas, int) or num_replicas < 1:
+        raise ValueError(f"distribute_dataloader: num_replicas must be an int >= 1, got {num_replicas!r}.")
+    if not isinstance(rank, int) or not 0 <= rank < num_replicas:
+        raise ValueError(
+            f"distribute_dataloader: rank={rank!r} must be in 0..{num_replicas - 1} "
+            f"for num_replicas={num_replicas}."
+        )
+
+
+def _shards_already(dataloader: DataLoader) -> bool:
+    """An ``IterableDataset`` (it shards itself), or a loader already given a distributed sampler."""
+    return (
+        isinstance(dataloader.dataset, IterableDataset)
+        or _is_distributed(dataloader)
+        or global_batch_sampler(dataloader) is not None
+    )
 
 
 def set_epoch(dataloader: Any, epoch: int) -> None:

@@ -108,36 +108,38 @@ def iterate_with_lookahead(
     if limit is not None and start >= limit:
         return
     it = iter(loader)
-    try:
-        current = next(it)
-    except StopIteration:
-        if rank is not None and limit is not None:
-            raise short_loader_error("train", rank, start, limit, epoch) from None
-        return
-    except Exception:
-        if on_fetch_error is not None:
-            on_fetch_error(start)
-        raise
-    idx = start
-    while True:
-        if limit is not None and idx + 1 >= limit:
-            yield idx, current, True
-            return
+    fetch = _Fetch(it, limit, rank, epoch, on_fetch_error)
+    current, idx = fetch(start), start
+    while current is not _END:
+        upcoming = _END if limit is not None and idx + 1 >= limit else fetch(idx + 1)
+        yield idx, current, upcoming is _END
+        current, idx = upcoming, idx + 1
+
+
+_END = object()
+
+
+class _Fetch:
+    """Draws batch ``idx`` of the epoch: the batch, or `_END` when the loader has ended."""
+
+    def __init__(
+        self, it: Iterator[Any], limit: int | None, rank: int | None, epoch: int,
+        on_fetch_error: Callable[[int], None] | None,
+    ) -> None:
+        self.it, self.limit, self.rank, self.epoch, self.on_fetch_error = it, limit, rank, epoch, on_fetch_error
+
+    def __call__(self, idx: int) -> Any:
         try:
-            upcoming = next(it)
+            return next(self.it)
         except StopIteration:
-            if rank is not None and limit is not None:
-                # raised before this batch runs, so no rank enters the step's all-reduce alone
-                raise short_loader_error("train", rank, idx + 1, limit, epoch) from None
-            yield idx, current, True
-            return
+            if self.rank is not None and self.limit is not None:
+                # raised before the batch ahead of it runs, so no rank enters the step's all-reduce alone
+                raise short_loader_error("train", self.rank, idx, self.limit, self.epoch) from None
+            return _END
         except Exception:
-            if on_fetch_error is not None:
-                on_fetch_error(idx + 1)
+            if self.on_fetch_error is not None:
+                self.on_fetch_error(idx)
             raise
-        yield idx, current, False
-        current = upcoming
-        idx += 1
 
 
 def short_loader_error(

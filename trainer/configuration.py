@@ -24,7 +24,6 @@ class TrainerConfig:
     max_steps: int
     min_epochs: int | None  # should_stop (early stopping) waits for these, as in Lightning
     min_steps: int | None
-    accumulate_grad_batches: int  # at the start; the Trainer's attribute may change between epochs
     sync_batchnorm: bool
     scale_lr: bool | str
     gradient_clip_val: float | None

@@ -115,3 +115,37 @@ def test_unknown_length_with_a_larger_int_limit_still_corrects_the_last_window()
     x, y = data.tensors
     _manual_sgd(reference, [(x[:24], y[:24]), (x[24:], y[24:])], lr=0.1)
     assert_params_close(params_of(module), params_of(reference), atol=1e-6)
+
+
+def test_the_epochs_accumulation_is_read_once_when_it_starts():
+    # A set in the middle of an epoch takes effect at the next epoch's start, for every part of
+    # the step (the windows, where an overridden optimizer_zero_grad runs, the sampler's windows)
+    from callbacks import Callback
+
+    class SetsAMidEpoch(Callback):
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if trainer.current_epoch == 0 and batch_idx == 0:
+                trainer.accumulate_grad_batches = 3
+
+    zeroed = []
+
+    class ZeroGradAt(_PlainSGD):
+        def optimizer_zero_grad(self, epoch, batch_idx, optimizer):
+            zeroed.append((epoch, batch_idx))
+            optimizer.zero_grad()
+
+    steps = []
+
+    class Steps(Callback):
+        def on_train_epoch_end(self, trainer, module):
+            steps.append(trainer.global_step)
+
+    module, reference = ZeroGradAt(), _PlainSGD()
+    data = regression_data(n=48)  # 6 micro batches of 8
+    _fit(module, data, batch_size=8, accumulate=2, epochs=2, callbacks=[SetsAMidEpoch(), Steps()])
+    assert zeroed == [(0, 0), (0, 2), (0, 4), (1, 0), (1, 3)]
+    assert steps == [3, 5]
+    x, y = data.tensors
+    order = [(x[i:i + 16], y[i:i + 16]) for i in (0, 16, 32)] + [(x[:24], y[:24]), (x[24:], y[24:])]
+    _manual_sgd(reference, order, lr=0.1)
+    assert_params_close(params_of(module), params_of(reference), atol=1e-6)

@@ -64,21 +64,14 @@ class FitLoop:
 
     def __init__(self, trainer: Trainer, detect_non_finite_loss: bool = True) -> None:
         self.trainer = trainer
-        self.progress = FitProgress()
         self.loss_check = NonFiniteLossCheck(detect_non_finite_loss)
         self.num_training_batches: int | None = None  # this epoch's, agreed by every rank
-        self.failed_fetch_idx: int | None = None  # the batch whose loading raised (errors name it)
-        self.in_training = False  # inside `run`'s epochs (errors name the batch)
         self.epoch_state: dict[str, Any] | None = None  # RNG states that decide this epoch's order
         self.rank_states_at_end: list[dict[str, Any] | None] | None = None  # every rank's, after a DDP fit
-        self.lr_scaled = False  # the optimizers' rates were scaled for W (checkpointed: never twice)
-        self._plan: ResumePlan | None = None  # how the first epoch of a restored fit continues
         self._preemption = PreemptionWatch()
         self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
         self._agree_each_batch = False  # some rank's loader has no length: agree on the last batch
         self._train_length_known = True
-        self._agreed_stop = False  # `should_stop` as every rank agreed at the last agreement point
-        self._validated = False  # a plateau scheduler's missing monitor may still come from validation
         self._move_batches = False
         self.transfer: BatchTransfer = None  # type: ignore[assignment]  # set by `fit`
         self._convert_batches = False
@@ -87,6 +80,7 @@ class FitLoop:
         self.automatic: AutomaticOptimization | None = None  # the loop steps them (the default)
         self._data_sources: tuple[Any, Any] = (None, None)  # fit's loader arguments (None: the hooks)
         self._loaded_epoch = 0  # the epoch whose start last (re)loaded the data
+        self._reset()
 
     # -- the run's position (read by the Trainer's properties) ---------------------------------
     @property
@@ -232,15 +226,16 @@ class FitLoop:
             )
 
     def _reset(self) -> None:
-        """A new fit: position zero, no losses seen, nothing agreed or scaled yet."""
+        """A new loop or fit: position zero, no losses seen, nothing agreed or scaled yet."""
         self.progress = FitProgress()
         self.loss_check.reset()
-        self.lr_scaled = False
-        self.in_training = False
-        self.failed_fetch_idx = None
-        self._validated = False
-        self._agreed_stop = False
-        self._plan = None
+        self.lr_scaled = False  # the optimizers' rates were scaled for W (checkpointed: never twice)
+        self.in_training = False  # inside `run`'s epochs (errors name the batch)
+        self.failed_fetch_idx: int | None = None  # the batch whose loading raised (errors name it)
+        self._plan: ResumePlan | None = None  # how the first epoch of a restored fit continues
+        # `should_stop` as every rank agreed at the last agreement point, and whether validation
+        # ran (a plateau scheduler's missing monitor may still come from it)
+        self._agreed_stop = self._validated = False
         self._ahead: dict[str, Any] | None = None  # the first epoch's iterator draws, made ahead
         self._reached_last = False  # the epoch trained its last batch (its schedulers step)
 

@@ -34,8 +34,8 @@ DDP_DATA = ("tests/strategies/test_ddp_data.py",)
 MUTANTS: tuple[Mutant, ...] = (
     # -- the four that once survived -------------------------------------------------------------
     _m("resume_mid_window_no_rewind", "resume", "trainer/checkpointing/resume.py",
-       "    start = batches_done - batches_done % accumulate\n",
-       "    start = batches_done\n",
+       "    start = window_start(progress.batches_done, accumulate)\n",
+       "    start = progress.batches_done\n",
        "tests/checkpointing/test_resume_mid_window.py",
        "a checkpoint written inside an accumulation window resumes after its last trained micro batch"),
     _m("sync_dist_on_step_sums", "sync_dist", "trainer/metrics/metric_store.py",
@@ -56,7 +56,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "return is_last_batch or batch_idx % self.accumulate == 0",
        ACCUMULATION, "windows end one micro batch early"),
     _m("short_last_window_divided_by_A", "accumulation", "trainer/loops/accumulation.py",
-       "return min(self.accumulate, self.num_batches - window_start)",
+       "return min(self.accumulate, self.num_batches - window_start(batch_idx, self.accumulate))",
        "return self.accumulate",
        ACCUMULATION, "the epoch's shorter last window is divided by A, not by its size"),
     _m("unknown_length_no_grad_correction", "accumulation", "trainer/loops/accumulation.py",

@@ -123,9 +123,8 @@ class GlobalBatchSampler(Sampler[list[int]]):
         self.share_seed = share_seed
         self.drop_last = drop_last
         self.epoch = 0
-        self.accumulate = 1
+        self.accumulate = check_accumulation(accumulate)  # A: the fit loop gives each epoch's (`set_accumulation`)
         self._start = 0  # samples of this epoch already trained (a resume)
-        self.set_accumulation(accumulate)
 
     @property
     def global_batch_size(self) -> int:

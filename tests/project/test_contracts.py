@@ -235,6 +235,24 @@ def test_one_place_counts_the_global_step():
     ]
 
 
+def _method_calls(method: str, paths: list[Path], root: Path = REPO) -> list[str]:
+    """Every call of ``<anything>.<method>(...)`` in ``paths``, as ``file: callee``."""
+    return sorted(
+        f"{path.relative_to(root).as_posix()}: {ast.unparse(node.func)}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method
+    )
+
+
+def test_one_place_gives_the_sampler_its_accumulation_and_its_start():
+    # A reaches the GlobalBatchSampler from one read of the Trainer's value (FitLoop._take_accumulation),
+    # and a resumed epoch's samples_done from the resume plan, once
+    trainer_files = sorted(REPO.glob("trainer/**/*.py"))  # (a progress bar has a start_at of its own)
+    assert _method_calls("set_accumulation", trainer_files) == ["trainer/loops/fit_loop.py: sampler.set_accumulation"]
+    assert _method_calls("start_at", trainer_files) == ["trainer/loops/fit_loop.py: sampler.start_at"]
+
+
 def test_the_write_check_finds_a_step_counted_elsewhere(tmp_path):
     sample = tmp_path / "step.py"
     sample.write_text("def f(progress):\n    progress.global_step += 1\n")

@@ -135,23 +135,34 @@ def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast:
     checkpoint, and one job is one run in TensorBoard. A restart of a run that had not written a
     version yet takes the next free one, never another run's.
     """
-    group: list[_FileLogger] = []
-    for lg in loggers:
-        if isinstance(lg, _FileLogger) and not lg._version_fixed and lg not in group:
-            group.append(lg)
+    group = _unfixed(loggers)
     if not group:
         return
     for lg in group:
         lg._default_save_dir(os.fspath(trainer.default_root_dir))
     versions: list[int | str | None] = []
     if trainer.is_global_zero or not broadcast:
-        pickers = [lg for lg in group if lg._picks_version]
-        shared = max((_next_version(lg.root_dir) for lg in pickers), default=0)
-        if restart:
-            own = [v for v in (_version_of_run(lg.root_dir, run_id()) for lg in pickers) if v is not None]
-            shared = max(own) if own else shared
-        versions = [shared if lg._picks_version else lg._version for lg in group]
+        versions = _decide_versions(group, restart)
     if broadcast:
         versions = trainer.strategy.broadcast(versions, src=0)
     for lg, version in zip(group, versions):
         lg._fix_version(version)
+
+
+def _unfixed(loggers: Sequence[Logger]) -> list[_FileLogger]:
+    """The file loggers whose version is still open, each once (one may be passed twice)."""
+    group: list[_FileLogger] = []
+    for lg in loggers:
+        if isinstance(lg, _FileLogger) and not lg._version_fixed and lg not in group:
+            group.append(lg)
+    return group
+
+
+def _decide_versions(group: list[_FileLogger], restart: bool) -> list[int | str | None]:
+    """Rank 0's choice: one shared version for the loggers that pick theirs, the given one for the rest."""
+    pickers = [lg for lg in group if lg._picks_version]
+    shared = max((_next_version(lg.root_dir) for lg in pickers), default=0)
+    if restart:
+        own = [v for v in (_version_of_run(lg.root_dir, run_id()) for lg in pickers) if v is not None]
+        shared = max(own) if own else shared
+    return [shared if lg._picks_version else lg._version for lg in group]

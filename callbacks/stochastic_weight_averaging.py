@@ -19,6 +19,38 @@ if TYPE_CHECKING:
 AvgFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
+def _is_epoch_start(value: object) -> bool:
+    """An epoch (an int >= 1, 1-based) or a fraction of ``max_epochs`` (a float in [0, 1])."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 1
+    return isinstance(value, float) and 0 <= value <= 1
+
+
+def _check_arguments(
+    swa_lrs: object, swa_epoch_start: object, annealing_strategy: object, avg_fn: object, device: object
+) -> None:
+    """`StochasticWeightAveraging`'s arguments, each refused with what it takes."""
+    if not _is_epoch_start(swa_epoch_start):
+        raise ValueError(
+            f"StochasticWeightAveraging(swa_epoch_start={swa_epoch_start!r}): an int >= 1 (the epoch, "
+            "1-based) or a float in [0, 1] (a fraction of max_epochs)."
+        )
+    lrs = swa_lrs if isinstance(swa_lrs, list) else [swa_lrs]
+    if not isinstance(swa_lrs, (float, list)) or not all(isinstance(lr, float) and lr > 0 for lr in lrs):
+        raise ValueError(
+            f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}): a positive float, or a list of positive "
+            "floats (one per parameter group)."
+        )
+    if annealing_strategy not in ("cos", "linear"):
+        raise ValueError(f"StochasticWeightAveraging(annealing_strategy={annealing_strategy!r}): 'cos' or 'linear'.")
+    if avg_fn is not None and not callable(avg_fn):
+        raise TypeError(f"StochasticWeightAveraging(avg_fn={avg_fn!r}): expected a callable.")
+    if device is not None and not isinstance(device, (torch.device, str)):
+        raise TypeError(f"StochasticWeightAveraging(device={device!r}): a torch.device, a str or None.")
+
+
 class StochasticWeightAveraging(Callback):
     """Lightning's SWA, same arguments and schedule.
 
@@ -45,25 +77,7 @@ class StochasticWeightAveraging(Callback):
         avg_fn: AvgFn | None = None,
         device: Union[torch.device, str, None] = torch.device("cpu"),
     ) -> None:
-        if isinstance(swa_epoch_start, bool) or not isinstance(swa_epoch_start, (int, float)) or (
-            isinstance(swa_epoch_start, int) and swa_epoch_start < 1
-        ) or (isinstance(swa_epoch_start, float) and not 0 <= swa_epoch_start <= 1):
-            raise ValueError(
-                f"StochasticWeightAveraging(swa_epoch_start={swa_epoch_start!r}): an int >= 1 (the epoch, "
-                "1-based) or a float in [0, 1] (a fraction of max_epochs)."
-            )
-        lrs = swa_lrs if isinstance(swa_lrs, list) else [swa_lrs]
-        if not isinstance(swa_lrs, (float, list)) or not all(isinstance(lr, float) and lr > 0 for lr in lrs):
-            raise ValueError(
-                f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}): a positive float, or a list of positive "
-                "floats (one per parameter group)."
-            )
-        if annealing_strategy not in ("cos", "linear"):
-            raise ValueError(f"StochasticWeightAveraging(annealing_strategy={annealing_strategy!r}): 'cos' or 'linear'.")
-        if avg_fn is not None and not callable(avg_fn):
-            raise TypeError(f"StochasticWeightAveraging(avg_fn={avg_fn!r}): expected a callable.")
-        if device is not None and not isinstance(device, (torch.device, str)):
-            raise TypeError(f"StochasticWeightAveraging(device={device!r}): a torch.device, a str or None.")
+        _check_arguments(swa_lrs, swa_epoch_start, annealing_strategy, avg_fn, device)
         self._swa_epoch_start: Union[int, float] = swa_epoch_start
         self._swa_lrs = swa_lrs
         self._annealing_epochs = annealing_epochs

@@ -53,19 +53,9 @@ class RunLock:
                 "process": PROCESS_TOKEN, "started": time.time()}
         holder = self._create(mine)
         if holder is not None:
-            same_host = holder.get("host") == mine["host"]
-            if same_host and holder.get("pid") == mine["pid"]:
-                # this pid's earlier process (a container's pid 1 restarted) left it, unless it says
-                # it is this very process (or, written before the token existed, this run)
-                this_process = holder.get("process", None) == PROCESS_TOKEN or (
-                    "process" not in holder and holder.get("run_id") == mine["run_id"]
-                )
-                if this_process:
-                    raise RunLockedError(_held(self.path, holder, "another fit in this process is writing there"))
-            elif same_host and _alive(holder.get("pid")):
-                raise RunLockedError(_held(self.path, holder, "that process is running"))
-            elif not same_host and holder.get("run_id") != mine["run_id"]:
-                raise RunLockedError(_held(self.path, holder, "it runs on another host, so it may still be running"))
+            reason = _why_still_held(holder, mine)
+            if reason is not None:
+                raise RunLockedError(_held(self.path, holder, reason))
             storage.write_bytes(self.path, json.dumps(mine).encode())  # stale: the holder is gone, or this run restarted
         _HELD[key] = (id(owner), 1)
         if holder is None:
@@ -128,6 +118,23 @@ def _read(path: str) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return {}  # a lock being written, or damaged: held by someone unknown
     return value if isinstance(value, dict) else {}
+
+
+def _why_still_held(holder: dict[str, Any], mine: dict[str, Any]) -> str | None:
+    """Why the lock ``holder`` wrote may still be in use, or None when it is stale."""
+    same_host = holder.get("host") == mine["host"]
+    if same_host and holder.get("pid") == mine["pid"]:
+        # this pid's earlier process (a container's pid 1 restarted) left it, unless it says
+        # it is this very process (or, written before the token existed, this run)
+        this_process = holder.get("process", None) == PROCESS_TOKEN or (
+            "process" not in holder and holder.get("run_id") == mine["run_id"]
+        )
+        return "another fit in this process is writing there" if this_process else None
+    if same_host and _alive(holder.get("pid")):
+        return "that process is running"
+    if not same_host and holder.get("run_id") != mine["run_id"]:
+        return "it runs on another host, so it may still be running"
+    return None
 
 
 def _alive(pid: Any) -> bool:

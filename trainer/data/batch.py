@@ -75,8 +75,7 @@ def apply_to_tensors(
         return fn(batch)
     kind = type(batch)
     if kind is tuple or kind is list:  # the common batches first, as in `_children`
-        items = [apply_to_tensors(v, fn, other) for v in batch]
-        return items if kind is list else tuple(items)
+        return _same_sequence(batch, [apply_to_tensors(v, fn, other) for v in batch])
     if kind is dict:
         return {k: apply_to_tensors(v, fn, other) for k, v in batch.items()}
     children = _children(batch)
@@ -85,15 +84,24 @@ def apply_to_tensors(
     if isinstance(batch, Mapping):
         return type(batch)({k: apply_to_tensors(v, fn, other) for k, v in batch.items()})  # type: ignore[call-arg]
     if isinstance(batch, Sequence):
-        items = [apply_to_tensors(v, fn, other) for v in batch]
-        if isinstance(batch, list):
-            return items
-        if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-            return type(batch)(*items)
-        return type(batch)(items)  # type: ignore[call-arg]
+        return _same_sequence(batch, [apply_to_tensors(v, fn, other) for v in batch])
+    return _replace_fields(batch, fn, other)
+
+
+def _replace_fields(batch: Any, fn: Callable[[torch.Tensor], Any], other: Callable[[Any], Any] | None) -> Any:
+    """A copy of dataclass ``batch`` with `apply_to_tensors` applied to each field ``__init__`` takes."""
     changes = {
         f.name: apply_to_tensors(getattr(batch, f.name), fn, other)
         for f in dataclasses.fields(batch)
         if f.init
     }
     return dataclasses.replace(batch, **changes)
+
+
+def _same_sequence(batch: Sequence[Any], items: list[Any]) -> Any:
+    """``items`` in a sequence of ``batch``'s type (a list subclass stays a plain list)."""
+    if isinstance(batch, list):
+        return items
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*items)
+    return type(batch)(items)  # type: ignore[call-arg]

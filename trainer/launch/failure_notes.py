@@ -146,29 +146,11 @@ def explain_failure(
         # moment: say it now, not only in the traceback at the end.
         print(f"[lockstep] rank {rank}: {lost}", file=sys.stderr, flush=True)
         return lost
-    deadline = time.monotonic() + _PEER_NOTE_WAIT_S
-    while True:
-        notes = [n for n in read_failure_notes(store) if n["rank"] != rank]
-        peers = [n for n in notes if n["own"]]
-        if peers:
-            first = peers[0]
-            _write_note(store, rank, False, where, exc)
-            named = RankFailedError(
-                f"Rank {first['rank']} failed at {first['where']}: {first['error']}. Rank {rank} stopped "
-                f"(at {where}) because the collective it was waiting in could not complete without that rank.",
-                rank=first["rank"],
-                where=first["where"],
-                cause=first["error"],
-            )
-            # The agent usually stops this rank during the deferred exit, before any excepthook:
-            # the one line that says why it stopped must be out by then.
-            if agent_reports_failures():
-                say_stopped(rank, named)
-            time.sleep(_DEFER_EXIT_S)
-            return named
-        if time.monotonic() >= deadline or len({n["rank"] for n in notes}) == world_size - 1:
-            break  # waited long enough, or every peer has already said why it stopped
-        time.sleep(0.05)
+    notes = _wait_for_notes(store, rank, world_size)
+    peers = [n for n in notes if n["own"]]
+    if peers:
+        _write_note(store, rank, False, where, exc)
+        return _named_peer(peers[0], rank, where)
     lost = _lost(store, rank, world_size, where, store_address) if len({n["rank"] for n in notes}) < world_size - 1 else None
     if lost is not None:
         _write_note(store, rank, False, where, exc)
@@ -181,6 +163,35 @@ def explain_failure(
         )
     _write_note(store, rank, False, where, exc)
     return None
+
+
+def _wait_for_notes(store: Any, rank: int, world_size: int) -> list[dict[str, Any]]:
+    """The peers' notes once one of them failed on its own, or after the wait, earliest first."""
+    deadline = time.monotonic() + _PEER_NOTE_WAIT_S
+    while True:
+        notes = [n for n in read_failure_notes(store) if n["rank"] != rank]
+        if any(n["own"] for n in notes):
+            return notes
+        if time.monotonic() >= deadline or len({n["rank"] for n in notes}) == world_size - 1:
+            return notes  # waited long enough, or every peer has already said why it stopped
+        time.sleep(0.05)
+
+
+def _named_peer(first: dict[str, Any], rank: int, where: str) -> RankFailedError:
+    """The error naming the peer whose own failure stopped this rank, said before the agent's kill."""
+    named = RankFailedError(
+        f"Rank {first['rank']} failed at {first['where']}: {first['error']}. Rank {rank} stopped "
+        f"(at {where}) because the collective it was waiting in could not complete without that rank.",
+        rank=first["rank"],
+        where=first["where"],
+        cause=first["error"],
+    )
+    # The agent usually stops this rank during the deferred exit, before any excepthook:
+    # the one line that says why it stopped must be out by then.
+    if agent_reports_failures():
+        say_stopped(rank, named)
+    time.sleep(_DEFER_EXIT_S)
+    return named
 
 
 def _lost(store: Any, rank: int, world_size: int, where: str, store_address: str) -> RankFailedError | None:

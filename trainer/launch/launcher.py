@@ -49,34 +49,30 @@ class ElasticLauncher:
         self.num_nodes = num_nodes
         self.max_restarts = max_restarts
 
+    def _rendezvous(self) -> tuple[str, str, dict[str, Any], str]:
+        """Where and how the nodes' agents meet: ``(endpoint, backend, configs, run_id)``."""
+        if self.num_nodes == 1:
+            return f"127.0.0.1:{_free_port()}", "c10d", {}, f"lockstep-{uuid.uuid4().hex[:8]}"
+        for var in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
+            if var not in os.environ:
+                raise RuntimeError(
+                    f"Trainer(num_nodes={self.num_nodes}) launched with plain `python` needs "
+                    f"MASTER_ADDR, MASTER_PORT and NODE_RANK on every node; {var} is not set. "
+                    "Or launch with torchrun / srun."
+                )
+        endpoint = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        # The same on every node: the agents meet under this id (a random one per node
+        # would keep them waiting for each other forever).
+        run_id = f"lockstep-{os.environ['MASTER_PORT']}"
+        return endpoint, "static", {"rank": int(os.environ["NODE_RANK"])}, run_id
+
     def launch(self, trainer: Trainer, fn: str, args: tuple[Any, ...]) -> NoReturn:
         """Run the workers to completion, then exit this process with their status."""
         from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-        script = sys.argv[0] if sys.argv else ""
-        if not script or script == "-c" or not os.path.isfile(script):
-            raise RuntimeError(
-                f"Trainer(devices={self.nproc_per_node}) starts its workers by re-running your script, but "
-                f"this process was not started from a script file (sys.argv[0]={script!r}). In a notebook "
-                "or an interactive session use strategy='ddp_spawn', or launch with torchrun."
-            )
-        if self.num_nodes == 1:
-            endpoint, backend, configs = f"127.0.0.1:{_free_port()}", "c10d", {}
-            run_id = f"lockstep-{uuid.uuid4().hex[:8]}"
-        else:
-            for var in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK"):
-                if var not in os.environ:
-                    raise RuntimeError(
-                        f"Trainer(num_nodes={self.num_nodes}) launched with plain `python` needs "
-                        f"MASTER_ADDR, MASTER_PORT and NODE_RANK on every node; {var} is not set. "
-                        "Or launch with torchrun / srun."
-                    )
-            endpoint = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
-            backend, configs = "static", {"rank": int(os.environ["NODE_RANK"])}
-            # The same on every node: the agents meet under this id (a random one per node
-            # would keep them waiting for each other forever).
-            run_id = f"lockstep-{os.environ['MASTER_PORT']}"
+        _require_script(self.nproc_per_node)
+        endpoint, backend, configs, run_id = self._rendezvous()
         config = LaunchConfig(
             min_nodes=self.num_nodes,
             max_nodes=self.num_nodes,
@@ -137,6 +133,17 @@ class ElasticLauncher:
         sys.exit(0)
 
 
+def _require_script(nproc_per_node: int) -> None:
+    """Fail unless this process runs a script file, which the workers re-run."""
+    script = sys.argv[0] if sys.argv else ""
+    if not script or script == "-c" or not os.path.isfile(script):
+        raise RuntimeError(
+            f"Trainer(devices={nproc_per_node}) starts its workers by re-running your script, but "
+            f"this process was not started from a script file (sys.argv[0]={script!r}). In a notebook "
+            "or an interactive session use strategy='ddp_spawn', or launch with torchrun."
+        )
+
+
 def _ignore(signum: int, frame: Any) -> None:
     pass
 
@@ -144,6 +151,33 @@ def _ignore(signum: int, frame: Any) -> None:
 def _say(message: str) -> None:
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
+
+
+def _failure_text(failure: Any) -> str:
+    message = failure.message
+    return message.get("message", "") if isinstance(message, dict) else str(message)
+
+
+def _extra_info(failure: Any) -> dict[str, Any]:
+    """What the worker's error file adds to the message (`trainer.launch.failure_notes`)."""
+    info = failure.error_file_data.get("message", {})
+    return info.get("extraInfo", {}) if isinstance(info, dict) else {}
+
+
+def _callstack(failure: Any) -> str:
+    return str(_extra_info(failure).get("py_callstack") or "").rstrip()
+
+
+def _priority(failure: Any) -> int:
+    """0 for a worker's own error, 1 killed from outside, 2 SIGTERM, 3 another rank's consequence."""
+    info = _extra_info(failure)
+    if "py_callstack" not in info:
+        # Ended by a signal or without a report. The agent stops the survivors of a failure
+        # with SIGTERM: that one is the teardown's doing, any other signal came first.
+        return 2 if failure.exitcode == -signal.SIGTERM else 1
+    if info.get("lockstep_consequence") or _failure_text(failure).startswith("RankFailedError"):
+        return 3  # the consequence of another rank's failure
+    return 0  # the worker's own error
 
 
 def _report_failed_workers(failures: dict[int, Any]) -> int:
@@ -163,43 +197,23 @@ def _report_failed_workers(failures: dict[int, Any]) -> int:
         _say(f"[lockstep] The run was pre-empted: exit code {PREEMPTION_EXIT_CODE}.")
         return PREEMPTION_EXIT_CODE
 
-    def text(failure: Any) -> str:
-        message = failure.message
-        return message.get("message", "") if isinstance(message, dict) else str(message)
-
-    def callstack(failure: Any) -> str:
-        info = failure.error_file_data.get("message", {})
-        info = info.get("extraInfo", {}) if isinstance(info, dict) else {}
-        return str(info.get("py_callstack") or "").rstrip()
-
-    def priority(failure: Any) -> int:
-        info = failure.error_file_data.get("message", {})
-        info = info.get("extraInfo", {}) if isinstance(info, dict) else {}
-        if "py_callstack" not in info:
-            # Ended by a signal or without a report. The agent stops the survivors of a failure
-            # with SIGTERM: that one is the teardown's doing, any other signal came first.
-            return 2 if failure.exitcode == -signal.SIGTERM else 1
-        if info.get("lockstep_consequence") or text(failure).startswith("RankFailedError"):
-            return 3  # the consequence of another rank's failure
-        return 0  # the worker's own error
-
-    # Then the earliest: a rank killed from outside is seen at once, while its peers' collectives
+    # By _priority, then the earliest: a rank killed from outside is seen at once, while its peers' collectives
     # report their break seconds later (they wait for a note the killed rank never writes).
-    order = sorted(failures, key=lambda r: (priority(failures[r]), failures[r].timestamp, r))
+    order = sorted(failures, key=lambda r: (_priority(failures[r]), failures[r].timestamp, r))
     root = failures[order[0]]
-    lines = [f"[lockstep] worker rank {order[0]} failed with exit code {root.exitcode}: {text(root)}"]
-    if callstack(root):
-        lines.append(callstack(root))
+    lines = [f"[lockstep] worker rank {order[0]} failed with exit code {root.exitcode}: {_failure_text(root)}"]
+    if _callstack(root):
+        lines.append(_callstack(root))
     for rank in order[1:]:
         failure = failures[rank]
-        first = text(failure).splitlines()[0] if text(failure) else ""
-        if failure.exitcode == -signal.SIGTERM and priority(failure) == 2 and priority(root) == 0:
+        first = _failure_text(failure).splitlines()[0] if _failure_text(failure) else ""
+        if failure.exitcode == -signal.SIGTERM and _priority(failure) == 2 and _priority(root) == 0:
             first = f"stopped by the launcher (SIGTERM) after worker rank {order[0]} failed"
         lines.append(f"[lockstep] worker rank {rank} also stopped (exit code {failure.exitcode}): {first}")
         # The worker left its traceback to this report (`trainer.launch.failure_notes`): a
         # second rank's own error, or a collective that timed out, is shown here or nowhere.
-        if "Traceback (most recent call last)" in callstack(failure):
-            lines.append(callstack(failure))
+        if "Traceback (most recent call last)" in _callstack(failure):
+            lines.append(_callstack(failure))
     _say("\n".join(lines))
     return root.exitcode if root.exitcode > 0 else 1
 

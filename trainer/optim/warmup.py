@@ -189,6 +189,15 @@ def _scale(scheduler: Any, factor: float, seen: Set[int]) -> None:
     if id(scheduler) in seen:
         return
     seen.add(id(scheduler))
+    _scale_rates(scheduler, factor)
+    for inner in getattr(scheduler, "_schedulers", ()):
+        _scale(inner, factor, seen)
+    if isinstance(scheduler, LinearWarmup) and scheduler.after is not None:
+        _scale(scheduler.after, factor, seen)
+
+
+def _scale_rates(scheduler: Any, factor: float) -> None:
+    """Scale the rates ``scheduler`` itself holds (not those of the schedulers inside it)."""
     # New lists, not in-place: two schedulers may share one list object.
     if hasattr(scheduler, "base_lrs"):
         scheduler.base_lrs = [b * factor for b in scheduler.base_lrs]
@@ -196,6 +205,11 @@ def _scale(scheduler: Any, factor: float, seen: Set[int]) -> None:
         scheduler._last_lr = [lr * factor for lr in scheduler._last_lr]
     if hasattr(scheduler, "eta_min"):
         scheduler.eta_min = scheduler.eta_min * factor
+    _scale_floors_and_peaks(scheduler, factor)
+
+
+def _scale_floors_and_peaks(scheduler: Any, factor: float) -> None:
+    """The rates only some scheduler classes hold: plateau floors, cyclic and one-cycle peaks."""
     if isinstance(scheduler, ReduceLROnPlateau):
         scheduler.min_lrs = [m * factor for m in scheduler.min_lrs]
         default_min_lr = getattr(scheduler, "default_min_lr", None)
@@ -207,7 +221,3 @@ def _scale(scheduler: Any, factor: float, seen: Set[int]) -> None:
         for group in scheduler.optimizer.param_groups:
             group["max_lr"] = group["max_lr"] * factor
             group["min_lr"] = group["min_lr"] * factor
-    for inner in getattr(scheduler, "_schedulers", ()):
-        _scale(inner, factor, seen)
-    if isinstance(scheduler, LinearWarmup) and scheduler.after is not None:
-        _scale(scheduler.after, factor, seen)

@@ -48,53 +48,33 @@ class EvaluationSettings:
     model_train: str | None  # the one that undoes it (None: the module's modes are restored)
 
 
-_VALIDATION = EvaluationSettings(
-    name="validation",
-    step="validation_step",
-    loader_hook="val_dataloader",
-    limit="limit_val_batches",
-    limit_label="val",
-    start="on_validation_start",
-    epoch_start="on_validation_epoch_start",
-    batch_start="on_validation_batch_start",
-    batch_end="on_validation_batch_end",
-    epoch_end="on_validation_epoch_end",
-    end="on_validation_end",
-    model_eval="on_validation_model_eval",
-    model_train="on_validation_model_train",  # as in Lightning
-)
+def _settings(stage: str, short: str, model_train: bool = True) -> EvaluationSettings:
+    """The settings of an evaluation stage, by Lightning's naming: hooks ``on_<stage>_*``, step
+    ``<stage>_step``, loader hook ``<short>_dataloader``, limit ``limit_<short>_batches``."""
+    hook = f"on_{stage}_"
+    return EvaluationSettings(
+        name=stage,
+        step=f"{stage}_step",
+        loader_hook=f"{short}_dataloader",
+        limit=f"limit_{short}_batches",
+        limit_label=short,
+        start=f"{hook}start",
+        epoch_start=f"{hook}epoch_start",
+        batch_start=f"{hook}batch_start",
+        batch_end=f"{hook}batch_end",
+        epoch_end=f"{hook}epoch_end",
+        end=f"{hook}end",
+        model_eval=f"{hook}model_eval",
+        model_train=f"{hook}model_train" if model_train else None,
+    )
+
+
+_VALIDATION = _settings("validation", "val")
 
 EVALUATION: dict[Stage, EvaluationSettings] = {
     Stage.VALIDATE: _VALIDATION,
     Stage.SANITY_CHECK: _VALIDATION,
-    Stage.TEST: EvaluationSettings(
-        name="test",
-        step="test_step",
-        loader_hook="test_dataloader",
-        limit="limit_test_batches",
-        limit_label="test",
-        start="on_test_start",
-        epoch_start="on_test_epoch_start",
-        batch_start="on_test_batch_start",
-        batch_end="on_test_batch_end",
-        epoch_end="on_test_epoch_end",
-        end="on_test_end",
-    model_eval="on_test_model_eval",
-    model_train="on_test_model_train",  # as in Lightning
-    ),
-    Stage.PREDICT: EvaluationSettings(
-        name="predict",
-        step="predict_step",
-        loader_hook="predict_dataloader",
-        limit="limit_predict_batches",
-        limit_label="predict",
-        start="on_predict_start",
-        epoch_start="on_predict_epoch_start",
-        batch_start="on_predict_batch_start",
-        batch_end="on_predict_batch_end",
-        epoch_end="on_predict_epoch_end",
-        end="on_predict_end",
-    model_eval="on_predict_model_eval",
-    model_train=None,  # Lightning never calls on_predict_model_train
-    ),
+    Stage.TEST: _settings("test", "test"),
+    # Lightning never calls on_predict_model_train: the module's modes are restored instead.
+    Stage.PREDICT: _settings("predict", "predict", model_train=False),
 }

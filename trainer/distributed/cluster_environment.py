@@ -14,7 +14,7 @@ import itertools
 import os
 import re
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Callable, Iterator, Literal, Mapping
 
 from trainer.contracts.rank import detect_global_rank, env_int, env_str, launch_source
 
@@ -168,11 +168,28 @@ def _from_torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
         node_rank = rank // local_world_size
         node_var = "RANK // LOCAL_WORLD_SIZE"
     _check_below(node_rank, node_var, num_nodes, nodes_var)
-    restarts = env_int(environ, "TORCHELASTIC_RESTART_COUNT") if (
-        "TORCHELASTIC_RESTART_COUNT" in environ
-    ) else 0
+    return _placement(
+        environ, "torchrun", "TORCHELASTIC_RESTART_COUNT",
+        ranks=(rank, local_rank, node_rank), sizes=(world_size, local_world_size, num_nodes),
+        address=(master_addr, master_port),
+    )
+
+
+def _placement(
+    environ: Mapping[str, str],
+    source: Literal["torchrun", "slurm"],
+    restarts_var: str,
+    ranks: tuple[int, int, int],
+    sizes: tuple[int, int, int],
+    address: tuple[str, int],
+) -> ClusterEnvironment:
+    """What a launcher's variables said: ``ranks`` (global, local, node), ``sizes`` (world, this
+    node's, nodes), ``address`` (master host, port); ``restarts_var`` counts the restarts, 0 unset."""
+    global_rank, local_rank, node_rank = ranks
+    world_size, local_world_size, num_nodes = sizes
+    master_addr, master_port = address
     return ClusterEnvironment(
-        global_rank=rank,
+        global_rank=global_rank,
         local_rank=local_rank,
         node_rank=node_rank,
         world_size=world_size,
@@ -180,8 +197,8 @@ def _from_torchrun(environ: Mapping[str, str]) -> ClusterEnvironment:
         num_nodes=num_nodes,
         master_addr=master_addr,
         master_port=master_port,
-        source="torchrun",
-        restart_count=restarts,
+        source=source,
+        restart_count=env_int(environ, restarts_var) if restarts_var in environ else 0,
     )
 
 
@@ -244,31 +261,28 @@ def _from_slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
                 "SLURM_JOB_ID is not set, so no MASTER_PORT can be derived; set MASTER_PORT."
             )
         master_port = _SLURM_PORT_BASE + env_int(environ, job_var) % _SLURM_PORT_RANGE
-    restarts = env_int(environ, "SLURM_RESTART_COUNT") if "SLURM_RESTART_COUNT" in environ else 0
-    return ClusterEnvironment(
-        global_rank=rank,
-        local_rank=local_rank,
-        node_rank=node_rank,
-        world_size=world_size,
-        local_world_size=local_world_size,
-        num_nodes=num_nodes,
-        master_addr=master_addr,
-        master_port=master_port,
-        source="slurm",
-        restart_count=restarts,
+    return _placement(
+        environ, "slurm", "SLURM_RESTART_COUNT",
+        ranks=(rank, local_rank, node_rank), sizes=(world_size, local_world_size, num_nodes),
+        address=(master_addr, master_port),
     )
 
 
 def _expand_tasks_per_node(value: str, name: str) -> list[int]:
     counts: list[int] = []
-    for item in value.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:\(x(\d+)\))?\s*", item)
-        if match is None:
-            raise ValueError(
-                f"{name}={value!r} is not a SLURM tasks-per-node list; expected e.g. '2(x3),1'."
-            )
+    bad = f"{name}={value!r} is not a SLURM tasks-per-node list; expected e.g. '2(x3),1'."
+    for match in _each_item(r"\s*(\d+)\s*(?:\(x(\d+)\))?\s*", value, lambda item: bad):
         counts.extend([int(match.group(1))] * int(match.group(2) or 1))
     return counts
+
+
+def _each_item(pattern: str, text: str, bad: Callable[[str], str]) -> Iterator[re.Match[str]]:
+    """The match of ``pattern`` for each comma-separated item of ``text``; ``bad(item)`` says why not."""
+    for item in text.split(","):
+        match = re.fullmatch(pattern, item)
+        if match is None:
+            raise ValueError(bad(item))
+        yield match
 
 
 def _split_outside_brackets(text: str, original: str) -> list[str]:
@@ -292,13 +306,12 @@ def _split_outside_brackets(text: str, original: str) -> list[str]:
 
 
 def _expand_range_group(group: str, original: str) -> list[str]:
+    def bad(item: str) -> str:
+        return f"expand_hostlist: bad range {item!r} in {original!r}; expected e.g. '01-03' or '7'."
+
     values: list[str] = []
-    for item in group.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", item)
-        if match is None:
-            raise ValueError(
-                f"expand_hostlist: bad range {item!r} in {original!r}; expected e.g. '01-03' or '7'."
-            )
+    for match in _each_item(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", group, bad):
+        item = match.string
         low, high = match.group(1), match.group(2) or match.group(1)
         if int(high) < int(low):
             raise ValueError(f"expand_hostlist: range {item!r} in {original!r} runs backwards.")

@@ -197,8 +197,9 @@ def _report_failed_workers(failures: dict[int, Any]) -> int:
         _say(f"[lockstep] The run was pre-empted: exit code {PREEMPTION_EXIT_CODE}.")
         return PREEMPTION_EXIT_CODE
 
-    # By _priority, then the earliest: a rank killed from outside is seen at once, while its peers' collectives
-    # report their break seconds later (they wait for a note the killed rank never writes).
+    # By _priority, then the earliest: a rank killed from outside is seen at once, while its
+    # peers' collectives report their break seconds later (they wait for a note the killed rank
+    # never writes).
     order = sorted(failures, key=lambda r: (_priority(failures[r]), failures[r].timestamp, r))
     root = failures[order[0]]
     lines = [f"[lockstep] worker rank {order[0]} failed with exit code {root.exitcode}: {_failure_text(root)}"]

@@ -7,12 +7,12 @@ from typing import Any, Dict, List, Tuple, Union
 import torch
 from torch import Tensor
 
-from trainer.contracts.arguments import check_number
 from trainer.optim.param_groups import (
-    check_betas,
     ExcludeSpec,
     ParamsT,
+    _adam_moments,
     _Bucket,
+    _check_adam_hyperparameters,
     _ExcludingOptimizer,
     exclude_1d,
 )
@@ -61,27 +61,11 @@ class LAMB(_ExcludingOptimizer):
         super().__init__(params, defaults, exclude)
 
     def _check_hyperparameters(self, group: Dict[str, Any]) -> None:
-        check_number("lr", group["lr"], minimum=0)
-        check_betas(group["betas"])
-        check_number("eps", group["eps"], above=0)
-        check_number("weight_decay", group["weight_decay"], minimum=0)
+        _check_adam_hyperparameters(group)
 
     def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
         beta1, beta2 = group["betas"]
-        exp_avgs: List[Tensor] = []
-        exp_avg_sqs: List[Tensor] = []
-        steps: List[int] = []
-        for p in bucket.params:
-            state = self.state[p]
-            if not state:
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            # A plain int keeps the bias correction on the host: no device sync per step.
-            state["step"] += 1
-            steps.append(state["step"])
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
+        exp_avgs, exp_avg_sqs, steps = _adam_moments(self.state, bucket.params, _zeros_like)
 
         torch._foreach_mul_(exp_avgs, beta1)
         torch._foreach_add_(exp_avgs, bucket.grads, alpha=1 - beta1)
@@ -100,6 +84,10 @@ class LAMB(_ExcludingOptimizer):
                 torch._foreach_add_(update, bucket.params, alpha=group["weight_decay"])
             torch._foreach_mul_(update, _trust_ratios(bucket.params, update))
         torch._foreach_add_(bucket.params, update, alpha=-group["lr"])
+
+
+def _zeros_like(p: Tensor) -> Tensor:
+    return torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def _trust_ratios(

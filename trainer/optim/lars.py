@@ -67,12 +67,8 @@ class LARS(_ExcludingOptimizer):
         clip: bool = False,
     ) -> None:
         defaults = dict(
-            lr=lr,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            trust_coefficient=trust_coefficient,
-            eps=eps,
-            clip=clip,
+            lr=lr, momentum=momentum, weight_decay=weight_decay, trust_coefficient=trust_coefficient,
+            eps=eps, clip=clip,
         )
         super().__init__(params, defaults, exclude)
 

@@ -1,17 +1,18 @@
 """NovoGrad: momentum SGD on gradients normalized by a per-layer second moment."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import torch
 from torch import Tensor
 
-from trainer.contracts.arguments import check_bool, check_number
+from trainer.contracts.arguments import check_bool
 from trainer.optim.param_groups import (
-    check_betas,
     ExcludeSpec,
     ParamsT,
+    _adam_moments,
     _Bucket,
+    _check_adam_hyperparameters,
     _ExcludingOptimizer,
     exclude_1d,
 )
@@ -67,28 +68,13 @@ class NovoGrad(_ExcludingOptimizer):
         super().__init__(params, defaults, exclude)
 
     def _check_hyperparameters(self, group: Dict[str, Any]) -> None:
-        check_number("lr", group["lr"], minimum=0)
-        check_betas(group["betas"])
-        check_number("eps", group["eps"], above=0)
-        check_number("weight_decay", group["weight_decay"], minimum=0)
+        _check_adam_hyperparameters(group)
         check_bool("grad_averaging", group["grad_averaging"])
 
     def _step_bucket(self, group: Dict[str, Any], bucket: _Bucket) -> None:
         beta1, beta2 = group["betas"]
-        exp_avgs: List[Tensor] = []
-        exp_avg_sqs: List[Tensor] = []
-        is_first: List[bool] = []
-        for p in bucket.params:
-            state = self.state[p]
-            if not state:
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                # Zero, so that adding ||g||^2 with weight 1 sets v to it on the first step.
-                state["exp_avg_sq"] = torch.zeros((), dtype=p.dtype, device=p.device)
-            is_first.append(state["step"] == 0)
-            state["step"] += 1
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
+        exp_avgs, exp_avg_sqs, steps = _adam_moments(self.state, bucket.params, _zero_norm)
+        is_first = [t == 1 for t in steps]
 
         norms = torch._foreach_norm(bucket.grads)
         first = [i for i, f in enumerate(is_first) if f]
@@ -110,3 +96,8 @@ class NovoGrad(_ExcludingOptimizer):
         torch._foreach_mul_(exp_avgs, beta1)
         torch._foreach_add_(exp_avgs, update, alpha=(1 - beta1) if group["grad_averaging"] else 1.0)
         torch._foreach_add_(bucket.params, exp_avgs, alpha=-group["lr"])
+
+
+def _zero_norm(p: Tensor) -> Tensor:
+    # Zero, so that adding ||g||^2 with weight 1 sets v to it on the first step.
+    return torch.zeros((), dtype=p.dtype, device=p.device)

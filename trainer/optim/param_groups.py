@@ -182,16 +182,7 @@ def named_param_groups(
             raise ValueError(f"named_param_groups sets {key!r} itself; do not pass it as an option")
     if weight_decay is not None:
         weight_decay = check_number("weight_decay", weight_decay, minimum=0)
-    pairs = model.named_parameters() if isinstance(model, nn.Module) else model
-    seen = set()
-    names: List[str] = []
-    params: List[Tensor] = []
-    for name, p in pairs:
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        names.append(name)
-        params.append(p)
+    names, params = _trainable(model.named_parameters() if isinstance(model, nn.Module) else model)
     mask = _exclusion_mask(params, names, exclude_fn, "named_param_groups")
     groups: List[Dict[str, Any]] = []
     for excluded in (False, True):
@@ -208,6 +199,50 @@ def named_param_groups(
             group["weight_decay"] = 0.0 if excluded else weight_decay
         groups.append(group)
     return groups
+
+
+def _trainable(pairs: Iterable[Tuple[str, Tensor]]) -> Tuple[List[str], List[Tensor]]:
+    """The names and tensors of the parameters that train, a tied tensor once (its first name)."""
+    seen = set()
+    names: List[str] = []
+    params: List[Tensor] = []
+    for name, p in pairs:
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        names.append(name)
+        params.append(p)
+    return names, params
+
+
+def _check_adam_hyperparameters(group: Dict[str, Any]) -> None:
+    """The hyperparameters LAMB and NovoGrad share with Adam."""
+    check_number("lr", group["lr"], minimum=0)
+    check_betas(group["betas"])
+    check_number("eps", group["eps"], above=0)
+    check_number("weight_decay", group["weight_decay"], minimum=0)
+
+
+def _adam_moments(
+    state: Dict[Tensor, Dict[str, Any]], params: List[Tensor], second_moment: Callable[[Tensor], Tensor]
+) -> Tuple[List[Tensor], List[Tensor], List[int]]:
+    """Each parameter's first and second moment, made on its first step (the second by
+    ``second_moment``), and its step count, this step included."""
+    exp_avgs: List[Tensor] = []
+    exp_avg_sqs: List[Tensor] = []
+    steps: List[int] = []
+    for p in params:
+        moments = state[p]
+        if not moments:
+            moments["step"] = 0
+            moments["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            moments["exp_avg_sq"] = second_moment(p)
+        # A plain int keeps the bias correction on the host: no device sync per step.
+        moments["step"] += 1
+        steps.append(moments["step"])
+        exp_avgs.append(moments["exp_avg"])
+        exp_avg_sqs.append(moments["exp_avg_sq"])
+    return exp_avgs, exp_avg_sqs, steps
 
 
 @dataclass

@@ -10,6 +10,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from callbacks._extras import require_extra
 from callbacks._utils import _flat_metrics, _flatten_hparams
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, http_problem, unreachable
@@ -72,10 +73,7 @@ class MLFlowLogger(Logger):
         timeout: float = 30.0,
         on_unreachable: str = "raise",
     ) -> None:
-        try:
-            import mlflow  # noqa: F401 - fail at construction, not at the first log
-        except ImportError:
-            raise ImportError("MLFlowLogger needs mlflow: pip install 'lockstep-trainer[mlflow]'.") from None
+        require_extra("mlflow", "MLFlowLogger")
         if not isinstance(experiment_name, str) or not experiment_name:
             raise TypeError(f"MLFlowLogger(experiment_name={experiment_name!r}): expected a non-empty str.")
         if not isinstance(log_model, bool):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TextIO
 
+from callbacks._extras import require_extra
 from callbacks.progress_bar import ProgressBar, _Bar, _isatty
 
 if TYPE_CHECKING:
@@ -26,10 +27,7 @@ class RichProgressBar(ProgressBar):
         file: TextIO | None = None,
         leave: bool = True,
     ) -> None:
-        try:
-            import rich  # noqa: F401 - fail at construction, not at the first bar
-        except ImportError:
-            raise ImportError("RichProgressBar needs rich: pip install 'lockstep-trainer[rich]'.") from None
+        require_extra("rich", "RichProgressBar")
         super().__init__(refresh_rate, min_interval_s, line_every_percent, file, leave)
         self._progress: Any = None
 

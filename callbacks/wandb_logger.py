@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from callbacks._extras import require_extra
 from callbacks._utils import _flat_metrics
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, unreachable
@@ -57,10 +58,7 @@ class WandbLogger(Logger):
         timeout: float = 90.0,
         on_unreachable: str = "raise",
     ) -> None:
-        try:
-            import wandb  # noqa: F401 - fail at construction, not at the first log
-        except ImportError:
-            raise ImportError("WandbLogger needs wandb: pip install 'lockstep-trainer[wandb]'.") from None
+        require_extra("wandb", "WandbLogger")
         check_path("WandbLogger(save_dir)", save_dir)
         check_path("WandbLogger(dir)", dir)
         check_bool("WandbLogger(offline)", offline)

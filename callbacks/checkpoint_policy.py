@@ -1,5 +1,6 @@
-"""`ModelCheckpoint`'s decisions as pure functions: which checkpoint a save writes, which one it
-deletes, whether ``last.ckpt`` follows, and the top-k books afterwards.
+"""`ModelCheckpoint`'s decisions as pure functions: when a training batch saves (the step and
+time schedule), which checkpoint a save writes, which one it deletes, whether ``last.ckpt``
+follows, and the top-k books afterwards.
 
 Nothing here touches a file or the Trainer: the callback scores the monitored metric, gives the
 names (`Names`: its file-name template and version counter, which look at the disk) and carries
@@ -140,3 +141,13 @@ def _keep_best(
     )
     message = f"{policy.monitor!r} reached {score:.5g} (best {best_score:.5g}), saving model to {save_path}"
     return books, save_path, delete, message
+
+
+def step_due(step: int, every_n_train_steps: int) -> bool:
+    """Whether global step ``step`` saves by ``every_n_train_steps`` (0: no step schedule)."""
+    return every_n_train_steps > 0 and step % every_n_train_steps == 0
+
+
+def time_due(now: float, last_checked: Optional[float], interval_s: Optional[float]) -> bool:
+    """Whether ``interval_s`` seconds (None: no time schedule) have passed since ``last_checked``."""
+    return interval_s is not None and last_checked is not None and now - last_checked >= interval_s

@@ -25,7 +25,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.checkpoint import Checkpoint
-from callbacks.checkpoint_policy import Policy, Save, TopK, decide
+from callbacks.checkpoint_policy import Policy, Save, TopK, decide, step_due, time_due
 from trainer.contracts import run_lock
 from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
@@ -271,13 +271,11 @@ class ModelCheckpoint(Checkpoint):
         # with accumulation several micro batches share one global step: save once
         if not self._in_fit or step == 0 or step == self._last_global_step_saved:
             return
-        n = self.every_n_train_steps
-        due_by_steps = bool(n) and step % n == 0
+        due_by_steps = step_due(step, self.every_n_train_steps)
         due_by_time = False
         if self.train_time_interval is not None:
             now = time.monotonic()
-            last = self._last_time_checked
-            due_by_time = last is not None and now - last >= self.train_time_interval.total_seconds()
+            due_by_time = time_due(now, self._last_time_checked, self.train_time_interval.total_seconds())
             if trainer.world_size > 1:  # clocks differ between ranks: rank 0 decides
                 due_by_time = trainer.strategy.broadcast(due_by_time, src=0)
             if due_by_time:

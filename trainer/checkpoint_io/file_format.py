@@ -185,18 +185,25 @@ def weights_only_loadable(value: Any) -> Any:
     numbers of other types (NumPy) Python numbers, sets sorted lists, and any other object its
     ``repr``: the run's own checkpoints always load without ``weights_only=False``.
     """
-    if value is None or type(value) in (bool, int, float, complex, str, bytes, torch.dtype, torch.Size):
+    if value is None or type(value) in _KEPT or isinstance(value, torch.Tensor):
         return value
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, torch.device):
-        return str(value)
     if isinstance(value, Mapping):
         return {weights_only_loadable(k): weights_only_loadable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):  # a namedtuple becomes a tuple
         return (list if isinstance(value, list) else tuple)(weights_only_loadable(v) for v in value)
     if isinstance(value, (set, frozenset)):
         return sorted((weights_only_loadable(v) for v in value), key=repr)
+    return _as_plain_data(value)
+
+
+# the types torch.load(weights_only=True) reads back as they are (their subclasses are converted)
+_KEPT = (bool, int, float, complex, str, bytes, torch.dtype, torch.Size)
+
+
+def _as_plain_data(value: Any) -> Any:
+    """A value that is not a container: as a string or a Python number."""
+    if isinstance(value, torch.device):
+        return str(value)
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):

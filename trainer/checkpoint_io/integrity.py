@@ -46,6 +46,7 @@ def _shard_label(name: str) -> str:
 
 
 def this_rank() -> int:
+    """The global rank in the process group, 0 without one (a load in one process)."""
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 

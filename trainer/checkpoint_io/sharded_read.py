@@ -199,6 +199,7 @@ _TORCH_CONSTANTS = frozenset(
 
 
 def read_index(path: str, weights_only: bool = True) -> Any:
+    """The sharded checkpoint's ``.metadata`` index; `CheckpointError` when it is missing or unreadable."""
     try:
         return _reader(path, weights_only).read_metadata()
     except FileNotFoundError as err:

@@ -9,10 +9,12 @@ _NOTHING = object()
 
 
 def as_tree(value: Any) -> Any:
+    """A list as a dict keyed "0", "1", ... (how the shards name its entries); anything else as it is."""
     return {str(i): v for i, v in enumerate(value)} if isinstance(value, list) else value
 
 
 def as_list(value: dict[str, Any]) -> list[Any]:
+    """The inverse of `as_tree` for a list."""
     return [value[str(i)] for i in range(len(value))]
 
 
@@ -43,6 +45,7 @@ def merge_tensors(rest: Any, tensors: Any) -> Any:
 
 
 def keep_tensors(tree: dict[str, Any], wanted: Any, at: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``tree`` with only the leaves whose key path ``wanted`` accepts (emptied dicts dropped)."""
     out = {}
     for k, v in tree.items():
         if isinstance(v, dict):

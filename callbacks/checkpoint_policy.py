@@ -1,5 +1,6 @@
-"""`ModelCheckpoint`'s decisions as pure functions: which checkpoint a save writes, which one it
-deletes, whether ``last.ckpt`` follows, and the top-k books afterwards.
+"""`ModelCheckpoint`'s decisions as pure functions: when a training batch saves (the step and
+time schedule), which checkpoint a save writes, which one it deletes, whether ``last.ckpt``
+follows, and the top-k books afterwards.
 
 Nothing here touches a file or the Trainer: the callback scores the monitored metric, gives the
 names (`Names`: its file-name template and version counter, which look at the disk) and carries
@@ -77,26 +78,34 @@ def decide(
     """
     if score is not None:
         books = dataclasses.replace(books, current_score=score)
-    save_path, delete, message = None, (), ""
-    if top_k and policy.save_top_k != 0:
-        if policy.monitor is None:
-            books, save_path, delete, message = _keep_latest(books, policy, names)
-        elif score is not None:
-            books, save_path, delete, message = _keep_best(books, policy, score, names)
+    books, save_path, delete, message = _top_k(books, policy, score, top_k, names)
     last_path = names.last(books.best_k_models)
-    newest = save_path or newest
+    link_to = _last_link(policy, last, save_path, save_path or newest)
+    if link_to is None:
+        return Save(save_path, None, None, delete, books, message)
+    books = dataclasses.replace(books, last_model_path=last_path)
+    return Save(save_path, last_path, link_to or None, delete, books, message)
+
+
+def _top_k(
+    books: TopK, policy: Policy, score: Optional[float], top_k: bool, names: Names
+) -> tuple[TopK, Optional[str], tuple[str, ...], str]:
+    """The top-k part of a save: the books after, the checkpoint to write (None: none), what to delete."""
+    if not top_k or policy.save_top_k == 0:
+        return books, None, (), ""
+    if policy.monitor is None:
+        return _keep_latest(books, policy, names)
+    if score is None:
+        return books, None, (), ""
+    return _keep_best(books, policy, score, names)
+
+
+def _last_link(policy: Policy, last: str, save_path: Optional[str], newest: str) -> Optional[str]:
+    """Whether this save writes ``last.ckpt``: None if not; else what it links to ("" for a copy)."""
     link = policy.save_last == "link" and bool(newest) and policy.save_top_k != 0
-    write_last = bool(policy.save_last) and (last == "always" or save_path is not None or link)
-    if write_last:
-        books = dataclasses.replace(books, last_model_path=last_path)
-    return Save(
-        save_path=save_path,
-        last_path=last_path if write_last else None,
-        link_to=newest if write_last and link else None,
-        delete=delete,
-        books=books,
-        message=message,
-    )
+    if not policy.save_last or not (last == "always" or save_path is not None or link):
+        return None
+    return newest if link else ""
 
 
 def _keep_latest(books: TopK, policy: Policy, names: Names) -> tuple[TopK, str, tuple[str, ...], str]:
@@ -132,3 +141,13 @@ def _keep_best(
     )
     message = f"{policy.monitor!r} reached {score:.5g} (best {best_score:.5g}), saving model to {save_path}"
     return books, save_path, delete, message
+
+
+def step_due(step: int, every_n_train_steps: int) -> bool:
+    """Whether global step ``step`` saves by ``every_n_train_steps`` (0: no step schedule)."""
+    return every_n_train_steps > 0 and step % every_n_train_steps == 0
+
+
+def time_due(now: float, last_checked: Optional[float], interval_s: Optional[float]) -> bool:
+    """Whether ``interval_s`` seconds (None: no time schedule) have passed since ``last_checked``."""
+    return interval_s is not None and last_checked is not None and now - last_checked >= interval_s

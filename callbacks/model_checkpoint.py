@@ -25,7 +25,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.checkpoint import Checkpoint
-from callbacks.checkpoint_policy import Policy, Save, TopK, decide
+from callbacks.checkpoint_policy import Policy, Save, TopK, decide, step_due, time_due
 from trainer.contracts import run_lock
 from trainer.contracts.arguments import check_bool, check_int, check_path
 from trainer.contracts import storage
@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 
 # "{name}" or "{name:fmt}" in a filename template
 _FIELD = re.compile(r"\{([^{}:!]+)((?:![rsa])?(?::[^{}]*)?)\}")
+
+
+# What `ModelCheckpoint.state_dict` saves of its public attributes, in this order (then the step of its last save).
+_SAVED = (
+    "monitor", "mode", "dirpath", "best_model_path", "best_model_score", "current_score",
+    "best_k_models", "kth_best_model_path", "kth_value", "last_model_path",
+)
 
 
 class ModelCheckpoint(Checkpoint):
@@ -116,24 +123,8 @@ class ModelCheckpoint(Checkpoint):
     ) -> None:
         _validate_mode(mode, "ModelCheckpoint")
         check_path("ModelCheckpoint(dirpath)", dirpath)
-        if monitor is not None and not isinstance(monitor, str):
-            raise TypeError(
-                f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
-            )
-        check_int("ModelCheckpoint(save_top_k)", save_top_k, -1)
-        if monitor is None and save_top_k not in (-1, 0, 1):
-            raise ValueError(
-                f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): there is no metric to rank "
-                "checkpoints by. Set `monitor`, or use save_top_k=1 (latest), -1 (all) or 0 (none)."
-            )
-        for arg, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
-            check_int(f"ModelCheckpoint({arg})", value, 0, allow_none=True)
-        if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
-            raise TypeError(
-                f"ModelCheckpoint(train_time_interval={train_time_interval!r}): expected None or a datetime.timedelta."
-            )
-        if save_last is not None and save_last != "link" and not isinstance(save_last, bool):
-            raise TypeError(f"ModelCheckpoint(save_last) must be None, a bool or 'link', got {save_last!r}")
+        _check_ranking(monitor, save_top_k, save_last)
+        every_n_epochs = _check_schedule(every_n_train_steps, every_n_epochs, train_time_interval)
         for arg, value in (
             ("auto_insert_metric_name", auto_insert_metric_name),
             ("verbose", verbose),
@@ -145,16 +136,6 @@ class ModelCheckpoint(Checkpoint):
         check_bool("ModelCheckpoint(save_on_train_epoch_end)", save_on_train_epoch_end, allow_none=True)
         if filename is not None and not isinstance(filename, str):
             raise TypeError(f"ModelCheckpoint(filename={filename!r}): expected a str template.")
-        # Lightning's triggers: none given means every epoch; given ones exclude each other
-        if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
-            every_n_epochs = 1
-        triggers = (every_n_train_steps or 0) >= 1, (every_n_epochs or 0) >= 1, train_time_interval is not None
-        if sum(triggers) > 1:
-            raise ValueError(
-                f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs={every_n_epochs}, "
-                f"train_time_interval={train_time_interval}): these are mutually exclusive; use one "
-                "ModelCheckpoint per schedule."
-            )
         self.dirpath: str | None = (
             None if dirpath is None else storage.normalize(os.path.expanduser(os.fspath(dirpath)), "dirpath")
         )
@@ -290,13 +271,11 @@ class ModelCheckpoint(Checkpoint):
         # with accumulation several micro batches share one global step: save once
         if not self._in_fit or step == 0 or step == self._last_global_step_saved:
             return
-        n = self.every_n_train_steps
-        due_by_steps = bool(n) and step % n == 0
+        due_by_steps = step_due(step, self.every_n_train_steps)
         due_by_time = False
         if self.train_time_interval is not None:
             now = time.monotonic()
-            last = self._last_time_checked
-            due_by_time = last is not None and now - last >= self.train_time_interval.total_seconds()
+            due_by_time = time_due(now, self._last_time_checked, self.train_time_interval.total_seconds())
             if trainer.world_size > 1:  # clocks differ between ranks: rank 0 decides
                 due_by_time = trainer.strategy.broadcast(due_by_time, src=0)
             if due_by_time:
@@ -369,19 +348,10 @@ class ModelCheckpoint(Checkpoint):
     # -- checkpoint state -------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Best path/score, the top-k dict and the last path, for resuming."""
-        return {
-            "monitor": self.monitor,
-            "mode": self.mode,
-            "dirpath": self.dirpath,
-            "best_model_path": self.best_model_path,
-            "best_model_score": self.best_model_score,
-            "current_score": self.current_score,
-            "best_k_models": dict(self.best_k_models),
-            "kth_best_model_path": self.kth_best_model_path,
-            "kth_value": self.kth_value,
-            "last_model_path": self.last_model_path,
-            "last_global_step_saved": self._last_global_step_saved,
-        }
+        state = {name: getattr(self, name) for name in _SAVED}
+        state["best_k_models"] = dict(self.best_k_models)  # a copy: later saves change ours
+        state["last_global_step_saved"] = self._last_global_step_saved
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the bookkeeping. If the checkpoint directory changed, only ``best_model_path``
@@ -687,3 +657,42 @@ def _unwritable(dirpath: str) -> str | None:
     except OSError as err:
         return f"cannot create a file in {existing!r} ({err.strerror or err})"
     return None
+
+
+def _check_ranking(monitor: Any, save_top_k: Any, save_last: Any) -> None:
+    """What to keep: ``monitor`` a metric name or None, ``save_top_k`` ranked by it, ``save_last``."""
+    if monitor is not None and not isinstance(monitor, str):
+        raise TypeError(
+            f"ModelCheckpoint(monitor={monitor!r}): expected None or the name of a logged metric."
+        )
+    check_int("ModelCheckpoint(save_top_k)", save_top_k, -1)
+    if monitor is None and save_top_k not in (-1, 0, 1):
+        raise ValueError(
+            f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): there is no metric to rank "
+            "checkpoints by. Set `monitor`, or use save_top_k=1 (latest), -1 (all) or 0 (none)."
+        )
+    if save_last is not None and save_last != "link" and not isinstance(save_last, bool):
+        raise TypeError(f"ModelCheckpoint(save_last) must be None, a bool or 'link', got {save_last!r}")
+
+
+def _check_schedule(
+    every_n_train_steps: Any, every_n_epochs: Any, train_time_interval: Any
+) -> int | None:
+    """When to save: the triggers checked; ``every_n_epochs`` as it applies (1 when none is given)."""
+    for arg, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+        check_int(f"ModelCheckpoint({arg})", value, 0, allow_none=True)
+    if train_time_interval is not None and not isinstance(train_time_interval, datetime.timedelta):
+        raise TypeError(
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}): expected None or a datetime.timedelta."
+        )
+    # Lightning's triggers: none given means every epoch; given ones exclude each other
+    if every_n_train_steps is None and every_n_epochs is None and train_time_interval is None:
+        return 1
+    triggers = (every_n_train_steps or 0) >= 1, (every_n_epochs or 0) >= 1, train_time_interval is not None
+    if sum(triggers) > 1:
+        raise ValueError(
+            f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs={every_n_epochs}, "
+            f"train_time_interval={train_time_interval}): these are mutually exclusive; use one "
+            "ModelCheckpoint per schedule."
+        )
+    return every_n_epochs

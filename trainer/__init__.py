@@ -14,7 +14,7 @@ from trainer.launch.worker_process import adopt_launcher_from_env
 check_not_shadowed("callbacks")  # before anything imports it: a user's callbacks.py would break that
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
-    from trainer.checkpointing.checkpoint import CheckpointError
+    from trainer.checkpoint_io.file_format import CheckpointError
     from trainer.checkpointing.resume import GlobalBatchChangedError
     from trainer.data.global_batch_sampler import GlobalBatchSampler
     from trainer.data.datamodule import DataModule
@@ -50,7 +50,7 @@ _PUBLIC = {
     "rank_zero_only": ("trainer.distributed.rank_zero", "rank_zero_only"),
     "rank_zero_info": ("trainer.distributed.rank_zero", "rank_zero_info"),
     "rank_zero_warn": ("trainer.distributed.rank_zero", "rank_zero_warn"),
-    "CheckpointError": ("trainer.checkpointing.checkpoint", "CheckpointError"),
+    "CheckpointError": ("trainer.checkpoint_io.file_format", "CheckpointError"),
     "GlobalBatchChangedError": ("trainer.checkpointing.resume", "GlobalBatchChangedError"),
     "GlobalBatchSampler": ("trainer.data.global_batch_sampler", "GlobalBatchSampler"),
     "NonFiniteLossError": ("trainer.contracts.errors", "NonFiniteLossError"),

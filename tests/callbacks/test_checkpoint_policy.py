@@ -1,11 +1,11 @@
-"""`checkpoint_policy.decide`: ModelCheckpoint's top-k and ``last.ckpt`` decisions as a pure
-function, checked without a Trainer or a file (the end-to-end behaviour, against Lightning, is in
+"""`checkpoint_policy`: ModelCheckpoint's schedule, top-k and ``last.ckpt`` decisions as pure
+functions, checked without a Trainer or a file (the end-to-end behaviour, against Lightning, is in
 test_model_checkpoint.py and test_checkpoint_parity.py)."""
 from __future__ import annotations
 
 import math
 
-from callbacks.checkpoint_policy import Policy, TopK, decide
+from callbacks.checkpoint_policy import Policy, TopK, decide, step_due, time_due
 
 
 class _Names:
@@ -78,3 +78,14 @@ def test_the_books_given_are_not_changed():
     books = TopK(best_k_models={"a.ckpt": 2.0}, kth_best_model_path="a.ckpt", kth_value=2.0)
     decide(books, Policy("val_loss", "min", 1, True), 1.0, True, "always", "", _Names())
     assert dict(books.best_k_models) == {"a.ckpt": 2.0} and books.kth_value == 2.0 and books.last_model_path == ""
+
+
+def test_the_step_schedule_saves_every_n_steps_and_none_without_one():
+    assert [step for step in range(1, 10) if step_due(step, 3)] == [3, 6, 9]
+    assert not any(step_due(step, 0) for step in range(1, 10))
+
+
+def test_the_time_schedule_saves_once_the_interval_has_passed_since_the_last_check():
+    assert time_due(10.0, 5.0, 5.0) and not time_due(9.9, 5.0, 5.0)
+    assert not time_due(100.0, None, 5.0)  # training has not started: nothing to measure from
+    assert not time_due(100.0, 5.0, None)  # no time schedule

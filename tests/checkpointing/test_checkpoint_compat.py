@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from tests.fixtures.legacy_checkpoint import TOTAL_EPOCHS, LegacyRegression, loader, params, trainer
-from trainer.checkpointing.checkpoint import FORMAT_VERSION, load_checkpoint
+from trainer.checkpoint_io.file_format import FORMAT_VERSION, load_checkpoint
 
 from pathlib import Path
 

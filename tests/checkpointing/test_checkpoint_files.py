@@ -16,7 +16,7 @@ import torch
 from callbacks import ModelCheckpoint
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer
-from trainer.checkpointing.checkpoint import CheckpointError, atomic_save, load_checkpoint
+from trainer.checkpoint_io.file_format import CheckpointError, atomic_save, load_checkpoint
 
 
 def _fit_and_save(path, module=None):

@@ -12,7 +12,7 @@ from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from tests.helpers.resume_models import straight_and_resumed
 from trainer import Trainer
-from trainer.checkpointing.checkpoint import CheckpointError
+from trainer.checkpoint_io.file_format import CheckpointError
 
 
 # 96 samples / batch 4 = 24 batches, A=2 -> 12 steps per epoch, 24 in the straight run.
@@ -100,7 +100,7 @@ def _rng_tensors_as_int64(value):
 
 @pytest.mark.parametrize("position", ["mid-epoch", "after-fit"])
 def test_rng_states_are_restored_from_cpu_bytes_whatever_tensors_were_loaded(tmp_path, monkeypatch, position):
-    import trainer.checkpointing.checkpoint as checkpoint_module
+    import trainer.checkpoint_io.file_format as checkpoint_module
 
     load = checkpoint_module.load_checkpoint
 
@@ -109,7 +109,7 @@ def test_rng_states_are_restored_from_cpu_bytes_whatever_tensors_were_loaded(tmp
         ckpt["rank_states"] = _rng_tensors_as_int64(ckpt["rank_states"])
         return ckpt
 
-    import trainer.checkpointing.distributed_checkpoint as reading_module  # where a file is read
+    import trainer.checkpoint_io.sharded_read as reading_module  # where a file is read
 
     monkeypatch.setattr(reading_module, "load_checkpoint", load_with_foreign_rng_tensors)
     stop, stop_step = POSITIONS[position]

@@ -19,9 +19,10 @@ from tests.helpers.models import QUIET
 from tests.helpers.resume_models import Noisy, make_loader
 from tests.helpers.session_cache import once_per_session
 from trainer import FSDPStrategy, Trainer, seed_everything
-from trainer.checkpointing.checkpoint import CheckpointError
+from trainer.checkpoint_io.file_format import CheckpointError
 from trainer.launch.preemption import Preempted
-from trainer.checkpointing.distributed_checkpoint import MANIFEST_FILE, META_FILE, consolidate_checkpoint, consolidated
+from trainer.checkpoint_io.sharded_layout import MANIFEST_FILE, META_FILE
+from trainer.checkpoint_io.sharded_read import consolidate_checkpoint, consolidated
 
 STOP_STEP = 9  # epoch 1, mid-epoch
 PREEMPT_STEP = 11  # the pre-emption signalled after step 9 is agreed at step 11's end
@@ -362,7 +363,7 @@ def test_a_sharded_save_where_it_cannot_write_says_so(run):
 
 
 def test_sharded_save_to_a_url_is_refused_before_writing():
-    from trainer.checkpointing.distributed_checkpoint import save_sharded
+    from trainer.checkpoint_io.sharded_save import save_sharded
 
     with pytest.raises(CheckpointError, match=r"Sharded checkpoints are written to a local or shared filesystem; 'memory://ckpts/last.ckpt' is a URL"):
         save_sharded({"state_dict": {}, "optimizer_states": []}, "memory://ckpts/last.ckpt", rank=0)
@@ -476,7 +477,7 @@ def test_torchs_checkpoint_exception_becomes_a_checkpoint_error_and_is_reported(
 
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from trainer.checkpointing.distributed_checkpoint import _named_errors
+    from trainer.checkpoint_io.integrity import named_errors as _named_errors
     from trainer.launch.failure_notes import record_for_elastic_agent
 
     raw = CheckpointException("save failed", {1: (OSError(28, "No space left on device"), None)})
@@ -518,7 +519,7 @@ def _with_a_bytes_entry(src, dst, marker, key_prefix="state_dict."):
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
-    from trainer.checkpointing.distributed_checkpoint import _sha256
+    from trainer.checkpoint_io.integrity import _sha256
 
     shutil.copytree(src, dst)
     with open(os.path.join(dst, ".metadata"), "rb") as f:
@@ -604,7 +605,7 @@ def test_a_bytes_entry_read_anyway_goes_through_the_allow_list(run, tmp_path):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from trainer.checkpointing.distributed_checkpoint import _load_planner
+    from trainer.checkpoint_io.sharded_read import _load_planner
 
     tmp, _ = run
     path, marker = tmp_path / "bytes.ckpt", tmp_path / "pwned"

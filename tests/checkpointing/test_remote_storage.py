@@ -157,7 +157,7 @@ def test_s3_checkpoint_write_is_one_complete_object(s3_endpoint):
     # a reader sees the old object or the whole new one: the upload is a single PUT, and no
     # temporary object is left beside it
     path = "s3://lockstep-test/atomic/model.ckpt"
-    from trainer.checkpointing.checkpoint import atomic_save, load_checkpoint
+    from trainer.checkpoint_io.file_format import atomic_save, load_checkpoint
 
     for value in (1.0, 2.0):
         atomic_save({"state_dict": {"w": torch.full((1000,), value)}}, path)

@@ -27,7 +27,7 @@ import torch
 
 from tests.faults import fault_script
 from tests.helpers.distributed import REPO_ROOT, free_port, run_ranks
-from trainer.checkpointing.checkpoint import load_checkpoint
+from trainer.checkpoint_io.file_format import load_checkpoint
 
 SCRIPT = Path(__file__).resolve().parent / "fault_script.py"
 MARKER_VAR = "LOCKSTEP_FAULT_RUN"

@@ -15,7 +15,7 @@ asserts that
   other rank's error names), the cause, the global step and the batch index,
 - no process of the run is left (process group and an inherited environment marker; see
   fault_harness.py), and
-- every checkpoint left behind loads with `trainer.checkpointing.checkpoint.load_checkpoint` with finite
+- every checkpoint left behind loads with `trainer.checkpoint_io.file_format.load_checkpoint` with finite
   weights, and the newest is the last good one.
 
 Which cases run under which launcher (the full product would not fit 5 minutes on 2 cores):

@@ -12,7 +12,7 @@ from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer
 from trainer.loops.anomaly import NonFiniteLossCheck, NonFiniteLossError
-from trainer.checkpointing.checkpoint import load_checkpoint
+from trainer.checkpoint_io.file_format import load_checkpoint
 
 
 class NanAt(Regression):

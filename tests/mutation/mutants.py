@@ -160,11 +160,11 @@ MUTANTS: tuple[Mutant, ...] = (
        ("tests/callbacks/test_early_stopping.py", "tests/callbacks/test_callbacks_distributed.py"),
        "a rank stops alone (the others would wait in a collective)"),
     # -- atomic writes -------------------------------------------------------------------------
-    _m("checkpoint_written_in_place", "atomic_writes", "trainer/checkpointing/checkpoint.py",
+    _m("checkpoint_written_in_place", "atomic_writes", "trainer/checkpoint_io/file_format.py",
        "    fd, tmp = _create_temp_file(path)\n",
        "    fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666), str(path)\n",
        ("tests/checkpointing/test_checkpoint_files.py",), "a checkpoint is written over the old file in place"),
-    _m("checkpoint_no_fsync", "atomic_writes", "trainer/checkpointing/checkpoint.py",
+    _m("checkpoint_no_fsync", "atomic_writes", "trainer/checkpoint_io/file_format.py",
        "            os.fsync(f.fileno())\n", "            pass\n",
        ("tests/checkpointing/test_checkpoint_files.py",), "the bytes are not on disk before the rename"),
     # -- optimizers -----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from tests.helpers.distributed import REPO_ROOT, free_port
 pytest.importorskip("jsonargparse", reason="python -m trainer needs the 'cli' extra (jsonargparse)")
 pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (the 'dev' extra)")
 
-from trainer.checkpointing.checkpoint import load_checkpoint  # noqa: E402
+from trainer.checkpoint_io.file_format import load_checkpoint  # noqa: E402
 from trainer import TrainModule  # noqa: E402
 from trainer.cli import LightningCLI, main  # noqa: E402
 

@@ -20,7 +20,7 @@ from callbacks import Callback
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import DDPStrategy, Trainer
-from trainer.checkpointing.checkpoint import load_checkpoint
+from trainer.checkpoint_io.file_format import load_checkpoint
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(90)]
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from trainer.checkpointing.checkpoint import load_checkpoint
-from trainer.checkpointing.distributed_checkpoint import META_FILE, is_sharded_checkpoint
+from trainer.checkpoint_io.file_format import load_checkpoint
+from trainer.checkpoint_io.sharded_layout import META_FILE, is_sharded_checkpoint
 from trainer.contracts import storage
 from trainer.contracts.run_identity import run_id
 from trainer.contracts.run_lock import RunLock, RunLockedError

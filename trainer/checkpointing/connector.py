@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.contracts import storage
 from trainer.contracts.run_identity import attempt, run_id
 
-from trainer.checkpointing.checkpoint import (
+from trainer.checkpoint_io.file_format import (
     FORMAT_VERSION,
     check_compatible,
     weights_only_loadable,

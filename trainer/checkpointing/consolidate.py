@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainer.checkpointing.checkpoint import CheckpointError
-from trainer.checkpointing.distributed_checkpoint import consolidate_checkpoint
+from trainer.checkpoint_io.file_format import CheckpointError
+from trainer.checkpoint_io.sharded_read import consolidate_checkpoint
 
 __all__ = ["consolidate_checkpoint", "main"]
 

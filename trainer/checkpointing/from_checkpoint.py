@@ -13,7 +13,7 @@ from typing import Any, Mapping, TypeVar
 import torch
 
 from trainer.accelerators.accelerator import move_to_device
-from trainer.checkpointing.distributed_checkpoint import load_full
+from trainer.checkpoint_io.sharded_read import load_full
 from trainer.hyperparameters import instantiate
 
 _M = TypeVar("_M", bound=torch.nn.Module)  # a TrainModule

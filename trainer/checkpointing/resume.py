@@ -35,15 +35,21 @@ if TYPE_CHECKING:
     from trainer.contracts.progress import FitProgress
 
 
-def _seeded_samplers(loader: Any) -> list[Any]:
+def _seeded_samplers(loader: Any, unseeded: bool = False) -> list[Any]:
     # A DistributedSampler's order is (seed, epoch); its seed may come from the environment of
     # the run that built it, so it is saved rather than trusted to be the same after a restart.
+    # ``unseeded``: also the samplers with a ``seed`` of None (a GlobalBatchSampler drawing its
+    # order from torch's default generator), which an older checkpoint seeds again.
     batch_sampler = getattr(loader, "batch_sampler", None)
     found: list[Any] = []
     for owner in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
-        if isinstance(getattr(owner, "seed", None), int) and all(owner is not f for f in found):
+        seed = getattr(owner, "seed", _NO_SEED)
+        if (isinstance(seed, int) or (unseeded and seed is None)) and all(owner is not f for f in found):
             found.append(owner)
     return found
+
+
+_NO_SEED = object()
 
 
 def capture_epoch_state(loader: Any) -> dict[str, Any]:
@@ -77,8 +83,17 @@ def restore_loader_position(loader: Any, state: dict[str, Any] | None) -> None:
 
 
 def restore_sampler_seeds(loader: Any, state: dict[str, Any]) -> None:
-    """Give the loader's seeded samplers the seeds they had in the saved run."""
-    for sampler, seed in zip(_seeded_samplers(loader), state.get("sampler_seeds", [])):
+    """Give the loader's seeded samplers the seeds they had in the saved run.
+
+    A checkpoint written before the training order was drawn from torch's default generator
+    (main at b722602 and earlier) holds its GlobalBatchSampler's seed: the sampler gets it back
+    and draws each epoch's order from ``seed + epoch`` as that run did, so the run resumes exactly.
+    """
+    saved = state.get("sampler_seeds", [])
+    samplers = _seeded_samplers(loader)
+    if len(saved) > len(samplers):  # written while a sampler that is unseeded now was seeded
+        samplers = _seeded_samplers(loader, unseeded=True)
+    for sampler, seed in zip(samplers, saved):
         sampler.seed = seed
 
 

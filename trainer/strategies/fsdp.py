@@ -22,7 +22,10 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.contracts.arguments import check_bool
-from trainer.checkpointing import distributed_checkpoint as sharded
+from trainer.checkpoint_io import fsdp_state
+from trainer.checkpoint_io.sharded_layout import is_sharded_checkpoint
+from trainer.checkpoint_io.sharded_read import read_sharded
+from trainer.checkpoint_io.sharded_save import PendingSave, save_sharded, warn_unsaved
 from trainer.strategies.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.rng import share_torch_rng_state
 from trainer.strategies.strategy import NO_CONTEXT
@@ -315,32 +318,32 @@ class FSDPStrategy(ProcessGroupStrategy):
             self._syncing = sync
         return NO_CONTEXT
 
-    # -- checkpoints: one directory of every rank's shards (trainer/checkpointing/distributed_checkpoint.py)
-    _pending_save: sharded.PendingSave | None = None
+    # -- checkpoints: one directory of every rank's shards (trainer/checkpoint_io/)
+    _pending_save: PendingSave | None = None
     _checkpoint_group: Any = None  # the asynchronous saves' own group: never the training collectives'
 
     def module_state(self, module: nn.Module) -> dict[str, Any]:
         """This rank's shards of the module's state (DTensors)."""
-        return sharded.sharded_module_state(module)
+        return fsdp_state.sharded_module_state(module)
 
     def optimizer_state(self, optimizer: Any) -> dict[str, Any]:
         """This rank's shards of the optimizer's state, keyed by parameter name."""
         assert self.model is not None
-        return sharded.sharded_optimizer_state(self.model, optimizer)
+        return fsdp_state.sharded_optimizer_state(self.model, optimizer)
 
     def load_module_state(self, module: nn.Module, state: Any) -> None:
         """Read a sharded (or full) module state into this rank's shards: any saved world size."""
-        sharded.load_module_state(module, state)
+        fsdp_state.load_module_state(module, state)
 
     def load_optimizer_state(self, optimizer: Any, state: Any) -> None:
         """Read a sharded (or full) optimizer state into this rank's shards: any saved world size."""
         assert self.model is not None
-        sharded.load_optimizer_state(self.model, optimizer, state)
+        fsdp_state.load_optimizer_state(self.model, optimizer, state)
 
     def write_checkpoint(self, checkpoint: dict[str, Any], path: str, alone: bool = False) -> None:
         """Every rank writes its shards into the directory ``path``, published complete or not at all."""
         if alone:
-            sharded.warn_unsaved(path)
+            warn_unsaved(path)
             return
         if not self.in_group:
             raise RuntimeError(
@@ -351,7 +354,7 @@ class FSDPStrategy(ProcessGroupStrategy):
         self.wait_for_checkpoint()
         if self.async_checkpoint and self._checkpoint_group is None:
             self._checkpoint_group = dist.new_group(backend="gloo", timeout=self.timeout)
-        self._pending_save = sharded.save_sharded(
+        self._pending_save = save_sharded(
             checkpoint, path, self.global_rank, self._checkpoint_group, self.async_checkpoint
         )
         if not self.async_checkpoint:
@@ -359,8 +362,8 @@ class FSDPStrategy(ProcessGroupStrategy):
 
     def read_checkpoint(self, path: str, weights_only: bool = True) -> dict[str, Any]:
         """A sharded directory's position and states, its tensors read later into this rank's shards."""
-        if sharded.is_sharded_checkpoint(path):
-            return sharded.read_sharded(path, weights_only)
+        if is_sharded_checkpoint(path):
+            return read_sharded(path, weights_only)
         return super().read_checkpoint(path, weights_only)
 
     def wait_for_checkpoint(self) -> None:

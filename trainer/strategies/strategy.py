@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 from trainer.accelerators.accelerator import Accelerator
-from trainer.checkpointing.checkpoint import atomic_save
-from trainer.checkpointing.distributed_checkpoint import load_full
+from trainer.checkpoint_io.file_format import atomic_save
+from trainer.checkpoint_io.sharded_read import load_full
 from trainer.contracts.loader import ShardingLoader
 from trainer.seed import global_seed
 from trainer.data.distributed_sampler import distribute_dataloader, set_epoch

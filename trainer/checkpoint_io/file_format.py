@@ -185,27 +185,7 @@ def weights_only_loadable(value: Any) -> Any:
     numbers of other types (NumPy) Python numbers, sets sorted lists, and any other object its
     ``repr``: the run's own checkpoints always load without ``weights_only=False``.
     """
-    def plain(leaf: Any) -> Any:
-        # What is no container: in this order, as an IntEnum is an Integral and a StrEnum a str.
-        if isinstance(leaf, torch.device):
-            return str(leaf)
-        if isinstance(leaf, os.PathLike):
-            return os.fspath(leaf)
-        if isinstance(leaf, type) or (callable(leaf) and hasattr(leaf, "__qualname__")):
-            return f"{getattr(leaf, '__module__', None) or ''}.{leaf.__qualname__}".lstrip(".")
-        if isinstance(leaf, enum.Enum):
-            return f"{type(leaf).__qualname__}.{leaf.name}"
-        if isinstance(leaf, numbers.Integral):
-            return int(leaf)
-        if isinstance(leaf, numbers.Real):
-            return float(leaf)
-        if isinstance(leaf, str):  # a str subclass
-            return str(leaf)
-        return repr(leaf)
-
-    if value is None or type(value) in (bool, int, float, complex, str, bytes, torch.dtype, torch.Size):
-        return value
-    if isinstance(value, torch.Tensor):
+    if value is None or type(value) in _KEPT or isinstance(value, torch.Tensor):
         return value
     if isinstance(value, Mapping):
         return {weights_only_loadable(k): weights_only_loadable(v) for k, v in value.items()}
@@ -213,7 +193,30 @@ def weights_only_loadable(value: Any) -> Any:
         return (list if isinstance(value, list) else tuple)(weights_only_loadable(v) for v in value)
     if isinstance(value, (set, frozenset)):
         return sorted((weights_only_loadable(v) for v in value), key=repr)
-    return plain(value)
+    return _as_plain_data(value)
+
+
+# the types torch.load(weights_only=True) reads back as they are (their subclasses are converted)
+_KEPT = (bool, int, float, complex, str, bytes, torch.dtype, torch.Size)
+
+
+def _as_plain_data(value: Any) -> Any:
+    """A value that is not a container: as a string or a Python number."""
+    if isinstance(value, torch.device):
+        return str(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, type) or (callable(value) and hasattr(value, "__qualname__")):
+        return f"{getattr(value, '__module__', None) or ''}.{value.__qualname__}".lstrip(".")
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):  # a str subclass
+        return str(value)
+    return repr(value)
 
 
 def check_compatible(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from trainer.contracts.arguments import check_bool, check_path
 from trainer.module import TrainModule

@@ -37,13 +37,14 @@ def make_loggers(config: TrainerConfig) -> list[Logger]:
     if logger is True:
         from callbacks.tensorboard_logger import TensorBoardLogger  # imports tensorboard: only when used
 
-        return [TensorBoardLogger(save_dir=config.checkpointing.default_root_dir)]
+        return [TensorBoardLogger(save_dir=config.checkpointing.root)]
     if logger is False or logger is None:
         return []
-    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
-    for lg in items:
+    items: list[Logger] = []
+    for lg in list(logger) if isinstance(logger, (list, tuple)) else [logger]:
         if not isinstance(lg, Logger):
             raise TypeError(f"logger must be True/False, a Logger or a list of Loggers; got {type(lg).__name__}")
+        items.append(lg)
     return items
 
 
@@ -54,10 +55,11 @@ def make_callbacks(config: TrainerConfig, loggers: list[Logger]) -> list[Callbac
     ``fast_dev_run`` removes every checkpoint callback: it writes nothing.
     """
     callbacks = config.loop.callbacks
-    given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-    for cb in given:
+    given: list[Callback] = []
+    for cb in [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]:
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be Callback instances; got {type(cb).__name__}")
+        given.append(cb)
     roles = {cb.role for cb in given}
     given += [make() for role, make in _defaults(config, bool(loggers)) if role not in roles]
     if config.debug.fast_dev_run:
@@ -81,7 +83,7 @@ def _defaults(config: TrainerConfig, logging: bool) -> list[tuple[str, Callable[
         defaults.append(("timer", lambda: Timer(max_time, interval="step")))
     if config.checkpointing.enable_checkpointing and not config.debug.fast_dev_run:
         # a last.ckpt (a link to the newest file: no second write) so that ckpt_path="last" resumes
-        save_last = True if storage.is_url(config.checkpointing.default_root_dir) else "link"
+        save_last = True if storage.is_url(config.checkpointing.root) else "link"
         defaults.append(("checkpoint", lambda: ModelCheckpoint(save_last=save_last)))
     return defaults
 

@@ -106,7 +106,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
             DebugConfig(fast_dev_run, overfit_batches, detect_non_finite_loss, detect_non_finite_grads, detect_anomaly, barebones),
             DistributedConfig(accelerator, devices, num_nodes, strategy, sync_batchnorm, use_distributed_sampler, plugins),
         ))
-        self.profiler = make_profiler(self.config.logging.profiler)
+        self.profiler = make_profiler(profiler)  # the argument as given; its section keeps it unbuilt
         self.precision = normalize_precision(self.config.precision.precision)
         self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(accelerator), self.precision)
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling

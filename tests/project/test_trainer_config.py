@@ -51,7 +51,7 @@ def test_the_sections_default_to_the_trainers_defaults():
 
 
 def test_the_config_and_its_sections_are_frozen():
-    trainer = Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
     with pytest.raises(dataclasses.FrozenInstanceError):
         trainer.config.limits = sections.Limits()  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from typing import Union
+from typing import Sequence, Union
 
 from trainer.contracts import storage
 from trainer.contracts.arguments import check_bool, check_int, check_limit, check_number, check_path, check_str
@@ -37,8 +37,8 @@ STRATEGY_NAMES = (
 )
 
 Limit = Union[int, float, None]
-CallbacksArgument = Union[list[CallbackView], CallbackView, None]
-LoggerArgument = Union[bool, LoggerView, list[LoggerView], None]
+CallbacksArgument = Union[Sequence[CallbackView], CallbackView, None]
+LoggerArgument = Union[bool, LoggerView, Sequence[LoggerView], None]
 
 
 def _set(section: object, name: str, value: object) -> None:
@@ -53,7 +53,7 @@ class Limits:
     max_steps: int = -1
     min_epochs: int | None = None  # should_stop (early stopping) waits for these, as in Lightning
     min_steps: int | None = None
-    max_time: datetime.timedelta | None = None  # given as "DD:HH:MM:SS", a dict or a timedelta
+    max_time: str | datetime.timedelta | dict[str, int] | None = None  # a timedelta once built
     limit_train_batches: Limit = None
     limit_val_batches: Limit = None
     limit_test_batches: Limit = None
@@ -137,6 +137,11 @@ class CheckpointingConfig:
     allow_dataset_change: bool = False  # a resume mid-epoch over another dataset length restarts that epoch (warned)
     model_registry: str | None = None  # refused unless None (`REFUSED_TRAINER_ARGUMENTS`)
 
+    @property
+    def root(self) -> str:
+        """``default_root_dir`` as built: a local path or a URL."""
+        return str(self.default_root_dir)
+
     def __post_init__(self) -> None:
         for name in ("enable_checkpointing", "allow_global_batch_change", "allow_dataset_change"):
             check_bool(name, getattr(self, name))
@@ -153,7 +158,7 @@ class LoggingConfig:
     enable_progress_bar: bool = True
     enable_model_summary: bool = True
     enable_autolog_hparams: bool = True  # the hyperparameters go to the loggers at the start of a fit
-    profiler: object = None  # None, "simple", "pytorch" or a Profiler: `make_profiler` builds it
+    profiler: object = None  # as given (None, "simple", "pytorch" or a Profiler): `make_profiler` checks and builds it
 
     def __post_init__(self) -> None:
         check_int("log_every_n_steps", self.log_every_n_steps, minimum=1)

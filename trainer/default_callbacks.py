@@ -6,8 +6,7 @@ not by class: a callback of role "checkpoint" is a checkpoint callback everywher
 """
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks._file_logger import fix_log_versions
 from trainer.contracts import storage
@@ -22,6 +21,7 @@ from callbacks.progress_bar import ProgressBar
 from callbacks.timer import Timer
 
 if TYPE_CHECKING:
+    from trainer.contracts.config import TrainerConfig
     from trainer.contracts.protocols import TrainerInternals as Trainer
 
 __all__ = [
@@ -30,53 +30,62 @@ __all__ = [
 ]
 
 
-def make_loggers(logger: Any, root: str) -> list[Logger]:
-    """The Trainer's ``logger`` argument as a list (``True``: one TensorBoard logger in ``root``)."""
+def make_loggers(config: TrainerConfig) -> list[Logger]:
+    """The Trainer's ``logger`` argument as a list (``True``: one TensorBoard logger in
+    ``default_root_dir``); none under ``fast_dev_run``, which writes nothing."""
+    logger = False if config.debug.fast_dev_run else config.logging.logger
     if logger is True:
         from callbacks.tensorboard_logger import TensorBoardLogger  # imports tensorboard: only when used
 
-        return [TensorBoardLogger(save_dir=root)]
+        return [TensorBoardLogger(save_dir=config.checkpointing.root)]
     if logger is False or logger is None:
         return []
-    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
-    for lg in items:
+    items: list[Logger] = []
+    for lg in list(logger) if isinstance(logger, (list, tuple)) else [logger]:
         if not isinstance(lg, Logger):
             raise TypeError(f"logger must be True/False, a Logger or a list of Loggers; got {type(lg).__name__}")
+        items.append(lg)
     return items
 
 
-def make_callbacks(callbacks: Any, loggers: list[Logger], args: Mapping[str, Any]) -> list[Callback]:
+def make_callbacks(config: TrainerConfig, loggers: list[Logger]) -> list[Callback]:
     """The run's callbacks in calling order: loggers, the given and default ones, checkpoints last.
 
-    ``args`` are the Trainer's arguments. A default is added only when no callback of its kind (a
-    subclass included) was given. ``fast_dev_run`` removes every checkpoint callback: it writes nothing.
+    A default is added only when no callback of its kind (a subclass included) was given.
+    ``fast_dev_run`` removes every checkpoint callback: it writes nothing.
     """
-    given = [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-    for cb in given:
+    callbacks = config.loop.callbacks
+    given: list[Callback] = []
+    for cb in [] if callbacks is None else list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]:
         if not isinstance(cb, Callback):
             raise TypeError(f"callbacks must be Callback instances; got {type(cb).__name__}")
-
-    def has(role: str) -> bool:
-        return any(cb.role == role for cb in given)
-
-    if loggers and not has("lr_monitor"):  # learning rates belong in every log
-        given.append(LearningRateMonitor())
-    if args["enable_progress_bar"] and not has("progress_bar"):
-        given.append(ProgressBar())
-    if args["enable_model_summary"] and not has("model_summary"):
-        given.append(ModelSummary())
-    if args["max_time"] is not None and not has("timer"):
-        given.append(Timer(args["max_time"], interval="step"))
-    if args["fast_dev_run"]:
+        given.append(cb)
+    roles = {cb.role for cb in given}
+    given += [make() for role, make in _defaults(config, bool(loggers)) if role not in roles]
+    if config.debug.fast_dev_run:
         given = [cb for cb in given if cb.role != "checkpoint"]
-    elif args["enable_checkpointing"] and not has("checkpoint"):
-        # a last.ckpt (a link to the newest file: no second write) so that ckpt_path="last" resumes
-        root = args["default_root_dir"]
-        remote = root is not None and storage.is_url(storage.normalize(os.fspath(root)))
-        given.append(ModelCheckpoint(save_last=True if remote else "link"))
     # Checkpoint callbacks run last so they save state every other callback already updated.
     ordinary = [cb for cb in given if cb.role != "checkpoint"]
     return [*loggers, *ordinary, *checkpoint_callbacks(given)]
+
+
+def _defaults(config: TrainerConfig, logging: bool) -> list[tuple[str, Callable[[], Callback]]]:
+    """The default callbacks the config asks for, by role; each is built only if none of its role was given."""
+    defaults: list[tuple[str, Callable[[], Callback]]] = []
+    if logging:  # learning rates belong in every log
+        defaults.append(("lr_monitor", LearningRateMonitor))
+    if config.logging.enable_progress_bar:
+        defaults.append(("progress_bar", ProgressBar))
+    if config.logging.enable_model_summary:
+        defaults.append(("model_summary", ModelSummary))
+    max_time = config.limits.max_time
+    if max_time is not None:
+        defaults.append(("timer", lambda: Timer(max_time, interval="step")))
+    if config.checkpointing.enable_checkpointing and not config.debug.fast_dev_run:
+        # a last.ckpt (a link to the newest file: no second write) so that ckpt_path="last" resumes
+        save_last = True if storage.is_url(config.checkpointing.root) else "link"
+        defaults.append(("checkpoint", lambda: ModelCheckpoint(save_last=save_last)))
+    return defaults
 
 
 def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callback]:

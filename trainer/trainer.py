@@ -1,8 +1,5 @@
-"""`Trainer`: its configuration, the entry points fit / validate / test / predict, read-only state.
-
-The work is done by the loops (`trainer.loops`), the strategy (`trainer.strategies`), the
-checkpoint connector (`trainer.checkpointing.connector`) and the `MetricLogger`.
-"""
+"""`Trainer`: its configuration (`trainer.contracts.config`), the entry points fit / validate / test /
+predict, read-only state. The loops, the strategy, the checkpoint connector and the `MetricLogger` do the work."""
 from __future__ import annotations
 
 import datetime
@@ -15,7 +12,9 @@ from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
 from trainer.checks import check_call, hint_misspelled_arguments
-from trainer.configuration import TrainerConfig, TrainerSettings
+from trainer.configuration import TrainerSettings, configure
+from trainer.contracts.config import CheckpointingConfig, DebugConfig, DistributedConfig, Limits, LoggingConfig, LoopConfig
+from trainer.contracts.config import PrecisionConfig, TrainerConfig
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.data.batch_counts import BatchCounts
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
@@ -94,28 +93,29 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         plugins: str | list[str] | None = None,
         model_registry: str | None = None,
     ) -> None:
-        args = dict(locals())  # first statement: exactly the arguments (and self)
-        self.config = TrainerConfig.from_arguments(args)  # checked once; fast_dev_run / overfit_batches applied
-        self.profiler = make_profiler(profiler)
-
-        self.precision = normalize_precision(precision)
-        self._strategy = select_strategy(
-            strategy,
-            accelerator=Accelerator.from_flag(accelerator),
-            devices=devices,
-            num_nodes=num_nodes,
-            sync_batchnorm=sync_batchnorm,
-            use_distributed_sampler=use_distributed_sampler,
-            precision=self.precision,
-        )
+        self.config = configure(TrainerConfig(  # each section checks its arguments (in the fields' order)
+            Limits(max_epochs, max_steps, min_epochs, min_steps, max_time, limit_train_batches,
+                   limit_val_batches, limit_test_batches, limit_predict_batches),
+            LoopConfig(accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, scale_lr,
+                       val_check_interval, check_val_every_n_epoch, num_sanity_val_steps,
+                       reload_dataloaders_every_n_epochs, inference_mode, compile, channels_last, pin_memory, callbacks),
+            PrecisionConfig(precision, deterministic, benchmark),
+            CheckpointingConfig(enable_checkpointing, default_root_dir, allow_global_batch_change, allow_dataset_change,
+                                model_registry),
+            LoggingConfig(logger, log_every_n_steps, enable_progress_bar, enable_model_summary, enable_autolog_hparams, profiler),
+            DebugConfig(fast_dev_run, overfit_batches, detect_non_finite_loss, detect_non_finite_grads, detect_anomaly, barebones),
+            DistributedConfig(accelerator, devices, num_nodes, strategy, sync_batchnorm, use_distributed_sampler, plugins),
+        ))
+        self.profiler = make_profiler(profiler)  # the argument as given; its section keeps it unbuilt
+        self.precision = normalize_precision(self.config.precision.precision)
+        self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(accelerator), self.precision)
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
-        set_torch_flags(deterministic, benchmark)
-
-        self.loggers: list[Logger] = make_loggers(False if self.fast_dev_run else logger, self.default_root_dir)
-        self.callbacks: list[Callback] = make_callbacks(callbacks, self.loggers, args)
+        set_torch_flags(self.config.precision.deterministic, self.config.precision.benchmark)
+        self.loggers: list[Logger] = make_loggers(self.config)
+        self.callbacks: list[Callback] = make_callbacks(self.config, self.loggers)
         self.state = TrainerState()
-        self.run = RunState(accumulate_grad_batches)  # what changes during a run: should_stop, optimizers, loaders
-        self.fit_loop = FitLoop(self, detect_non_finite_loss)
+        self.run = RunState(self.config.loop.accumulate_grad_batches)  # what changes during a run: should_stop, optimizers, loaders
+        self.fit_loop = FitLoop(self, self.config.debug.detect_non_finite_loss)
         self.metric_logger = MetricLogger(self.loggers)  # where `self.log` records; what reaches the loggers
         self._module: TrainModule | None = None
         self.hooks = HookDispatcher(self, None, [], Callback)  # the current run's hooks (none before a run)

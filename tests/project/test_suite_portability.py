@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import cuda_skip_reason
 from trainer.accelerators.accelerator import Accelerator
+from trainer.contracts.config import DistributedConfig
 from trainer.strategies.selection import select_strategy
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -176,8 +177,7 @@ def test_more_launched_processes_than_cuda_devices_is_a_clear_error(monkeypatch)
     cuda = Accelerator("cuda")  # no device needed: the check runs before any is touched
     monkeypatch.setattr(cuda, "device_count", lambda: 1)
     with pytest.raises(ValueError, match=r"started 2 processes on this node but it has 1 CUDA device\(s\)"):
-        select_strategy("auto", accelerator=cuda, devices="auto", num_nodes=1, sync_batchnorm=False,
-                        use_distributed_sampler=True)
+        select_strategy(DistributedConfig(), cuda)
 
 
 def test_ci_tests_the_torch_floor_that_pyproject_declares():

@@ -100,3 +100,15 @@ def check_str(name: str, value: Any, *, allow_none: bool = False) -> None:
         return
     if not isinstance(value, str):
         raise _fail(TypeError, name, _or_none("a str", allow_none), value)
+
+
+def check_limit(name: str, limit: int | float | None) -> None:
+    """Validate a ``limit_*_batches`` argument (None, int >= 0, or float in [0, 1])."""
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        raise TypeError(f"{name} must be an int (batches) or a float fraction in [0, 1], got {limit!r}")
+    if isinstance(limit, int) and limit < 0:
+        raise ValueError(f"{name} must be >= 0, got {limit}")
+    if isinstance(limit, float) and not 0.0 <= limit <= 1.0:
+        raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")

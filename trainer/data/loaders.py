@@ -23,18 +23,6 @@ def check_loader(name: str, loader: Any) -> None:
         )
 
 
-def check_limit(name: str, limit: int | float | None) -> None:
-    """Validate a ``limit_*_batches`` argument (None, int >= 0, or float in [0, 1])."""
-    if limit is None:
-        return
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
-        raise TypeError(f"{name} must be an int (batches) or a float fraction in [0, 1], got {limit!r}")
-    if isinstance(limit, int) and limit < 0:
-        raise ValueError(f"{name} must be >= 0, got {limit}")
-    if isinstance(limit, float) and not 0.0 <= limit <= 1.0:
-        raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")
-
-
 def dataset_size(loader: Any) -> int | None:
     """The length of a map-style DataLoader's dataset (None: another kind of loader, or no length)."""
     from torch.utils.data import DataLoader, IterableDataset

@@ -152,7 +152,7 @@ class EvaluationLoop:
         FSDP, where inference tensors do not work."""
         dist = torch.distributed
         gloo = dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"
-        inference = self.trainer.config.inference_mode and not self.within_fit
+        inference = self.trainer.config.loop.inference_mode and not self.within_fit
         if inference and not gloo and self.trainer.strategy.name != "fsdp":
             return torch.inference_mode()
         return torch.no_grad()

@@ -166,7 +166,7 @@ class FitLoop:
         )
         hparams = merged_hparams(model.hparams, t.datamodule.hparams if t.datamodule is not None else None)
         t.metric_logger.log_run_start(hparams if t.enable_autolog_hparams else {}, summary, strategy, model)
-        with torch.autograd.set_detect_anomaly(t.config.detect_anomaly):
+        with torch.autograd.set_detect_anomaly(t.config.debug.detect_anomaly):
             self.run()
 
     def _restore(self, checkpoint: dict[str, Any], path: str) -> None:

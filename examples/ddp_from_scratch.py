@@ -7,7 +7,7 @@ One small regression model is trained three times, from the same initial weights
 data in the same order, with W processes x b samples x A accumulated micro batches per step:
 
 1. by hand: every process trains its own copy of the model on its own shard of the data
-   (`DistributedSampler`); `HandWrittenDDP` checks that all copies start from rank 0's weights,
+   (`SharedShuffle`: rank 0's shuffled order, cut into shards); `HandWrittenDDP` checks that all copies start from rank 0's weights,
    and after the backward pass of the last micro batch of each accumulation window it averages
    the gradients over the processes (one `all_reduce`), so every copy takes the same step and
    the copies stay identical. The micro-batch losses are divided by the window's size: a mean
@@ -83,15 +83,29 @@ class HandWrittenDDP:
             offset += g.numel()
 
 
+class SharedShuffle(DistributedSampler):
+    """This rank's shard of an epoch order drawn as a plain ``shuffle=True`` loader draws it (a seed
+    from torch's default generator when the epoch starts), rank 0's seed shared with every rank:
+    the order the same script has on one process, cut into disjoint shards."""
+
+    def __init__(self, data: TensorDataset, device: torch.device) -> None:
+        super().__init__(data, shuffle=True)
+        self.device = device
+
+    def __iter__(self) -> Any:
+        seed = torch.empty((), dtype=torch.int64).random_().to(self.device)
+        dist.broadcast(seed, src=0)  # every rank cuts rank 0's permutation
+        self.seed, self.epoch = int(seed.item()), 0
+        return super().__iter__()
+
+
 def train_by_hand(data: TensorDataset, device: torch.device, args: argparse.Namespace) -> nn.Module:
     net = make_net().to(device)
     model = HandWrittenDDP(net)
-    sampler = DistributedSampler(data, shuffle=True, seed=SEED)  # this rank's shard, reshuffled per epoch
-    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=SharedShuffle(data, device))  # a new order each epoch
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
     n, a = len(loader), args.accumulate
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)  # without it every epoch repeats the first one's order
+    for _ in range(args.epochs):
         for i, (x, y) in enumerate(loader):
             start = i - i % a
             window = min(a, n - start)  # the last window of an epoch may be shorter
@@ -132,8 +146,8 @@ def train_with_trainer(strategy: str, data: TensorDataset, accelerator: str, arg
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    # A plain shuffling loader: the Trainer gives each rank its DistributedSampler (seeded by
-    # seed_everything) and calls set_epoch itself.
+    # A plain shuffling loader: the Trainer gives each rank its shard of each epoch's order, drawn
+    # as this loader would draw it on one process (rank 0's draw, shared).
     trainer.fit(module, DataLoader(data, batch_size=args.batch_size, shuffle=True))
     return module.net
 
@@ -162,7 +176,7 @@ def worker(args: argparse.Namespace) -> bool:
         torch.cuda.set_device(device)  # pin before NCCL starts, or every rank talks to cuda:0
     torch.set_num_threads(1)
     dist.init_process_group("nccl" if use_cuda else "gloo")  # env://: the variables above
-    seed_everything(SEED)  # the Trainer's samplers shuffle with this seed, as train_by_hand's does
+    seed_everything(SEED)  # each run's epoch orders are drawn from torch's generator, reseeded by make_net
     try:
         data = make_data()
         final = {"by hand": parameters_to_vector(train_by_hand(data, device, args).parameters()).detach()}

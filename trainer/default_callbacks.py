@@ -101,20 +101,31 @@ def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callba
     extra = module.configure_callbacks()
     if not extra:
         return callbacks
+    extra = _checked_callbacks(extra)
+    replaced = _replaced_kinds(callbacks, extra, type(module).__name__)
+    merged = [cb for cb in callbacks if type(cb) not in replaced] + extra
+    ordinary = [cb for cb in merged if not isinstance(cb, ModelCheckpoint)]
+    return [*ordinary, *checkpoint_callbacks(merged)]
+
+
+def _checked_callbacks(extra: Any) -> list[Callback]:
     extra = list(extra) if isinstance(extra, (list, tuple)) else [extra]
     for cb in extra:
         if not isinstance(cb, Callback):
             raise TypeError(f"configure_callbacks must return Callback instances; got {type(cb).__name__}")
+    return extra
+
+
+def _replaced_kinds(callbacks: list[Callback], extra: list[Callback], module_name: str) -> set[type]:
+    """The Trainer's callback types a module callback replaces (its own type or a base of it), said once."""
     kinds = {type(cb) for cb in callbacks} - {Callback}
     replaced = {kind for new in extra for kind in kinds if issubclass(type(new), kind)}
     if replaced:
         from trainer.distributed.rank_zero import rank_zero_info
 
         names = ", ".join(sorted(k.__name__ for k in replaced))
-        rank_zero_info(f"[lockstep] {type(module).__name__}.configure_callbacks replaces the Trainer's {names}")
-    merged = [cb for cb in callbacks if type(cb) not in replaced] + extra
-    ordinary = [cb for cb in merged if not isinstance(cb, ModelCheckpoint)]
-    return [*ordinary, *checkpoint_callbacks(merged)]
+        rank_zero_info(f"[lockstep] {module_name}.configure_callbacks replaces the Trainer's {names}")
+    return replaced
 
 
 def first_log_dir(loggers: list[Logger], default: str) -> str:

@@ -223,8 +223,18 @@ def check_compatible(
     checkpoint: dict[str, Any], path: str, module: torch.nn.Module, optimizers: list[Any], schedulers: list[Any]
 ) -> None:
     """Refuse a checkpoint that does not fit, before anything is loaded (no half-loaded model)."""
-    expected = module.state_dict()
-    saved = checkpoint["state_dict"]
+    problems = _weight_problems(module.state_dict(), checkpoint["state_dict"])
+    if optimizers:
+        problems += _optimizers_problems(checkpoint, optimizers)
+    if schedulers and len(checkpoint.get("lr_schedulers", [])) != len(schedulers):
+        problems.append(f"{len(checkpoint.get('lr_schedulers', []))} scheduler state(s) for {len(schedulers)} scheduler(s)")
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise CheckpointError(f"Checkpoint {path!r} does not fit this run: {shown}. Nothing was loaded.")
+
+
+def _weight_problems(expected: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """Missing, unexpected and differently shaped entries of the saved weights."""
     problems = [f"missing {k!r}" for k in expected if k not in saved]
     problems += [f"unexpected {k!r}" for k in saved if k not in expected]
     problems += [
@@ -232,19 +242,20 @@ def check_compatible(
         for k, v in expected.items()
         if k in saved and hasattr(saved[k], "shape") and tuple(saved[k].shape) != tuple(v.shape)
     ]
-    if optimizers:
-        states = checkpoint.get("optimizer_states", [])
-        if len(states) != len(optimizers):
-            problems.append(f"{len(states)} optimizer state(s) for {len(optimizers)} optimizer(s)")
-        saved_classes = checkpoint.get("optimizer_classes")
-        for i, (opt, state) in enumerate(zip(optimizers, states)):
-            saved_class = saved_classes[i] if saved_classes and i < len(saved_classes) else None
-            problems += _optimizer_problems(i, opt, state, saved_class)
-    if schedulers and len(checkpoint.get("lr_schedulers", [])) != len(schedulers):
-        problems.append(f"{len(checkpoint.get('lr_schedulers', []))} scheduler state(s) for {len(schedulers)} scheduler(s)")
-    if problems:
-        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-        raise CheckpointError(f"Checkpoint {path!r} does not fit this run: {shown}. Nothing was loaded.")
+    return problems
+
+
+def _optimizers_problems(checkpoint: dict[str, Any], optimizers: list[Any]) -> list[str]:
+    """Why the saved optimizer states cannot be loaded into ``optimizers``."""
+    states = checkpoint.get("optimizer_states", [])
+    problems = []
+    if len(states) != len(optimizers):
+        problems.append(f"{len(states)} optimizer state(s) for {len(optimizers)} optimizer(s)")
+    saved_classes = checkpoint.get("optimizer_classes")
+    for i, (opt, state) in enumerate(zip(optimizers, states)):
+        saved_class = saved_classes[i] if saved_classes and i < len(saved_classes) else None
+        problems += _optimizer_problems(i, opt, state, saved_class)
+    return problems
 
 
 def _optimizer_problems(i: int, opt: Any, state: dict[str, Any], saved_class: str | None) -> list[str]:

@@ -35,6 +35,39 @@ def _dali() -> Any:
     return nvidia.dali
 
 
+def _check_pipeline(pipeline_fn: Callable[..., Any]) -> None:
+    """A ``@pipeline_def`` function that takes the shard the Trainer passes."""
+    if not callable(pipeline_fn):
+        raise TypeError(
+            f"DALILoader: pipeline_fn must be a @pipeline_def function, got {type(pipeline_fn).__name__}."
+        )
+    params = inspect.signature(pipeline_fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    missing = [name for name in ("shard_id", "num_shards") if name not in params and not takes_any]
+    if missing:
+        raise TypeError(
+            f"DALILoader: the pipeline definition {getattr(pipeline_fn, '__name__', pipeline_fn)!r} must "
+            f"take {' and '.join(missing)} (the Trainer passes each rank's shard) and give them "
+            "to its reader."
+        )
+
+
+def _check_arguments(output_map: Sequence[str], last_batch_policy: str | None, pipeline_kwargs: dict[str, Any]) -> None:
+    """Names for the outputs, a known last-batch policy, nothing the Trainer sets."""
+    if isinstance(output_map, str) or not output_map or not all(isinstance(n, str) for n in output_map):
+        raise TypeError(f"DALILoader: output_map must be a non-empty list of names, got {output_map!r}.")
+    if len(set(output_map)) != len(output_map):
+        raise ValueError(f"DALILoader: output_map has repeated names: {list(output_map)}.")
+    if last_batch_policy is not None and last_batch_policy not in LAST_BATCH_POLICIES:
+        raise ValueError(
+            f"DALILoader: last_batch_policy must be one of {list(LAST_BATCH_POLICIES)} or None, "
+            f"got {last_batch_policy!r}."
+        )
+    for name in ("shard_id", "num_shards", "checkpoint", "enable_checkpointing"):
+        if name in pipeline_kwargs:
+            raise ValueError(f"DALILoader: {name} is set by the Trainer; do not pass it.")
+
+
 class DALILoader:
     """Batches of a DALI pipeline, one shard per rank, one reader epoch per Trainer epoch.
 
@@ -62,31 +95,8 @@ class DALILoader:
         **pipeline_kwargs: Any,
     ) -> None:
         _dali()
-        if not callable(pipeline_fn):
-            raise TypeError(
-                f"DALILoader: pipeline_fn must be a @pipeline_def function, got {type(pipeline_fn).__name__}."
-            )
-        params = inspect.signature(pipeline_fn).parameters
-        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-        missing = [name for name in ("shard_id", "num_shards") if name not in params and not takes_any]
-        if missing:
-            raise TypeError(
-                f"DALILoader: the pipeline definition {getattr(pipeline_fn, '__name__', pipeline_fn)!r} must "
-                f"take {' and '.join(missing)} (the Trainer passes each rank's shard) and give them "
-                "to its reader."
-            )
-        if isinstance(output_map, str) or not output_map or not all(isinstance(n, str) for n in output_map):
-            raise TypeError(f"DALILoader: output_map must be a non-empty list of names, got {output_map!r}.")
-        if len(set(output_map)) != len(output_map):
-            raise ValueError(f"DALILoader: output_map has repeated names: {list(output_map)}.")
-        if last_batch_policy is not None and last_batch_policy not in LAST_BATCH_POLICIES:
-            raise ValueError(
-                f"DALILoader: last_batch_policy must be one of {list(LAST_BATCH_POLICIES)} or None, "
-                f"got {last_batch_policy!r}."
-            )
-        for name in ("shard_id", "num_shards", "checkpoint", "enable_checkpointing"):
-            if name in pipeline_kwargs:
-                raise ValueError(f"DALILoader: {name} is set by the Trainer; do not pass it.")
+        _check_pipeline(pipeline_fn)
+        _check_arguments(output_map, last_batch_policy, pipeline_kwargs)
         self.pipeline_fn = pipeline_fn
         self.output_map = list(output_map)
         self.reader_name = reader_name

@@ -209,19 +209,9 @@ class FSDPStrategy(ProcessGroupStrategy):
         on_meta = any(t.is_meta for t in [*module.parameters(), *module.buffers()])
         module = self._prepare_module(module, move=False)  # fully_shard moves what is not on meta
         self._agree_on_weights(module, on_meta)
-        mesh = self._mesh()
-        kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward}
-        if self.precision == "bf16-mixed":
-            kwargs["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        if self.cpu_offload:
-            kwargs["offload_policy"] = fsdp.CPUOffloadPolicy(pin_memory=self.root_device.type == "cuda")
+        kwargs = self._shard_arguments(fsdp)
         children_first = [sub for sub in reversed(list(module.modules())) if sub is not module]
-        if any(self._should_checkpoint(sub) for sub in children_first):
-            from torch.distributed._composable import checkpoint
-
-            for sub in children_first:
-                if self._should_checkpoint(sub):
-                    checkpoint(sub)
+        self._apply_activation_checkpointing(children_first)
         for sub in children_first:
             if self._should_shard(sub):
                 fsdp.fully_shard(sub, **kwargs)
@@ -234,6 +224,23 @@ class FSDPStrategy(ProcessGroupStrategy):
         self.model = module
         self._syncing = True
         return module
+
+    def _shard_arguments(self, fsdp: Any) -> dict[str, Any]:
+        """``fully_shard``'s arguments: the mesh, resharding, mixed precision, CPU offload."""
+        kwargs: dict[str, Any] = {"mesh": self._mesh(), "reshard_after_forward": self.reshard_after_forward}
+        if self.precision == "bf16-mixed":
+            kwargs["mp_policy"] = fsdp.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if self.cpu_offload:
+            kwargs["offload_policy"] = fsdp.CPUOffloadPolicy(pin_memory=self.root_device.type == "cuda")
+        return kwargs
+
+    def _apply_activation_checkpointing(self, children_first: list[nn.Module]) -> None:
+        chosen = [sub for sub in children_first if self._should_checkpoint(sub)]
+        if chosen:
+            from torch.distributed._composable import checkpoint
+
+            for sub in chosen:
+                checkpoint(sub)
 
     def _mesh(self) -> Any:
         from torch.distributed.device_mesh import DeviceMesh, init_device_mesh

@@ -97,8 +97,8 @@ def test_the_check_finds_a_missing_an_extra_and_a_changed_stub():
 
 def test_the_evaluation_loops_hook_names_are_the_tables():
     for settings in EVALUATION.values():
-        names = [settings.start, settings.epoch_start, settings.batch_start, settings.batch_end,
-                 settings.epoch_end, settings.end, settings.model_eval]
+        events = ["start", "epoch_start", "batch_start", "batch_end", "epoch_end", "end", "model_eval"]
+        names = [settings.hook(event) for event in events]
         assert all(n in HOOKS_BY_NAME for n in names)
         assert all(settings.name in n for n in names)
     # Lightning defines on_predict_model_train and never calls it: no run does, in the table

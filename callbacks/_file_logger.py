@@ -103,6 +103,26 @@ class _FileLogger(Logger):
             if self._picks_version and not storage.exists(storage.join(self.version_dir, RUN_FILE)):
                 storage.write_bytes(storage.join(self.version_dir, RUN_FILE), run_id().encode())
 
+    # -- the flush policy of the file loggers ------------------------------------------------
+    # Loggers run before the other callbacks: what was logged so far is on disk for their
+    # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
+    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+        self.save()
+
+    def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+        self.save()
+
+    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+        self._after_failure()
+        self._remove_empty_version_dir()
+
+    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+        self.save()
+
+    def _after_failure(self) -> None:
+        """What is buffered is written (a logger may close its files instead)."""
+        self.save()
+
     def _remove_empty_version_dir(self) -> None:
         """After a failure: the ``version_N`` (and ``<name>``) this run created go again if nothing
         was written in them (only empty directories are removed; a file anywhere below keeps it all)."""

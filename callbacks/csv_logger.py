@@ -6,15 +6,12 @@ import csv
 import io
 import json
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from callbacks._file_logger import _FileLogger
 from callbacks._utils import _flat_metrics
 from trainer.contracts.arguments import check_int
 from trainer.contracts import storage
-
-if TYPE_CHECKING:
-    from trainer.contracts.protocols import ModuleView, TrainerView
 
 
 class CSVLogger(_FileLogger):
@@ -101,22 +98,6 @@ class CSVLogger(_FileLogger):
 
     def finalize(self, status: str) -> None:
         """Write any buffered rows."""
-        self.save()
-
-    # -- hooks ------------------------------------------------------------------------------
-    # Loggers run before the other callbacks: what was logged so far is on disk for their
-    # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self.save()
-
-    def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self.save()
-
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
-        self.save()
-        self._remove_empty_version_dir()
-
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self.save()
 
     def _rewrite(self, path: str, columns: list[str]) -> None:

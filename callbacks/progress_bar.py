@@ -118,15 +118,8 @@ class ProgressBar(Callback):
             counts = [n if cap == -1 else cap if n is None else min(n, cap) for n in counts]
         self._start_eval("Sanity Checking" if trainer.sanity_checking else "Validation", counts)
 
-    def on_validation_batch_end(
-        self,
-        trainer: TrainerView,
-        module: ModuleView,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_validation_batch_end(self, trainer: TrainerView, module: ModuleView, *batch_end: Any) -> None:
+        """Each evaluation batch end, whatever the stage (``batch_end``: the hook's arguments)."""
         self._advance_eval(trainer)
 
     def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
@@ -138,36 +131,15 @@ class ProgressBar(Callback):
     def on_test_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._start_eval("Testing", getattr(trainer, "num_test_batches", None))
 
-    def on_test_batch_end(
-        self,
-        trainer: TrainerView,
-        module: ModuleView,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._advance_eval(trainer)
-
     def on_test_end(self, trainer: TrainerView, module: ModuleView) -> None:
         self._end_eval(trainer)
 
     def on_predict_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._start_eval("Predicting", getattr(trainer, "num_predict_batches", None))
 
-    def on_predict_batch_end(
-        self,
-        trainer: TrainerView,
-        module: ModuleView,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self._advance_eval(trainer)
-
-    def on_predict_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._end_eval(trainer)
+    # the same for every evaluation stage
+    on_test_batch_end = on_predict_batch_end = on_validation_batch_end
+    on_predict_end = on_test_end
 
     # -- failures ---------------------------------------------------------------------------
     def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:

@@ -17,8 +17,6 @@ from trainer.contracts.arguments import check_bool, check_path
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-    from trainer.contracts.protocols import ModuleView, TrainerView
-
 
 class _NoOpExperiment:
     """Stands in for the ``SummaryWriter`` on ranks that must not write: every call does nothing."""
@@ -197,21 +195,8 @@ class TensorBoardLogger(_FileLogger):
         """Flush the event file (after each epoch's metrics: a live TensorBoard shows them)."""
         self._flush()
 
-    # -- hooks ------------------------------------------------------------------------------
-    # Loggers run before the other callbacks: what was logged so far is on disk for their
-    # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._flush()
-
-    def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._flush()
-
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+    def _after_failure(self) -> None:
         self._close()
-        self._remove_empty_version_dir()
-
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
-        self._flush()
 
     def _flush(self) -> None:
         if self._writer is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from trainer.contracts.hook_names import CALLBACK_HOOKS
+from trainer.contracts.hook_table import CALLBACK, HOOKS, HOOKS_BY_NAME, MODULE
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import CallbackView
@@ -20,27 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CALLBACK_HOOKS", "HookDispatcher"]
 
-# The module's hooks that callbacks do not have (Lightning's): each is looked up once per run
-# (`module_override`) and called only when the module overrides it, or its default runs inline.
-MODULE_ONLY_HOOKS = (
-    "configure_model",
-    "configure_callbacks",
-    "backward",
-    "optimizer_step",
-    "optimizer_zero_grad",
-    "lr_scheduler_step",
-    "configure_gradient_clipping",
-    "on_before_batch_transfer",
-    "transfer_batch_to_device",
-    "on_after_batch_transfer",
-    "on_validation_model_zero_grad",
-    "on_validation_model_eval",
-    "on_validation_model_train",
-    "on_test_model_eval",
-    "on_test_model_train",
-    "on_predict_model_eval",
-    "on_predict_model_train",
-)
+# The module's hooks that callbacks do not have (Lightning's), from the hook table: each is looked
+# up once per run (`module_override`) and called only when the module overrides it, or its default
+# runs inline.
+MODULE_ONLY_HOOKS = tuple(h.name for h in HOOKS if MODULE in h.implementers and CALLBACK not in h.implementers)
 
 
 class HookDispatcher:
@@ -59,9 +43,10 @@ class HookDispatcher:
         self._by_role: dict[tuple[str, bool], list[Callable[..., Any]]] = {}
         self._all: dict[str, list[Callable[..., Any]]] = {}
         for name in CALLBACK_HOOKS:
-            base = getattr(TrainModule, name, None)
-            own = getattr(type(module), name, None)
-            overridden = module is not None and base is not None and own is not base
+            # a callback hook the module may not implement (``on_exception``, the sanity check's)
+            # is never called on it, whatever it defines
+            base = getattr(TrainModule, name) if MODULE in HOOKS_BY_NAME[name].implementers else None
+            overridden = module is not None and base is not None and getattr(type(module), name) is not base
             self._module[name] = [_timed(trainer, "Module", module, name, getattr(module, name))] if overridden else []
             own_cbs = [
                 cb
@@ -105,7 +90,9 @@ def module_override(trainer: Trainer, module: TrainModule, name: str) -> Callabl
     """
     from trainer.module import TrainModule
 
-    if getattr(type(module), name, None) is getattr(TrainModule, name, None):
+    if MODULE not in HOOKS_BY_NAME[name].implementers:  # a typo, or a hook missing from the table
+        raise KeyError(f"{name!r} is not a module hook of trainer/contracts/hook_table.py")
+    if getattr(type(module), name) is getattr(TrainModule, name):
         return None
     return _timed(trainer, "Module", module, name, getattr(module, name))
 

@@ -349,8 +349,8 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         Under manual optimization they are `ManualOptimizer` wrappers whose ``step()`` runs the
         precision plugin and the step hooks and counts ``global_step``; otherwise the optimizers.
         """
-        manual = self.trainer.fit_loop.manual
-        opts: list[Any] = list(manual.optimizers) if manual is not None else list(self.trainer.optimizers)
+        optimization = self.trainer.fit_loop.optimization
+        opts = optimization.module_optimizers if optimization is not None else list(self.trainer.optimizers)
         return opts[0] if len(opts) == 1 else opts
 
     def lr_schedulers(self) -> Any:
@@ -388,8 +388,7 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         Manual optimization: before ``opt.step()``. Automatic: from ``configure_gradient_clipping``
         (``None`` takes the Trainer's ``gradient_clip_val`` / ``gradient_clip_algorithm``).
         """
-        loop = self.trainer.fit_loop
-        optimization = loop.manual if loop.manual is not None else loop.automatic
+        optimization = self.trainer.fit_loop.optimization
         if optimization is None:
             raise RuntimeError("self.clip_gradients() is called during fit, from training_step or configure_gradient_clipping.")
         optimization.clip(optimizer, gradient_clip_val, gradient_clip_algorithm)
@@ -431,13 +430,13 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         return state
 
     def _manual(self, what: str) -> Any:  # the loop's ManualOptimization
-        manual = self.trainer.fit_loop.manual
-        if manual is None:
+        optimization = self.trainer.fit_loop.optimization
+        if optimization is None or not optimization.manual:
             raise RuntimeError(
                 f"self.{what}() is for manual optimization: set self.automatic_optimization = False "
                 "in __init__ (docs/train-module.md), and call it from training_step during fit."
             )
-        return manual
+        return optimization
 
     # -- the module's own API (Lightning's) --------------------------------------------------
     def freeze(self: _M) -> _M:

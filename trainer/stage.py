@@ -5,6 +5,7 @@ import dataclasses
 import enum
 from typing import Any
 
+from trainer.contracts.hook_table import HOOKS_BY_NAME
 
 
 class Stage(str, enum.Enum):
@@ -31,41 +32,35 @@ class TrainerState:
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationSettings:
-    """What an evaluation stage calls and reads: its step, hooks, loader hook and batch limit."""
+    """What an evaluation stage calls and reads: its step, hooks (from the hook table), loader hook and batch limit."""
 
-    name: str  # how messages name the stage's data ("the validation dataloader")
+    name: str  # how messages name the stage's data ("the validation dataloader"); its hooks' prefix
     step: str  # the module's step method
     loader_hook: str  # the module's dataloader method
     limit: str  # the Trainer's limit_*_batches argument
     limit_label: str  # how errors about that limit name the stage
-    start: str  # hooks, in the order the evaluation loop calls them
-    epoch_start: str
-    batch_start: str
-    batch_end: str
-    epoch_end: str
-    end: str
-    model_eval: str  # the module hook that puts it in eval mode before the run
-    model_train: str | None  # the one that undoes it (None: the module's modes are restored)
+
+    def hook(self, event: str) -> str:
+        """The stage's hook for ``event`` (``"start"``, ``"epoch_start"``, ``"batch_start"``,
+        ``"batch_end"``, ``"epoch_end"``, ``"end"``, ``"model_eval"``), named by the hook table."""
+        name = f"on_{self.name}_{event}"
+        if name not in HOOKS_BY_NAME:
+            raise KeyError(f"{name!r} is missing from trainer/contracts/hook_table.py")
+        return name
+
+    @property
+    def model_train(self) -> str | None:
+        """The hook that undoes ``model_eval`` (None: no run calls it, and the module's modes are restored)."""
+        name = self.hook("model_train")
+        return name if HOOKS_BY_NAME[name].stages else None
 
 
-def _settings(stage: str, short: str, model_train: bool = True) -> EvaluationSettings:
-    """The settings of an evaluation stage, by Lightning's naming: hooks ``on_<stage>_*``, step
-    ``<stage>_step``, loader hook ``<short>_dataloader``, limit ``limit_<short>_batches``."""
-    hook = f"on_{stage}_"
+def _settings(stage: str, short: str) -> EvaluationSettings:
+    """The settings of an evaluation stage, by Lightning's naming: hooks ``on_<stage>_*`` (in the hook
+    table), step ``<stage>_step``, loader hook ``<short>_dataloader``, limit ``limit_<short>_batches``."""
     return EvaluationSettings(
-        name=stage,
-        step=f"{stage}_step",
-        loader_hook=f"{short}_dataloader",
-        limit=f"limit_{short}_batches",
+        name=stage, step=f"{stage}_step", loader_hook=f"{short}_dataloader", limit=f"limit_{short}_batches",
         limit_label=short,
-        start=f"{hook}start",
-        epoch_start=f"{hook}epoch_start",
-        batch_start=f"{hook}batch_start",
-        batch_end=f"{hook}batch_end",
-        epoch_end=f"{hook}epoch_end",
-        end=f"{hook}end",
-        model_eval=f"{hook}model_eval",
-        model_train=f"{hook}model_train" if model_train else None,
     )
 
 
@@ -75,6 +70,6 @@ EVALUATION: dict[Stage, EvaluationSettings] = {
     Stage.VALIDATE: _VALIDATION,
     Stage.SANITY_CHECK: _VALIDATION,
     Stage.TEST: _settings("test", "test"),
-    # Lightning never calls on_predict_model_train: the module's modes are restored instead.
-    Stage.PREDICT: _settings("predict", "predict", model_train=False),
+    # Lightning never calls on_predict_model_train (no run in the hook table): the modes are restored.
+    Stage.PREDICT: _settings("predict", "predict"),
 }

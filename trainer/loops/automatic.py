@@ -26,17 +26,25 @@ import torch
 from torch.optim import Optimizer
 
 from trainer.distributed.rank_zero import rank_zero_warn
-from trainer.hooks import module_override, takes_batch_idx
+from trainer.hooks import module_override
 from trainer.loops.accumulation import AccumulationWindows
-from trainer.loops.anomaly import check_finite_gradients
 from trainer.loops.loss_normalization import ItemMeanNormalizer
-from trainer.loops.optimization import clip_gradients, optimizer_parameters, step_schedulers
+from trainer.loops.manual import ManualOptimization
+from trainer.loops.optimization import (
+    LoopOptimizer,
+    Optimization,
+    check_clip_algorithm,
+    clip_gradients,
+    optimizer_parameters,
+    returned_loss,
+    step_schedulers,
+)
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import FitLoopView as FitLoop
 
 
-class StepOptimizer:
+class StepOptimizer(LoopOptimizer):
     """The optimizer an overridden ``optimizer_step`` receives (Lightning's ``LightningOptimizer``).
 
     ``step(closure=None, **kwargs)`` steps through the loop: the closure (the micro batch's forward
@@ -45,37 +53,23 @@ class StepOptimizer:
     wrapped optimizer's.
     """
 
-    def __init__(self, optimizer: Optimizer, automatic: AutomaticOptimization) -> None:
-        self.optimizer = optimizer
-        self._automatic = automatic
 
-    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """One optimizer step (see the class docstring)."""
-        return self._automatic.step(self.optimizer, closure, kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
-
-    def __repr__(self) -> str:
-        return f"StepOptimizer({self.optimizer!r})"
+def optimization_for(loop: FitLoop, grad_check_params: list[tuple[str, torch.Tensor]] | None) -> Optimization:
+    """The module's path: `AutomaticOptimization`, or `ManualOptimization` under ``automatic_optimization = False``."""
+    path = AutomaticOptimization if loop.trainer.module.automatic_optimization else ManualOptimization
+    return path(loop, grad_check_params)
 
 
-class AutomaticOptimization:
+class AutomaticOptimization(Optimization):
     """The fit loop's automatic path: a closure per micro batch, one step per window."""
 
     def __init__(self, loop: FitLoop, grad_check_params: list[tuple[str, torch.Tensor]] | None) -> None:
-        t = loop.trainer
-        self.loop = loop
-        self.trainer = t
-        module = t.module
-        # fixed for the fit: read once, not per step (each is a property of the Trainer)
-        self._module, self._strategy = module, t.strategy
-        self._precision, self._optimizers = t.precision_plugin, t.optimizers
-        self._grad_check_params = grad_check_params
+        super().__init__(loop, grad_check_params)
+        t, module = self.trainer, self._module
+        self._optimizers = t.optimizers
         self._params = {id(opt): optimizer_parameters(opt) for opt in t.optimizers}
         self._all_params = list(self._params.values())
         self._normalizer = ItemMeanNormalizer()
-        self._takes_batch_idx = takes_batch_idx(module.training_step)
         self._scheduler_hook = module_override(t, module, "lr_scheduler_step")
         self._optimizer_step = module_override(t, module, "optimizer_step")
         self._zero_grad_hook = module_override(t, module, "optimizer_zero_grad")
@@ -127,7 +121,7 @@ class AutomaticOptimization:
                     "as Lightning requires."
                 )
         elif self._step_with_closure:
-            self.step(self._optimizers[0], closure, {})
+            self.optimizer_step(self._optimizers[0], closure, {})
         else:
             loss = closure.run()
             self._after_closure(self._optimizers, batch_idx)
@@ -139,35 +133,28 @@ class AutomaticOptimization:
         self._after_step()
         return closure.output
 
-    def step(self, optimizer: Optimizer, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
+    @property
+    def module_optimizers(self) -> list[Any]:
+        """The optimizers themselves (an overridden ``optimizer_step`` receives them wrapped)."""
+        return list(self.trainer.optimizers)
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
         """`StepOptimizer.step`: the closure, the window's gradient work, the hooks, the precision step."""
-        closure = closure if closure is not None else _nothing
-        precision = self.trainer.precision_plugin
-        batch_idx = self.loop.progress.batch_idx
-        if precision.scaler is None:
+        return super().optimizer_step(optimizer, closure if closure is not None else _nothing, kwargs)
 
-            def wrapped() -> Any:  # the optimizer may call it several times (LBFGS)
-                with torch.enable_grad():  # an optimizer's step runs under no_grad
-                    loss = closure()
-                self._after_closure([optimizer], batch_idx)
-                return loss
+    def _gradients_ready(self, optimizer: Optimizer) -> None:
+        self._after_closure([optimizer], self.loop.progress.batch_idx)
 
-            return optimizer.step(closure=wrapped, **kwargs)
-        loss = closure()
-        self._after_closure([optimizer], batch_idx)
-        output = None
-        if loss is not None:  # no backward ran: nothing for the scaler to step on (as in Lightning)
-            output = precision.optimizer_step(optimizer, **kwargs)
-        precision.update()
-        return output
+    def _precision_step(self, optimizer: Optimizer, closure_result: Any, kwargs: dict[str, Any]) -> Any:
+        if closure_result is None:  # no backward ran: nothing for the scaler to step on (as in Lightning)
+            return None
+        return self._precision.optimizer_step(optimizer, **kwargs)
 
     # -- what the closure runs -----------------------------------------------------------------
     def forward(self, batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor | None]:
         """``training_step`` and its loss, divided for the window (``None``: the step skipped the batch)."""
         t, progress = self.trainer, self.loop.progress
-        with self._precision.autocast():
-            args = (batch, batch_idx) if self._takes_batch_idx else (batch,)
-            output = self._strategy.training_step(self._module, *args)
+        output = self._training_step(self._strategy.training_step, batch, batch_idx)
         if output is None:
             if t.world_size > 1:
                 raise RuntimeError(
@@ -178,7 +165,7 @@ class AutomaticOptimization:
             return output, None
         loss = _loss_of(output, batch_idx)
         shown = loss.detach()
-        self.loop.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
+        self._record_loss(shown, progress.global_step, batch_idx)
         assert self._windows is not None
         padding = self._windows.is_padding(batch_idx)
         items = self._normalizer.observe(output, loss, batch_idx, counts=not padding)
@@ -219,8 +206,7 @@ class AutomaticOptimization:
     # -- the window's end ----------------------------------------------------------------------
     def _after_closure(self, optimizers: list[Optimizer], batch_idx: int) -> None:
         """Gradients complete: synced, corrected, unscaled, checked, hooked and clipped, per optimizer."""
-        t, progress = self.trainer, self.loop.progress
-        precision = self._precision
+        t, precision = self.trainer, self._precision
         self._strategy.after_backward_window()
         assert self._windows is not None
         correction = 1.0 if self._normalizer.active else self._windows.grad_correction(batch_idx)
@@ -230,10 +216,7 @@ class AutomaticOptimization:
             if correction != 1.0:  # summed losses were never divided by the window size
                 torch._foreach_mul_([p.grad for p in params if p.grad is not None], correction)
             precision.unscale(optimizer)
-            if self._grad_check_params is not None:
-                check_finite_gradients(
-                    self._grad_check_params, progress.current_epoch, progress.global_step, batch_idx, t.global_rank
-                )
+            self._check_gradients(batch_idx)
             t.hooks.call("on_before_optimizer_step", optimizer)
             if self._clip_hook is not None:
                 self._clip_hook(optimizer, t.gradient_clip_val, t.gradient_clip_algorithm)
@@ -251,8 +234,7 @@ class AutomaticOptimization:
         if t.lr_scheduler_configs:  # a ReduceLROnPlateau steps after the batch's validation (fit loop)
             self.step_schedulers("step", progress.global_step, plateau=False)
         if progress.global_step % t.log_every_n_steps == 0:
-            self.loop.loss_check.check()
-            t.metric_logger.publish_step(self._strategy, progress.global_step, progress.current_epoch)
+            self._publish_step()
 
     def step_schedulers(self, interval: str, count: int, plateau: bool) -> None:
         """Step the schedulers of ``interval`` due at ``count``, the ``ReduceLROnPlateau`` ones or the
@@ -261,11 +243,8 @@ class AutomaticOptimization:
         if configs:
             step_schedulers(configs, interval, count, self.loop.scheduler_metrics, self._scheduler_hook, plateau)
 
-    def clip(self, optimizer: Any, value: float | None, algorithm: str | None) -> None:
-        """``self.clip_gradients`` under automatic optimization (from ``configure_gradient_clipping``).
-
-        As Lightning: ``None`` takes the Trainer's setting; a different value than the Trainer's is an error.
-        """
+    def _clip_setting(self, value: float | None, algorithm: str | None) -> tuple[float | None, str]:
+        """As Lightning: ``None`` takes the Trainer's setting; a different value than the Trainer's is an error."""
         t = self.trainer
         if value is None:
             value = t.gradient_clip_val or 0.0
@@ -275,13 +254,8 @@ class AutomaticOptimization:
                 f"{value!r}) disagree: use only one of them."
             )
         algorithm = (algorithm or t.gradient_clip_algorithm or "norm").lower()
-        if algorithm not in ("norm", "value"):
-            raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {algorithm!r}.")
-        if not value:
-            return
-        optimizer = getattr(optimizer, "optimizer", optimizer)
-        self._precision.unscale(optimizer)
-        clip_gradients(optimizer_parameters(optimizer), float(value), algorithm)
+        check_clip_algorithm(algorithm)
+        return value, algorithm
 
 
 class _Closure:
@@ -321,7 +295,7 @@ def _nothing() -> None:
 
 def _loss_of(output: Any, batch_idx: int) -> torch.Tensor:
     """The loss inside ``training_step``'s return value, checked for shape and autograd."""
-    loss = output.get("loss") if isinstance(output, Mapping) else output
+    loss = returned_loss(output)
     if not isinstance(loss, torch.Tensor):
         raise TypeError(
             f"training_step must return a loss tensor or a dict with key 'loss'; at batch index "

@@ -64,80 +64,103 @@ class EvaluationLoop:
     def run(self, dataloaders: list[Any]) -> list[Any]:
         """Evaluate; returns one metric dict per loader (or, for predict, the outputs)."""
         t, s = self.trainer, self.settings
-        hooks, module, strategy = t.hooks, t.module, t.strategy
+        hooks, module = t.hooks, t.module
         t.state.evaluation = self  # errors name this run's batch
-        step_fn = getattr(module, s.step)
-        if t.profiler.active:
-            step_fn = t.profiler.wrap(f"[Module]{type(module).__name__}.{s.step}", step_fn)
-        if len(dataloaders) > 1:
-            _check_accepts_dataloader_idx(step_fn, s.step, len(dataloaders))
-        with_idx = takes_batch_idx(step_fn)
-        limit = getattr(t, s.limit)
+        step = self._step_function(module, len(dataloaders))
         transfer = BatchTransfer(t, module)
         modes = {m: m.training for m in module.modules()}  # restored after the run, as Lightning's
-        model_eval = module_override(t, module, s.model_eval)
+        model_eval = module_override(t, module, s.hook("model_eval"))
         model_eval() if model_eval is not None else module.eval()
         self.metrics.reset()
         t.metric_logger.start_evaluation(self.metrics)
         predictions: list[list[Any]] = [[] for _ in dataloaders]
-        multiple = self._several = len(dataloaders) > 1
+        self._several = len(dataloaders) > 1
         try:
             with self._grad_mode():
                 # as Lightning: the first loader's iterator (its base seed and sampler draws from
                 # torch's generator) exists before the stage's first hook
                 first = iter(dataloaders[0])
-                hooks.call(s.start)
-                hooks.call(s.epoch_start)
+                hooks.call(s.hook("start"))
+                hooks.call(s.hook("epoch_start"))
                 for dl_idx, loader in enumerate(dataloaders):
-                    self.metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if multiple else ""
-                    extra = (dl_idx,) if multiple else ()
-                    limit_n = self._batches(loader, limit)
-                    seen = 0
-                    self.dataloader_idx, self.batch_idx = dl_idx, 0
-                    for batch_idx, batch in enumerate(first if dl_idx == 0 else loader):
-                        if limit_n is not None and batch_idx >= limit_n:
-                            break
-                        seen += 1
-                        if transfer.moves:
-                            batch = transfer(batch, dl_idx)
-                        batch = t.precision_plugin.convert_input(batch)
-                        self.metrics.set_batch(batch)
-                        # as Lightning: dataloader_idx only when there are several loaders
-                        hooks.call(s.batch_start, batch, batch_idx, *extra)
-                        with t.precision_plugin.autocast():
-                            output = step_fn(batch, batch_idx, *extra) if with_idx else step_fn(batch)
-                        if self.stage == Stage.PREDICT:
-                            predictions[dl_idx].append(output)
-                        hooks.call(s.batch_end, output, batch, batch_idx, *extra)
-                        self.batch_idx = batch_idx + 1  # loading the next one
-                    if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
-                        # Samples would be missing from the metrics unnoticed, and a step that runs
-                        # a collective of its own would leave the peers waiting in it.
-                        raise short_loader_error(s.name, t.global_rank, seen, limit_n)
+                    batches = first if dl_idx == 0 else loader
+                    self._run_loader(dl_idx, loader, batches, step, transfer, predictions[dl_idx])
                 self.batch_idx = None
                 self.metrics.dataloader_suffix = ""
-                if self.stage == Stage.SANITY_CHECK:  # its values are never published
-                    hooks.call(s.epoch_end)
-                    values = self.metrics.finish_epoch(strategy, sync_all=t.world_size > 1)
-                else:  # the epoch-end hooks see the aggregates; the module's may log more
-                    t.metric_logger.preview_epoch(self.metrics, strategy, sync_all=t.world_size > 1)
-                    hooks.call(s.epoch_end)
-                    values = t.metric_logger.publish_epoch(
-                        self.metrics, strategy, t.global_step, t.current_epoch, sync_all=t.world_size > 1
-                    )
-                hooks.call(s.end)
+                values = self._end_epoch()
+                hooks.call(s.hook("end"))
         finally:
-            model_train = module_override(t, module, s.model_train) if s.model_train else None
-            if model_train is not None:
-                model_train()
-            else:
-                for m, training in modes.items():
-                    m.training = training
+            self._restore_modes(modes)
         if self.stage == Stage.PREDICT:
             if t.world_size > 1:
                 predictions = _gather_predictions(t, dataloaders, predictions)
-            return predictions[0] if not multiple else predictions
+            return predictions[0] if not self._several else predictions
         return _split_by_loader(values, len(dataloaders))
+
+    def _step_function(self, module: TrainModule, n_loaders: int) -> Any:
+        """The stage's step, timed by the profiler, called with the arguments it takes."""
+        t, name = self.trainer, self.settings.step
+        step_fn = getattr(module, name)
+        if t.profiler.active:
+            step_fn = t.profiler.wrap(f"[Module]{type(module).__name__}.{name}", step_fn)
+        if n_loaders > 1:
+            _check_accepts_dataloader_idx(step_fn, name, n_loaders)
+        if takes_batch_idx(step_fn):
+            return step_fn
+        return lambda batch, *_: step_fn(batch)
+
+    def _run_loader(
+        self, dl_idx: int, loader: Any, batches: Any, step: Any, transfer: BatchTransfer, predictions: list[Any]
+    ) -> None:
+        """Every batch of one loader (``batches``: its iterator or itself), up to the stage's limit."""
+        t, s, hooks = self.trainer, self.settings, self.trainer.hooks
+        self.metrics.dataloader_suffix = f"/dataloader_idx_{dl_idx}" if self._several else ""
+        extra = (dl_idx,) if self._several else ()  # as Lightning: dataloader_idx only with several loaders
+        limit_n = self._batches(loader, getattr(t, s.limit))
+        batch_start, batch_end = s.hook("batch_start"), s.hook("batch_end")
+        seen = 0
+        self.dataloader_idx, self.batch_idx = dl_idx, 0
+        for batch_idx, batch in enumerate(batches):
+            if limit_n is not None and batch_idx >= limit_n:
+                break
+            seen += 1
+            if transfer.moves:
+                batch = transfer(batch, dl_idx)
+            batch = t.precision_plugin.convert_input(batch)
+            self.metrics.set_batch(batch)
+            hooks.call(batch_start, batch, batch_idx, *extra)
+            with t.precision_plugin.autocast():
+                output = step(batch, batch_idx, *extra)
+            if self.stage == Stage.PREDICT:
+                predictions.append(output)
+            hooks.call(batch_end, output, batch, batch_idx, *extra)
+            self.batch_idx = batch_idx + 1  # loading the next one
+        if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
+            # Samples would be missing from the metrics unnoticed, and a step that runs
+            # a collective of its own would leave the peers waiting in it.
+            raise short_loader_error(s.name, t.global_rank, seen, limit_n)
+
+    def _end_epoch(self) -> dict[str, torch.Tensor]:
+        """The epoch-end hooks, then the run's aggregates (published, except the sanity check's)."""
+        t, s, strategy = self.trainer, self.settings, self.trainer.strategy
+        sync_all = t.world_size > 1
+        if self.stage == Stage.SANITY_CHECK:  # its values are never published
+            t.hooks.call(s.hook("epoch_end"))
+            return self.metrics.finish_epoch(strategy, sync_all=sync_all)
+        # the epoch-end hooks see the aggregates; the module's may log more
+        t.metric_logger.preview_epoch(self.metrics, strategy, sync_all=sync_all)
+        t.hooks.call(s.hook("epoch_end"))
+        return t.metric_logger.publish_epoch(self.metrics, strategy, t.global_step, t.current_epoch, sync_all=sync_all)
+
+    def _restore_modes(self, modes: dict[torch.nn.Module, bool]) -> None:
+        """The module's ``on_*_model_train`` if overridden, else every submodule's mode as it was."""
+        t, s = self.trainer, self.settings
+        model_train = module_override(t, t.module, s.model_train) if s.model_train else None
+        if model_train is not None:
+            model_train()
+        else:
+            for m, training in modes.items():
+                m.training = training
 
     def position(self) -> str:
         """The dataloader (when several) and batch being loaded or run, for error messages."""

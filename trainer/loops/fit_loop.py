@@ -41,9 +41,8 @@ from trainer.data.prefetcher import prefetch_to_device
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.loops.accumulation import AccumulationWindows
 from trainer.loops.anomaly import NonFiniteLossCheck
-from trainer.loops.automatic import AutomaticOptimization
+from trainer.loops.automatic import optimization_for
 from trainer.loops.evaluation_loop import EvaluationLoop
-from trainer.loops.manual import ManualOptimization, check_manual_arguments
 from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
 from trainer.hyperparameters import merged_hparams
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
@@ -55,6 +54,7 @@ from trainer.seed import install_worker_seeding
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
+    from trainer.loops.optimization import Optimization
     from trainer.module import TrainModule
     from trainer.contracts.protocols import TrainerInternals as Trainer
 
@@ -76,8 +76,8 @@ class FitLoop:
         self.transfer: BatchTransfer = None  # type: ignore[assignment]  # set by `fit`
         self._convert_batches = False
         self.prefetching = False  # this epoch copies batches to the device on a side stream
-        self.manual: ManualOptimization | None = None  # the module steps its optimizers itself
-        self.automatic: AutomaticOptimization | None = None  # the loop steps them (the default)
+        # automatic (the loop steps) or manual (the module steps): `Optimization`, set by `fit`
+        self.optimization: Optimization = None  # type: ignore[assignment]
         self._data_sources: tuple[Any, Any] = (None, None)  # fit's loader arguments (None: the hooks)
         self._loaded_epoch = 0  # the epoch whose start last (re)loaded the data
         self._reset()
@@ -153,8 +153,7 @@ class FitLoop:
         # Under fp16 the scaler skips steps with overflowed gradients itself: nothing to report.
         check_grads = t.detect_non_finite_grads and t.precision != "16-mixed"
         self._grad_check_params = list(model.named_parameters()) if check_grads else None
-        self.manual = None if model.automatic_optimization else ManualOptimization(self, self._grad_check_params)
-        self.automatic = AutomaticOptimization(self, self._grad_check_params) if self.manual is None else None
+        self.optimization = optimization_for(self, self._grad_check_params)
         if checkpoint is not None:
             self._restore(checkpoint, path)
         else:
@@ -346,8 +345,8 @@ class FitLoop:
             seen += 1
             if _validation_due(val_every, val_at_end, batch_idx, is_last):
                 self._validate(window_end)
-            if window_end and self.automatic is not None:  # after validation: it may log their monitor
-                self.automatic.step_schedulers("step", self.progress.global_step, plateau=True)
+            if window_end:  # after validation: it may log their monitor
+                self.optimization.step_schedulers("step", self.progress.global_step, plateau=True)
             self._reached_last = is_last
             if is_last or (window_end and self._stops_mid_epoch()):
                 break
@@ -400,14 +399,10 @@ class FitLoop:
         return plan if plan.epoch_state is not None else None
 
     def _epoch_windows(self, accumulate: int, layout: EpochLayout | None) -> AccumulationWindows:
-        t = self.trainer
-        if self.manual is not None:
-            check_manual_arguments(t)
         windows = AccumulationWindows(
             accumulate, self.num_training_batches if self._train_length_known else None, layout
         )
-        if self.automatic is not None:
-            self.automatic.start_epoch(windows)
+        self.optimization.start_epoch(windows)
         return windows
 
     def _epoch_source(self, loader: Any, resumed: ResumePlan | None, layout: EpochLayout | None) -> tuple[Any, int]:
@@ -474,14 +469,9 @@ class FitLoop:
         metrics.set_batch(batch)
         metrics.in_step = True
         hooks.call("on_train_batch_start", batch, batch_idx)
-        if self.manual is not None:  # accumulate_grad_batches is 1: every batch ends a window
-            output = self.manual.training_step(batch, batch_idx)
-            self.manual.batch_done()
-        else:
-            assert self.automatic is not None
-            output = self.automatic.run(batch, batch_idx, window_end)
-            if is_last:  # Lightning's place for the epoch's schedulers but the plateau ones: before validation
-                self.automatic.step_schedulers("epoch", self.progress.current_epoch + 1, plateau=False)
+        output = self.optimization.run(batch, batch_idx, window_end)
+        if is_last:  # Lightning's place for the epoch's schedulers but the plateau ones: before validation
+            self.optimization.step_schedulers("epoch", self.progress.current_epoch + 1, plateau=False)
         samples = windows.samples_through(batch_idx) if window_end else self.progress.samples_done
         # the position a checkpoint written from here on records
         self.progress = self.progress.batch_trained(batch_idx, is_last, samples)
@@ -502,10 +492,9 @@ class FitLoop:
         t.hooks.call_module("on_train_epoch_end")
         t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, self.progress.global_step, self.progress.current_epoch)
         t.hooks.call_callbacks("on_train_epoch_end", monitoring=True)
-        # manual optimization steps its own schedulers; an epoch that should_stop cut short steps
-        # none (as Lightning)
-        if self.automatic is not None and self._reached_last:
-            self.automatic.step_schedulers("epoch", self.progress.current_epoch + 1, plateau=True)
+        # an epoch that should_stop cut short steps no scheduler (as Lightning)
+        if self._reached_last:
+            self.optimization.step_schedulers("epoch", self.progress.current_epoch + 1, plateau=True)
         self.progress = self.progress.next_epoch()
         self.agree_on_stop()
 

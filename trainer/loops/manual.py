@@ -9,21 +9,18 @@ steps through the precision plugin and counts ``global_step``, as Lightning 2.x 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.optim import Optimizer
 
-from trainer.hooks import takes_batch_idx
-from trainer.loops.anomaly import check_finite_gradients
-from trainer.loops.optimization import clip_gradients, optimizer_parameters
+from trainer.loops.optimization import LoopOptimizer, Optimization, returned_loss
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import FitLoopView as FitLoop
-    from trainer.module import TrainModule
 
 
-class ManualOptimizer:
+class ManualOptimizer(LoopOptimizer):
     """An optimizer as ``self.optimizers()`` returns it in manual optimization.
 
     ``step(closure=None, **kwargs)`` runs the closure (if any), unscales the gradients under
@@ -32,102 +29,67 @@ class ManualOptimizer:
     attribute (``zero_grad``, ``param_groups``, ``state_dict`` ...) is the wrapped optimizer's.
     """
 
-    def __init__(self, optimizer: Optimizer, manual: ManualOptimization) -> None:
-        self.optimizer = optimizer
-        self._manual = manual
 
-    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
-        """One optimizer step (see the class docstring)."""
-        return self._manual.optimizer_step(self.optimizer, closure, kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.optimizer, name)
-
-    def __repr__(self) -> str:
-        return f"ManualOptimizer({self.optimizer!r})"
-
-
-class ManualOptimization:
+class ManualOptimization(Optimization):
     """The fit loop's manual path: one ``training_step`` per batch; the module steps the optimizers."""
 
+    manual = True
+
     def __init__(self, loop: FitLoop, grad_check_params: list[tuple[str, torch.Tensor]] | None) -> None:
-        self.loop = loop
-        self.trainer = loop.trainer
+        super().__init__(loop, grad_check_params)
         self.optimizers = [ManualOptimizer(opt, self) for opt in self.trainer.optimizers]
-        self._grad_check_params = grad_check_params
         self._batches = 0  # batches trained in this fit (the step-logging cadence)
-        self._takes_batch_idx = takes_batch_idx(self.trainer.module.training_step)
         check_manual_arguments(self.trainer)
 
     # -- the loop's part ---------------------------------------------------------------------
+    def start_epoch(self, windows: Any) -> None:
+        """A `GradientAccumulationScheduler` may have set ``accumulate_grad_batches``: refused here."""
+        check_manual_arguments(self.trainer)
+
+    def run(self, batch: Any, batch_idx: int, window_end: bool) -> Any:
+        """Run ``training_step`` (every batch ends its window: A is 1); publish the step metrics when due."""
+        output = self.training_step(batch, batch_idx)
+        self._batches += 1
+        if self._batches % self.trainer.log_every_n_steps == 0:
+            self._publish_step()
+        return output
+
+    @property
+    def module_optimizers(self) -> list[Any]:
+        """The `ManualOptimizer` wrappers."""
+        return list(self.optimizers)
+
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         """Run ``training_step``; record its returned loss (if any) for the non-finite check."""
-        t, progress = self.trainer, self.loop.progress
-        step = progress.global_step  # the steps before this batch, as in automatic optimization
-        with t.precision_plugin.autocast():
-            output = t.strategy.manual_training_step(t.module, *((batch, batch_idx) if self._takes_batch_idx else (batch,)))
+        step = self.loop.progress.global_step  # the steps before this batch, as in automatic optimization
+        output = self._training_step(self._strategy.manual_training_step, batch, batch_idx)
         loss = _returned_loss(output, batch_idx)
         if loss is not None:
             shown = loss.detach()
-            self.loop.loss_check.record(shown, progress.current_epoch, step, batch_idx)
-            t.metric_logger.last_loss = shown
+            self._record_loss(shown, step, batch_idx)
+            self.trainer.metric_logger.last_loss = shown
         return output
-
-    def batch_done(self) -> None:
-        """After each batch: publish step metrics every ``log_every_n_steps`` batches."""
-        t = self.trainer
-        self._batches += 1
-        if self._batches % t.log_every_n_steps == 0:
-            self.loop.loss_check.check()
-            t.metric_logger.publish_step(t.strategy, self.loop.progress.global_step, self.loop.progress.current_epoch)
 
     # -- what the module calls ---------------------------------------------------------------
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``manual_backward``: hooks, precision backward, then the gradient sync across ranks."""
         t = self.trainer
         t.hooks.call("on_before_backward", loss)
-        t.precision_plugin.backward(loss, *args, **kwargs)
-        t.strategy.sync_gradients()
+        self._precision.backward(loss, *args, **kwargs)
+        self._strategy.sync_gradients()
         t.hooks.call("on_after_backward")
 
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None, kwargs: dict[str, Any]) -> Any:
-        """`ManualOptimizer.step`: closure, unscale, hook, precision step, scaler update, count."""
-        t, progress = self.trainer, self.loop.progress
-        precision = t.precision_plugin
-        if closure is not None and precision.scaler is None:
-            # the optimizer may call the closure several times (LBFGS): the hook follows each call
-            def wrapped() -> Any:
-                result = closure()
-                self._before_step(optimizer)
-                return result
+    def _gradients_ready(self, optimizer: Optimizer) -> None:
+        self._precision.unscale(optimizer)
+        self._check_gradients(self.loop.progress.batch_idx)
+        self.trainer.hooks.call("on_before_optimizer_step", optimizer)
 
-            output = optimizer.step(closure=wrapped, **kwargs)
-        else:
-            output = closure() if closure is not None else None
-            self._before_step(optimizer)
-            precision.optimizer_step(optimizer, **kwargs)
-        precision.update()
+    def _precision_step(self, optimizer: Optimizer, closure_result: Any, kwargs: dict[str, Any]) -> Any:
+        self._precision.optimizer_step(optimizer, **kwargs)
+        return closure_result
+
+    def _stepped(self) -> None:
         self.loop.optimizer_stepped()
-        return output
-
-    def clip(self, optimizer: Optimizer, value: float | None, algorithm: str | None) -> None:
-        """``self.clip_gradients``: unscale (fp16), then clip ``optimizer``'s gradients."""
-        if value is None or value == 0:
-            return
-        algorithm = algorithm or "norm"
-        if algorithm not in ("norm", "value"):
-            raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value', got {algorithm!r}.")
-        self.trainer.precision_plugin.unscale(optimizer)
-        clip_gradients(optimizer_parameters(optimizer), float(value), algorithm)
-
-    def _before_step(self, optimizer: Optimizer) -> None:
-        t, progress = self.trainer, self.loop.progress
-        t.precision_plugin.unscale(optimizer)
-        if self._grad_check_params is not None:
-            check_finite_gradients(
-                self._grad_check_params, progress.current_epoch, progress.global_step, progress.batch_idx, t.global_rank
-            )
-        t.hooks.call("on_before_optimizer_step", optimizer)
 
 
 def check_manual_arguments(trainer: Any) -> None:
@@ -148,7 +110,7 @@ def check_manual_arguments(trainer: Any) -> None:
 
 
 def _returned_loss(output: Any, batch_idx: int) -> torch.Tensor | None:
-    loss = output.get("loss") if isinstance(output, Mapping) else output
+    loss = returned_loss(output)
     if loss is None or isinstance(loss, torch.Tensor):
         return loss
     raise TypeError(

@@ -93,15 +93,12 @@ class MetricStore:
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log needs a non-empty string name, got {name!r}")
         reduce = reduction_name(name, reduce)
-        step_default = self.training and self.in_step
-        on_step = step_default if on_step is None else on_step
-        on_epoch = (not step_default) if on_epoch is None else on_epoch
-        if not (on_step or on_epoch):
-            raise ValueError(f"self.log({name!r}): at least one of on_step / on_epoch must be True")
+        on_step, on_epoch = self._when(name, on_step, on_epoch)
         metric = _as_metric(value)
-        tensor = _metric_step_value(name, metric) if metric is not None and on_step else None
         if metric is None:
             tensor = _as_scalar_tensor(name, value)
+        else:  # a torchmetrics Metric: its epoch value is computed at the end, by itself
+            tensor = _metric_step_value(name, metric) if on_step else None
         key = name + self.dataloader_suffix
         entry = self._entries.get(key)
         if entry is None:
@@ -110,10 +107,17 @@ class MetricStore:
             self._entries[key] = entry
         entry.last = tensor
         if on_epoch and metric is None:
-            if batch_size is None:
-                size = self.batch_size
-                batch_size = 1 if size is None else size
-            _accumulate(entry, tensor, batch_size)
+            size = self.batch_size if batch_size is None else batch_size
+            _accumulate(entry, tensor, 1 if size is None else size)
+
+    def _when(self, name: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:
+        """``on_step`` / ``on_epoch`` with Lightning's defaults: per step inside a training step, else per epoch."""
+        step_default = self.training and self.in_step
+        on_step = step_default if on_step is None else on_step
+        on_epoch = (not step_default) if on_epoch is None else on_epoch
+        if not (on_step or on_epoch):
+            raise ValueError(f"self.log({name!r}): at least one of on_step / on_epoch must be True")
+        return on_step, on_epoch
 
     def step_values(self, strategy: Strategy) -> dict[str, torch.Tensor]:
         """Latest on-step values, reduced across ranks where ``sync_dist`` asked for it."""

@@ -1,31 +1,13 @@
-"""`RunState`: what changes while the Trainer runs, apart from its fixed settings (`TrainerConfig`).
+"""`RunStateFields`: the fields of `RunState` (`trainer.contracts.run_state`) as the Trainer's attributes.
 
-The Trainer holds one (``trainer.run``) and shows each field as a plain attribute of the same
-name (`RunStateFields`), so ``trainer.should_stop = True`` and ``trainer.optimizers`` read and
-write it. Which stage runs is `TrainerState`'s; where a fit stands is `FitProgress`'s.
+The Trainer holds one `RunState` (``trainer.run``) and shows each field as a plain attribute of the
+same name, so ``trainer.should_stop = True`` and ``trainer.optimizers`` read and write it.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-import torch
-
-
-@dataclasses.dataclass
-class RunState:
-    """The current run's objects and the flags callbacks may set."""
-
-    accumulate_grad_batches: int  # settable between epochs (GradientAccumulationScheduler)
-    should_stop: bool = False  # set by a callback or the module: the loop stops at the next agreement point
-    optimizers: list[torch.optim.Optimizer] = dataclasses.field(default_factory=list)
-    lr_scheduler_configs: list[Any] = dataclasses.field(default_factory=list)
-    train_dataloader: Any = None
-    val_dataloaders: list[Any] = dataclasses.field(default_factory=list)
-    datamodule: Any = None  # the current (or last) run's DataModule
-    num_test_batches: list[int | None] = dataclasses.field(default_factory=list)
-    num_predict_batches: list[int | None] = dataclasses.field(default_factory=list)
-    predict_dataloaders: list[Any] = dataclasses.field(default_factory=list)  # read by a prediction writer
+from trainer.contracts.run_state import RunState
 
 
 class _Field:

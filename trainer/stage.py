@@ -1,33 +1,12 @@
-"""What the Trainer is running: the `Stage` enum, `TrainerState`, and the one table of per-stage settings."""
+"""The one table of per-stage settings (`EVALUATION`); `Stage` and `TrainerState` are in `trainer.contracts.stage`."""
 from __future__ import annotations
 
 import dataclasses
-import enum
-from typing import Any
 
 from trainer.contracts.hook_table import HOOKS_BY_NAME
+from trainer.contracts.stage import Stage, TrainerState
 
-
-class Stage(str, enum.Enum):
-    """A Trainer run's stage. A ``str`` enum: ``trainer.state.stage == "fit"`` keeps working."""
-
-    FIT = "fit"
-    VALIDATE = "validate"
-    TEST = "test"
-    PREDICT = "predict"
-    SANITY_CHECK = "sanity_check"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclasses.dataclass
-class TrainerState:
-    """What the Trainer is doing: ``stage`` is a `Stage` (a str: "fit", "validate", ...) or None."""
-
-    stage: Stage | None = None
-    failing: bool = False  # the run raised (set before on_exception, kept until the next run)
-    evaluation: Any = None  # the latest EvaluationLoop (errors name its batch)
+__all__ = ["EVALUATION", "EvaluationSettings", "Stage", "TrainerState"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,10 +8,27 @@ depend on this floor only; `tests/project/test_contracts.py` checks that the rea
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
+    # The trainer's own parts, for the type checker only (docs/architecture.md, "Typing the
+    # floor"): at run time the floor imports nothing above it.
     import torch
+
+    from trainer.accelerators.precision import Precision
+    from trainer.configuration import TrainerConfig
+    from trainer.contracts.run_state import RunState
+    from trainer.contracts.schedulers import LRSchedulerConfig
+    from trainer.data.datamodule import DataModule
+    from trainer.hooks import HookDispatcher
+    from trainer.loops.anomaly import NonFiniteLossCheck
+    from trainer.loops.fit_loop import FitLoop
+    from trainer.loops.optimization import SchedulerMetrics
+    from trainer.loops.progress import FitProgress
+    from trainer.metrics.metric_logger import MetricLogger
+    from trainer.module import TrainModule
+    from trainer.profiler import Profiler
+    from trainer.strategies.strategy import Strategy
 
 
 class StrategyView(Protocol):
@@ -129,8 +146,6 @@ class TrainerView(Protocol):
     @property
     def fast_dev_run(self) -> int: ...
     @property
-    def accumulate_grad_batches(self) -> int: ...
-    @property
     def gradient_clip_val(self) -> float | None: ...
     @property
     def gradient_clip_algorithm(self) -> str: ...
@@ -159,15 +174,32 @@ class ModuleView(Protocol):
     def eval(self) -> Any: ...
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]: ...
     def named_modules(self) -> Iterator[tuple[str, torch.nn.Module]]: ...
-    def log(self, name: str, value: Any, **kwargs: Any) -> None: ...
+    def named_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]: ...
+    def modules(self) -> Iterator[torch.nn.Module]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def configure_optimizers(self) -> Any: ...
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None) -> None: ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def torch_module(module: ModuleView) -> torch.nn.Module:
+    """``module`` as the `torch.nn.Module` it is, for torch's functions that take one (a `TrainModule`
+    is one; the protocol cannot say so)."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module (a TrainModule), got {type(module).__name__}")
+    return module
 
 
 class CallbackView(Protocol):
     """What the trainer reads on a callback besides its hooks (`callbacks.Callback` has each)."""
 
-    role: str | None  # one of `trainer.contracts.hook_names.ROLES`, or None
-    monitors_metrics: bool  # acts on monitored metrics: runs its on_train_epoch_end after the module's
-
+    # read-only here: a callback class sets them as class attributes
+    @property
+    def role(self) -> str | None: ...  # one of `trainer.contracts.hook_names.ROLES`, or None
+    @property
+    def monitors_metrics(self) -> bool: ...  # acts on monitored metrics: runs its on_train_epoch_end after the module's
     @property
     def state_key(self) -> str: ...
 
@@ -188,26 +220,38 @@ class LoggerView(CallbackView, Protocol):
     def finalize(self, status: str) -> None: ...
 
 
+class CheckpointCallbackView(CallbackView, Protocol):
+    """What the trainer reads on its checkpoint callback (`callbacks.ModelCheckpoint`)."""
+
+    @property
+    def best_model_path(self) -> str: ...
+
+
 class TrainerInternals(TrainerView, Protocol):
     """What the trainer's own parts (loops, checkpoint connector, launcher, data and model set-up)
     use on the Trainer besides the callbacks' contract: its components and settings. They annotate
     with this protocol, so no part below the Trainer imports `trainer.trainer`."""
 
-    config: Any  # TrainerConfig
-    run: Any  # RunState
-    fit_loop: Any  # FitLoop
-    hooks: Any  # HookDispatcher
-    metric_logger: Any  # MetricLogger
-    precision_plugin: Any  # Precision
-    profiler: Any  # Profiler
-    train_dataloader: Any
-    val_dataloaders: list[Any]
-    datamodule: Any
+    config: TrainerConfig
+    run: RunState
+    fit_loop: FitLoop
+    hooks: HookDispatcher
+    metric_logger: MetricLogger
+    precision_plugin: Precision
+    profiler: Profiler
+    train_dataloader: Iterable[Any] | None
+    val_dataloaders: list[Iterable[Any]]
+    predict_dataloaders: list[Iterable[Any]]
+    datamodule: DataModule | None
     num_test_batches: list[int | None]
     num_predict_batches: list[int | None]
 
     @property
-    def module(self) -> Any: ...
+    def strategy(self) -> Strategy: ...
+    @property
+    def fit_progress(self) -> FitProgress: ...
+    @property
+    def module(self) -> TrainModule: ...
     @property
     def model(self) -> torch.nn.Module: ...
     @property
@@ -217,9 +261,19 @@ class TrainerInternals(TrainerView, Protocol):
     @property
     def num_nodes(self) -> int: ...
     @property
-    def checkpoint_callback(self) -> Any: ...
+    def callbacks(self) -> Sequence[CallbackView]: ...
+    @property
+    def loggers(self) -> Sequence[LoggerView]: ...
+    @property
+    def logger(self) -> LoggerView | None: ...
+    @property
+    def checkpoint_callback(self) -> CheckpointCallbackView | None: ...
+    @property
+    def checkpoint_callbacks(self) -> Sequence[CheckpointCallbackView]: ...
+    @property
+    def lr_scheduler_configs(self) -> Sequence[LRSchedulerConfig]: ...
 
-    def adopt_spawned_run(self, model: Any, outcome: dict[str, Any]) -> None: ...
+    def adopt_spawned_run(self, model: TrainModule, outcome: dict[str, Any]) -> None: ...
 
 
 class FitLoopView(Protocol):
@@ -227,10 +281,10 @@ class FitLoopView(Protocol):
     loop that runs them."""
 
     trainer: TrainerInternals
-    progress: Any  # FitProgress
-    loss_check: Any  # NonFiniteLossCheck
+    progress: FitProgress
+    loss_check: NonFiniteLossCheck
 
     @property
-    def scheduler_metrics(self) -> Any: ...
+    def scheduler_metrics(self) -> SchedulerMetrics: ...
 
     def optimizer_stepped(self) -> None: ...

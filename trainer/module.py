@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from trainer.checkpointing.from_checkpoint import load_module
+from trainer.contracts.protocols import ProgressBarView
 from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
 
@@ -322,7 +323,8 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         if self.global_rank != 0:
             return
         callbacks = self._trainer.callbacks if self._trainer is not None else []
-        bars = [cb for cb in callbacks if cb.role == "progress_bar"]  # the role a progress bar declares
+        # the role a progress bar declares
+        bars = [cb for cb in callbacks if cb.role == "progress_bar" and isinstance(cb, ProgressBarView)]
         if bars and bars[0].is_enabled and "file" not in kwargs:
             bars[0].print(*args, **kwargs)
         else:

@@ -8,7 +8,7 @@ depend on this floor only; `tests/project/test_contracts.py` checks that the rea
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
     # The trainer's own parts, for the type checker only (docs/architecture.md, "Typing the
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from trainer.configuration import TrainerConfig
     from trainer.contracts.run_state import RunState
     from trainer.contracts.schedulers import LRSchedulerConfig
+    from trainer.contracts.stage import TrainerState
     from trainer.data.datamodule import DataModule
     from trainer.hooks import HookDispatcher
     from trainer.loops.anomaly import NonFiniteLossCheck
@@ -217,14 +218,30 @@ class LoggerView(CallbackView, Protocol):
     def log_hyperparams(self, params: dict[str, Any]) -> None: ...
     def log_graph(self, model: Any, input_array: Any = None) -> None: ...
     def log_text(self, tag: str, text: str) -> None: ...
+    def save(self) -> None: ...
     def finalize(self, status: str) -> None: ...
 
 
-class CheckpointCallbackView(CallbackView, Protocol):
-    """What the trainer reads on its checkpoint callback (`callbacks.ModelCheckpoint`)."""
+@runtime_checkable
+class ProgressBarView(CallbackView, Protocol):
+    """What the module's `print` uses on the progress bar (`callbacks.ProgressBar`)."""
 
     @property
-    def best_model_path(self) -> str: ...
+    def is_enabled(self) -> bool: ...
+
+    def print(self, *args: Any, sep: str = " ", end: str = "\n") -> None: ...
+
+
+@runtime_checkable
+class CheckpointCallbackView(CallbackView, Protocol):
+    """What the trainer reads on its checkpoint callbacks (`callbacks.ModelCheckpoint`); a spawned
+    run's parent sets the ``dirpath`` its worker resolved."""
+
+    dirpath: str | None
+    best_model_path: str
+    last_model_path: str
+
+    def last_checkpoint_path(self, taken: Mapping[str, Any] | None = None) -> str: ...
 
 
 class TrainerInternals(TrainerView, Protocol):
@@ -245,7 +262,43 @@ class TrainerInternals(TrainerView, Protocol):
     datamodule: DataModule | None
     num_test_batches: list[int | None]
     num_predict_batches: list[int | None]
+    optimizers: list[torch.optim.Optimizer]
+    lr_scheduler_configs: list[LRSchedulerConfig]
 
+    # settings (`TrainerConfig`) the parts read as the Trainer's attributes, besides TrainerView's
+    @property
+    def min_epochs(self) -> int | None: ...
+    @property
+    def min_steps(self) -> int | None: ...
+    @property
+    def scale_lr(self) -> bool | str: ...
+    @property
+    def val_check_interval(self) -> int | float: ...
+    @property
+    def check_val_every_n_epoch(self) -> int | None: ...
+    @property
+    def limit_val_batches(self) -> int | float | None: ...
+    @property
+    def allow_global_batch_change(self) -> bool: ...
+    @property
+    def allow_dataset_change(self) -> bool: ...
+    @property
+    def detect_non_finite_grads(self) -> bool: ...
+    @property
+    def compile(self) -> bool: ...
+    @property
+    def channels_last(self) -> bool: ...
+    @property
+    def pin_memory(self) -> bool: ...
+    @property
+    def overfit_batches(self) -> int | float: ...
+    @property
+    def reload_dataloaders_every_n_epochs(self) -> int: ...
+    @property
+    def enable_autolog_hparams(self) -> bool: ...
+
+    @property
+    def state(self) -> TrainerState: ...
     @property
     def strategy(self) -> Strategy: ...
     @property
@@ -270,8 +323,6 @@ class TrainerInternals(TrainerView, Protocol):
     def checkpoint_callback(self) -> CheckpointCallbackView | None: ...
     @property
     def checkpoint_callbacks(self) -> Sequence[CheckpointCallbackView]: ...
-    @property
-    def lr_scheduler_configs(self) -> Sequence[LRSchedulerConfig]: ...
 
     def adopt_spawned_run(self, model: TrainModule, outcome: dict[str, Any]) -> None: ...
 

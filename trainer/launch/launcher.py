@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
+from trainer.contracts.protocols import CheckpointCallbackView
 from trainer.launch.preemption import (
     PREEMPTION_EXIT_CODE,
     PREEMPTION_NOTES_ENV,
@@ -316,7 +317,7 @@ def _restore_callback_states(trainer: Trainer, states: dict[str, Any]) -> None:
         state = states.get(cb.state_key)
         if state is None:
             continue
-        if getattr(cb, "dirpath", "") is None and state.get("dirpath") is not None:
+        if isinstance(cb, CheckpointCallbackView) and cb.dirpath is None and state.get("dirpath") is not None:
             # The worker resolved the default directory; a callback that ran in this process
             # would hold it too (and restores its paths only when the directory matches).
             cb.dirpath = state["dirpath"]

@@ -12,7 +12,7 @@ from trainer.contracts import storage
 from trainer.contracts.run_identity import run_id
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import ModuleView, TrainerView
+    from trainer.contracts.protocols import LoggerView, ModuleView, TrainerView
 
 
 class _FileLogger(Logger):
@@ -140,7 +140,7 @@ class _FileLogger(Logger):
         self._made_version_dir = False
 
 
-def fix_log_versions(trainer: TrainerView, loggers: Sequence[Logger], broadcast: bool, restart: bool = False) -> None:
+def fix_log_versions(trainer: TrainerView, loggers: Sequence[LoggerView], broadcast: bool, restart: bool = False) -> None:
     """Fix ``save_dir`` and version of each file logger in ``loggers`` whose version is not fixed.
 
     The loggers that pick their version share one, the next number free in all their

@@ -9,7 +9,7 @@ built once per run, so an unused hook costs one dict lookup.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from trainer.contracts.hook_names import CALLBACK_HOOKS
 from trainer.contracts.hook_table import CALLBACK, HOOKS, HOOKS_BY_NAME, MODULE
@@ -34,7 +34,7 @@ class HookDispatcher:
     """
 
     def __init__(
-        self, trainer: Trainer, module: TrainModule | None, callbacks: list[CallbackView], callback_base: type
+        self, trainer: Trainer, module: TrainModule | None, callbacks: Sequence[CallbackView], callback_base: type
     ) -> None:
         from trainer.module import TrainModule
 

@@ -26,7 +26,9 @@ def capture_rng_state() -> dict[str, Any]:
     except ImportError:
         pass
     else:
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        legacy = np.random.get_state(legacy=True)
+        assert isinstance(legacy, tuple)  # legacy=True: numpy's (kind, keys, pos, has_gauss, gauss)
+        kind, keys, pos, has_gauss, gauss = legacy
         state["numpy"] = (kind, torch.from_numpy(keys.astype("int64")), pos, has_gauss, gauss)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()

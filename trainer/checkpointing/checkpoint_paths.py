@@ -115,7 +115,9 @@ def preemption_checkpoint_path(trainer: Trainer) -> Iterator[str]:
                 warnings.warn(taken_over, stacklevel=3)
         path = _unwritten_last(directory, run_id(), shared=lock is not None)
     try:
-        yield trainer.strategy.broadcast(path)
+        shared = trainer.strategy.broadcast(path)
+        assert shared is not None  # rank 0 always chose one
+        yield shared
     finally:
         if lock is not None:
             lock.release()

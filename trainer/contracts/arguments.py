@@ -63,15 +63,16 @@ def check_number(
     what = _or_none(f"a finite number{_bounds(minimum, above, below, maximum)}", allow_none)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise _fail(TypeError, name, what, value)
+    number = float(value)
     if (
-        not math.isfinite(value)
-        or (minimum is not None and value < minimum)
-        or (above is not None and value <= above)
-        or (below is not None and value >= below)
-        or (maximum is not None and value > maximum)
+        not math.isfinite(number)
+        or (minimum is not None and number < minimum)
+        or (above is not None and number <= above)
+        or (below is not None and number >= below)
+        or (maximum is not None and number > maximum)
     ):
         raise _fail(ValueError, name, what, value)
-    return float(value)
+    return number
 
 
 def _bounds(minimum: float | None, above: float | None, below: float | None, maximum: float | None) -> str:

@@ -324,7 +324,7 @@ class TrainerInternals(TrainerView, Protocol):
     @property
     def checkpoint_callbacks(self) -> Sequence[CheckpointCallbackView]: ...
 
-    def adopt_spawned_run(self, model: TrainModule, outcome: dict[str, Any]) -> None: ...
+    def adopt_spawned_run(self, model: TrainModule | None, outcome: dict[str, Any]) -> None: ...
 
 
 class FitLoopView(Protocol):
@@ -335,7 +335,6 @@ class FitLoopView(Protocol):
     progress: FitProgress
     loss_check: NonFiniteLossCheck
 
-    @property
     def scheduler_metrics(self) -> SchedulerMetrics: ...
 
     def optimizer_stepped(self) -> None: ...

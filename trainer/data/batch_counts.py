@@ -1,7 +1,7 @@
 """`BatchCounts`: the Trainer's read-only views of batch sizes and counts (a base class of `Trainer`)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer.contracts.accumulation import global_batch_size, steps_in
 from trainer.data.loaders import loader_batch_size, num_batches
@@ -16,7 +16,11 @@ class BatchCounts:
     accumulate_grad_batches: int
     max_epochs: int | None
     max_steps: int
-    world_size: int
+    if TYPE_CHECKING:  # the Trainer's read-only property
+
+        @property
+        def world_size(self) -> int: ...
+
     fit_loop: Any  # FitLoop (the data floor does not import the loops)
     metric_logger: Any  # MetricLogger
 

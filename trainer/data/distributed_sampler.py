@@ -155,6 +155,7 @@ def distribute_dataloader(
             if user_batch_sampler
             else (dataloader.batch_size, dataloader.drop_last)
         )
+        assert size is not None  # a batch size, or a batch sampler (which has one): checked above
         kwargs["batch_sampler"] = GlobalBatchSampler(
             len(dataloader.dataset),  # type: ignore[arg-type]
             size,

@@ -18,5 +18,7 @@ def without_shuffling(loader: Any) -> Any:
         "every epoch runs the same first batches."
     )
     kwargs = rebuild_kwargs(loader)
-    kwargs.update(sampler=SequentialSampler(loader.dataset), batch_size=loader.batch_size, drop_last=loader.drop_last)
+    # torch types Dataset without __len__; a shuffled map-style dataset has one (its RandomSampler took it)
+    kwargs.update(sampler=SequentialSampler(loader.dataset),  # type: ignore[arg-type]
+            batch_size=loader.batch_size, drop_last=loader.drop_last)
     return DataLoader(loader.dataset, **kwargs)

@@ -228,7 +228,7 @@ def _from_slurm(environ: Mapping[str, str]) -> ClusterEnvironment:
     if len(tasks_per_node) == 1 and len(hosts) > 1:
         # `--ntasks-per-node=N` gives a single number for every node.
         tasks_per_node = tasks_per_node * len(hosts)
-    if hosts and len(hosts) != len(tasks_per_node):
+    if nodelist_var and hosts and len(hosts) != len(tasks_per_node):
         raise ValueError(
             f"{tasks_var}={environ[tasks_var]!r} describes {len(tasks_per_node)} node(s) but "
             f"{nodelist_var}={environ[nodelist_var]!r} lists {len(hosts)}."

@@ -151,10 +151,10 @@ def explain_failure(
     if peers:
         _write_note(store, rank, False, where, exc)
         return _named_peer(peers[0], rank, where)
-    lost = _lost(store, rank, world_size, where, store_address) if len({n["rank"] for n in notes}) < world_size - 1 else None
-    if lost is not None:
+    silent = _lost(store, rank, world_size, where, store_address) if len({n["rank"] for n in notes}) < world_size - 1 else None
+    if silent is not None:
         _write_note(store, rank, False, where, exc)
-        return lost
+        return silent
     if notes and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback
         exc.add_note(
             f"[lockstep] rank {notes[0]['rank']} had already stopped at {notes[0]['where']} because its "
@@ -238,7 +238,7 @@ def record_for_elastic_agent(exc: BaseException, rank: int) -> None:
     # which for a RankFailedError is the broken collective's, not the error it reports: write
     # the same file (torch's documented format) with ``exc``'s own traceback and cause.
     callstack = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    info = {"py_callstack": callstack, "timestamp": str(int(time.time()))}
+    info: dict[str, str | bool] = {"py_callstack": callstack, "timestamp": str(int(time.time()))}
     # For the Trainer's launcher: a broken collective or an error about a peer is a consequence,
     # the rank's own error a cause.
     info["lockstep_consequence"] = is_consequence(exc, rank)

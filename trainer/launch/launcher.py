@@ -129,7 +129,7 @@ class ElasticLauncher:
             if quiet_cpp:
                 os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
             notes.cleanup()
-            if previous is not None:
+            if usr1 is not None and previous is not None:
                 signal.signal(usr1, previous)
         sys.exit(0)
 

@@ -196,7 +196,7 @@ def step_schedulers(
 
 def _new_monitored_value(cfg: LRSchedulerConfig, metrics: SchedulerMetrics) -> Any:
     """The monitor's value if it was logged since the scheduler's last step, else None."""
-    if cfg.monitor in metrics.values:
+    if cfg.monitor is not None and cfg.monitor in metrics.values:
         value = metrics.values[cfg.monitor]
         if value is cfg.last_monitored:
             return None

@@ -6,7 +6,7 @@ when to publish step values and epoch aggregates; it keeps what the Trainer's re
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class MetricLogger:
     """The metrics of one Trainer: the training store, the active store and what was published."""
 
-    def __init__(self, loggers: list[Logger]) -> None:
+    def __init__(self, loggers: Sequence[Logger]) -> None:
         self.loggers = loggers
         self.train = MetricStore(training=True)
         self.active = self.train  # where `self.log` records now: training, or the running evaluation

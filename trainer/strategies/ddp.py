@@ -96,7 +96,8 @@ class _StepForward(nn.Module):
         self.module = module
 
     def forward(self, *args: Any) -> Any:
-        return self.module.training_step(*args)
+        # nn.Module types its attributes Tensor | Module; this one is a TrainModule's method
+        return self.module.training_step(*args)  # type: ignore[operator]
 
 
 class DDPStrategy(ProcessGroupStrategy):

@@ -300,7 +300,8 @@ class FSDPStrategy(ProcessGroupStrategy):
             sub.reset_parameters()  # type: ignore[operator]
             for name, param in sharded.items():
                 full = getattr(sub, name)
-                param.to_local().copy_(_local_part(full, param))
+                # fully_shard made each parameter a DTensor; torch types it a Parameter still
+                param.to_local().copy_(_local_part(full, param))  # type: ignore[attr-defined]
                 setattr(sub, name, param)
 
     def sync_gradients(self) -> None:

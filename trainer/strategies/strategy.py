@@ -227,7 +227,8 @@ class Strategy:
 
     def load_optimizer_state(self, optimizer: torch.optim.Optimizer, state: Mapping[str, Any]) -> None:
         """Load a checkpoint's optimizer state (as `optimizer_state` gave it) into ``optimizer``."""
-        optimizer.load_state_dict(state)
+        # torch takes a dict (a ShardedState is one: kept as it is)
+        optimizer.load_state_dict(state if isinstance(state, dict) else dict(state))
 
     def write_checkpoint(self, checkpoint: dict[str, Any], path: str, alone: bool = False) -> None:
         """Write ``checkpoint`` (every rank calls it) as one file that global rank 0 writes atomically.

@@ -12,6 +12,8 @@ except ModuleNotFoundError as err:  # `trainer` is not Lockstep's package: a fil
     # the message is the floor's (stdlib only), read from its file: `import trainer...` is what fails
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "trainer", "contracts", "shadowing.py")
     spec = importlib.util.spec_from_file_location("_lockstep_shadowing", path)
+    if spec is None or spec.loader is None:  # no floor in this checkout: the import's own error
+        raise
     shadowing = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(shadowing)
     raise ImportError(shadowing.shadowing_message("trainer", getattr(sys.modules.get("trainer"), "__file__", None))) from err

@@ -60,7 +60,8 @@ def restored_module(module: ModuleView) -> Iterator[None]:
     finally:
         module.load_state_dict(state)
         module.train(training)
-        module.trainer = trainer
+        # read-only in ModuleView: the module's setter takes the Trainer it was attached to
+        module.trainer = trainer  # type: ignore[misc]
 
 
 def find_attr(

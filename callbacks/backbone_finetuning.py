@@ -69,16 +69,12 @@ class BackboneFinetuning(BaseFinetuning):
         super().load_state_dict(state_dict)
 
     def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
-        if not isinstance(getattr(module, "backbone", None), torch.nn.Module):
-            raise AttributeError(
-                f"BackboneFinetuning needs the module to have an nn.Module `backbone` attribute; "
-                f"{type(module).__name__} has none."
-            )
+        _backbone(module)
         self._trainer = trainer
         super().setup(trainer, module, stage)
 
     def freeze_before_training(self, pl_module: ModuleView) -> None:
-        self.freeze(pl_module.backbone)
+        self.freeze(_backbone(pl_module))
 
     def finetune_function(self, pl_module: ModuleView, epoch: int, optimizer: torch.optim.Optimizer) -> None:
         if epoch == self.unfreeze_backbone_at_epoch:
@@ -90,7 +86,7 @@ class BackboneFinetuning(BaseFinetuning):
             )
             self.previous_backbone_lr = initial
             self.unfreeze_and_add_param_group(
-                pl_module.backbone, optimizer, initial, train_bn=self.train_bn, initial_denom_lr=self.initial_denom_lr
+                _backbone(pl_module), optimizer, initial, train_bn=self.train_bn, initial_denom_lr=self.initial_denom_lr
             )
             self._report(current_lr, initial)
         elif epoch > self.unfreeze_backbone_at_epoch:
@@ -108,3 +104,13 @@ class BackboneFinetuning(BaseFinetuning):
                 self._trainer,
                 f"Current lr: {round(current, self.rounding)}, Backbone lr: {round(backbone, self.rounding)}",
             )
+
+
+def _backbone(module: ModuleView) -> torch.nn.Module:
+    backbone = getattr(module, "backbone", None)
+    if not isinstance(backbone, torch.nn.Module):
+        raise AttributeError(
+            f"BackboneFinetuning needs the module to have an nn.Module `backbone` attribute; "
+            f"{type(module).__name__} has none."
+        )
+    return backbone

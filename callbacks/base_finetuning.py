@@ -42,8 +42,8 @@ class BaseFinetuning(Callback):
         if "internal_optimizer_metadata" in state_dict:
             self._internal_optimizer_metadata = state_dict["internal_optimizer_metadata"]
             self._finetuned_epoch = state_dict.get("finetuned_epoch", -1)  # absent in Lightning's
-        else:  # Lightning's layout before its PR #11887: the metadata alone
-            self._internal_optimizer_metadata = state_dict
+        else:  # Lightning's layout before its PR #11887: the metadata alone (its keys the group indices)
+            self._internal_optimizer_metadata = state_dict  # type: ignore[assignment]
 
     def rebuild_optimizer_groups(self, trainer: TrainerView, module: ModuleView, checkpoint: dict[str, Any]) -> None:
         """Give the optimizers the parameter groups saved in ``checkpoint`` (and unfreeze their parameters).
@@ -120,7 +120,8 @@ class BaseFinetuning(Callback):
     def filter_on_optimizer(optimizer: torch.optim.Optimizer, params: Iterable[torch.nn.Parameter]) -> list[torch.nn.Parameter]:
         """``params`` that are in none of ``optimizer``'s groups yet (the others are skipped, with a warning)."""
         present = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        kept, skipped = [], []
+        kept: list[torch.nn.Parameter] = []
+        skipped: list[torch.nn.Parameter] = []
         for param in params:
             (skipped if id(param) in present else kept).append(param)
         if skipped:

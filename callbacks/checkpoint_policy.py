@@ -35,7 +35,7 @@ class Policy:
     monitor: Optional[str]
     mode: str
     save_top_k: int
-    save_last: Union[bool, str]
+    save_last: Union[bool, str, None]
 
     def better(self, score: float, reference: float) -> bool:
         """Whether ``score`` beats ``reference`` in this policy's mode."""

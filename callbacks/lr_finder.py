@@ -107,10 +107,10 @@ class _RangeSchedule(torch.optim.lr_scheduler.LRScheduler):
 
     def __init__(self, optimizer: torch.optim.Optimizer, end_lr: float, num_iter: int, exponential: bool) -> None:
         self.end_lr, self.num_iter, self.exponential = end_lr, num_iter, exponential
-        self.lr: list[float] = []
+        self.lr: list[float | torch.Tensor] = []
         super().__init__(optimizer)
 
-    def get_lr(self) -> list[float]:
+    def get_lr(self) -> list[float | torch.Tensor]:
         r = (self.last_epoch + 1) / self.num_iter
         if self.last_epoch <= 0:
             self.lr = list(self.base_lrs)

@@ -8,6 +8,8 @@ from torch import nn
 
 from callbacks.callback import Callback
 
+from trainer.contracts.protocols import torch_module
+
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
 
@@ -111,4 +113,4 @@ class ModelSummary(Callback):
 
     def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self.max_depth != 0 and trainer.is_global_zero:
-            print(summarize(module, self.max_depth), flush=True)
+            print(summarize(torch_module(module), self.max_depth), flush=True)

@@ -179,7 +179,9 @@ class StochasticWeightAveraging(Callback):
         lrs = self._swa_lrs if isinstance(self._swa_lrs, list) else [self._swa_lrs] * len(optimizer.param_groups)
         for lr, group in zip(lrs, optimizer.param_groups):
             group["initial_lr"] = lr
-        self._swa_scheduler = SWALR(
+        # torch types swa_lr a float (it takes one per group too) and anneal_strategy a Literal
+        # (__init__ checked it is "cos" or "linear")
+        self._swa_scheduler = SWALR(  # type: ignore[arg-type]
             optimizer, swa_lr=lrs, anneal_epochs=self._annealing_epochs, anneal_strategy=self._annealing_strategy,
             last_epoch=self._max_epochs if self._annealing_strategy == "cos" else -1,
         )

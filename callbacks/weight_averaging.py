@@ -12,6 +12,8 @@ from torch.optim.swa_utils import AveragedModel, get_ema_avg_fn
 
 from callbacks.callback import Callback
 
+from trainer.contracts.protocols import torch_module
+
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
 
@@ -49,7 +51,7 @@ class WeightAveraging(Callback):
     def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         if stage == "fit":
             device = self._device or next((p.device for p in module.parameters()), torch.device("cpu"))
-            self._average_model = AveragedModel(model=module, device=device, use_buffers=self._use_buffers,
+            self._average_model = AveragedModel(model=torch_module(module), device=device, use_buffers=self._use_buffers,
                                                 **self._kwargs)
             self._average_in_module = False
 
@@ -58,13 +60,13 @@ class WeightAveraging(Callback):
         # after a micro batch that ended no window, global_step has not moved: nothing new to average
         if trainer.global_step > self._latest_update_step and self.should_update(step_idx=trainer.global_step - 1):
             assert self._average_model is not None
-            self._average_model.update_parameters(module)
+            self._average_model.update_parameters(torch_module(module))
             self._latest_update_step = trainer.global_step
 
     def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
         if trainer.current_epoch > self._latest_update_epoch and self.should_update(epoch_idx=trainer.current_epoch):
             assert self._average_model is not None
-            self._average_model.update_parameters(module)
+            self._average_model.update_parameters(torch_module(module))
             self._latest_update_epoch = trainer.current_epoch
 
     def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
@@ -107,7 +109,7 @@ class WeightAveraging(Callback):
         if "current_model_state" in checkpoint and "averaging_state" in checkpoint:
             state = {"module." + name: value for name, value in checkpoint["state_dict"].items()}
             self._average_model.load_state_dict({**state, **checkpoint["averaging_state"]})
-            module.load_state_dict(checkpoint["current_model_state"])
+            torch_module(module).load_state_dict(checkpoint["current_model_state"])
         else:  # a checkpoint written without averaging: both start from its weights
             self._average_model.module.load_state_dict(checkpoint["state_dict"], strict=False)
 
@@ -115,7 +117,7 @@ class WeightAveraging(Callback):
         assert self._average_model is not None
         averaged = self._average_model.module
         return zip(itertools.chain(averaged.parameters(), averaged.buffers()),
-                   itertools.chain(module.parameters(), module.buffers()))
+                   itertools.chain(module.parameters(), torch_module(module).buffers()))
 
     def _swap(self, module: ModuleView) -> None:
         for average, current in self._pairs(module):

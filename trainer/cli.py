@@ -78,7 +78,7 @@ class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
 LR_SCHEDULER_TYPES = (torch.optim.lr_scheduler.LRScheduler, ReduceLROnPlateau)
 
 
-class LightningArgumentParser(ArgumentParser):  # type: ignore[misc,valid-type]
+class LightningArgumentParser(ArgumentParser):
     """jsonargparse's parser with Lightning's helpers for the trainer, module, data, callbacks,
     optimizers and schedulers."""
 
@@ -117,7 +117,7 @@ class LightningArgumentParser(ArgumentParser):  # type: ignore[misc,valid-type]
         self.lr_scheduler_groups[nested_key] = (lr_scheduler_class, link_to)
 
     def _add_optimization_group(self, classes: Any, nested_key: str, first: str) -> None:
-        kwargs = {"instantiate": False, "fail_untyped": False, "skip": {first}}
+        kwargs: dict[str, Any] = {"instantiate": False, "fail_untyped": False, "skip": {first}}
         if isinstance(classes, tuple):
             self.add_subclass_arguments(classes, nested_key, **kwargs)
         else:
@@ -149,7 +149,8 @@ class SaveConfigCallback(Callback):
         self.overwrite, self.multifile, self.save_to_log_dir = overwrite, multifile, save_to_log_dir
         self.already_saved = False
 
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
+    # the CLI's callback runs on the Trainer and the TrainModule only, which `save_config` takes (as Lightning's)
+    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:  # type: ignore[override]
         # after the loggers' setup (they come first): the log directory's version is fixed
         if self.already_saved:
             return
@@ -384,7 +385,7 @@ class LightningCLI:
             scheduler = _instantiate(scheduler_init, optimizer) if scheduler_init else None
             return self.configure_optimizers(module, optimizer, scheduler)
 
-        model.configure_optimizers = MethodType(configure_optimizers, model)  # type: ignore[method-assign]
+        model.configure_optimizers = MethodType(configure_optimizers, model)
 
     # -- running ------------------------------------------------------------------------------
     def _parser(self, subcommand: Optional[str]) -> LightningArgumentParser:

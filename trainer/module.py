@@ -590,8 +590,11 @@ _NOT_SCRIPTED = [
     *(n for cls in TrainModule.__mro__ for n, v in vars(cls).items() if isinstance(v, property)),
     *(n for cls in TrainModule.__mro__ if cls is not nn.Module for n in vars(cls).get("__annotations__", {})),
 ]
-TrainModule.__jit_unused_properties__ = [*getattr(nn.Module, "__jit_unused_properties__", ()), *_NOT_SCRIPTED]
-TrainModule.__jit_ignored_attributes__ = list(_NOT_SCRIPTED)
+# (torch.jit reads these two class attributes; nn.Module does not declare them for the type checker)
+TrainModule.__jit_unused_properties__ = [  # type: ignore[attr-defined]
+    *getattr(nn.Module, "__jit_unused_properties__", ()), *_NOT_SCRIPTED
+]
+TrainModule.__jit_ignored_attributes__ = list(_NOT_SCRIPTED)  # type: ignore[attr-defined]
 
 
 def _unwrap(optimizer: Any) -> torch.optim.Optimizer:

@@ -270,10 +270,10 @@ def plan_resume(
     """
     mid_epoch = bool(progress.batches_done) and not progress.epoch_finished
     saved_world = int(checkpoint.get("world_size", world_size))
-    rank_states = checkpoint.get("rank_states")
-    usable = rank_states is not None and (saved_world == world_size or by_samples)
+    # the saved ranks' states, when this run can use them (the same world size, or positions in samples)
+    rank_states = checkpoint.get("rank_states") if saved_world == world_size or by_samples else None
     said = [] if saved_world == world_size else [_world_size_changed(saved_world, world_size, by_samples, mid_epoch)]
-    mine = rank_states[global_rank if global_rank < saved_world else 0] if usable else None
+    mine = rank_states[global_rank if global_rank < saved_world else 0] if rank_states is not None else None
     if not mid_epoch:
         # the next epoch starts afresh (its global batch is checked when it starts, by samples)
         return ResumePlan(
@@ -281,7 +281,7 @@ def plan_resume(
             restore_now=mine is not None, samples_done=0 if by_samples else None,
             global_batch_size=progress.global_batch_size, path=path, checks_first_epoch=by_samples,
         )
-    if usable and any(s is None or s.get("epoch_state") is None for s in rank_states):
+    if rank_states is not None and any(s is None or s.get("epoch_state") is None for s in rank_states):
         # Every rank must make the same choice, or one resumes mid-epoch while another restarts
         # the epoch and they wait in different collectives.
         said.append(

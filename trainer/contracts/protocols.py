@@ -32,8 +32,18 @@ if TYPE_CHECKING:
     from trainer.strategies.strategy import Strategy
 
 
+class AcceleratorView(Protocol):
+    """The kind of device a strategy runs on (`trainer.strategy.accelerator`)."""
+
+    @property
+    def kind(self) -> str: ...  # "cpu", "cuda" or "mps"
+
+
 class StrategyView(Protocol):
     """The collectives and the place of this process (`trainer.strategy`)."""
+
+    @property
+    def accelerator(self) -> AcceleratorView: ...
 
     @property
     def global_rank(self) -> int: ...
@@ -170,6 +180,8 @@ class ModuleView(Protocol):
     def training(self) -> bool: ...
     @property
     def hparams(self) -> Mapping[str, Any]: ...
+    @property
+    def trainer(self) -> TrainerView: ...
 
     def train(self, mode: bool = True) -> Any: ...
     def eval(self) -> Any: ...

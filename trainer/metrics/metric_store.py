@@ -86,7 +86,7 @@ class MetricStore:
         on_step: bool | None,
         on_epoch: bool | None,
         sync_dist: bool,
-        reduce: str,
+        reduce: str | Callable[..., Any],
         batch_size: int | None,
     ) -> None:
         """Record one value (see `TrainModule.log`)."""

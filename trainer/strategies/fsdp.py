@@ -41,7 +41,7 @@ def _fsdp2() -> Any:
     try:
         from torch.distributed import fsdp
     except ImportError:  # pragma: no cover - torch without distributed
-        fsdp = None
+        fsdp = None  # type: ignore[assignment]  # the test below names what is missing
     if fsdp is None or not hasattr(fsdp, "fully_shard"):
         raise RuntimeError(
             f"strategy='fsdp' needs torch.distributed.fsdp.fully_shard (FSDP2, torch >= 2.6); this is "

@@ -60,8 +60,8 @@ def restored_module(module: ModuleView) -> Iterator[None]:
     finally:
         module.load_state_dict(state)
         module.train(training)
-        # read-only in ModuleView: the module's setter takes the Trainer it was attached to
-        module.trainer = trainer  # type: ignore[misc]
+        # read-only in ModuleView (and None): the module's setter takes the Trainer it was attached to, or None
+        module.trainer = trainer  # type: ignore[misc, assignment]
 
 
 def find_attr(

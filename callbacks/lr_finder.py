@@ -212,7 +212,8 @@ def lr_find(
             inner = inner_trainer(
                 trainer, [recorder], max_steps=num_training, limit_val_batches=num_training, detect_non_finite_loss=False
             )
-            inner.fit(model, train_dataloaders, val_dataloaders, datamodule=datamodule)
+            # a Trainer (built as type(trainer)); the callbacks' TrainerView has no fit
+            inner.fit(model, train_dataloaders, val_dataloaders, datamodule=datamodule)  # type: ignore[attr-defined]
         finally:
             del model.configure_optimizers  # the class's method again
     finder.results = {"lr": recorder.lrs, "loss": recorder.losses}

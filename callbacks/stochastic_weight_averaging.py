@@ -181,8 +181,11 @@ class StochasticWeightAveraging(Callback):
             group["initial_lr"] = lr
         # torch types swa_lr a float (it takes one per group too) and anneal_strategy a Literal
         # (__init__ checked it is "cos" or "linear")
-        self._swa_scheduler = SWALR(  # type: ignore[arg-type]
-            optimizer, swa_lr=lrs, anneal_epochs=self._annealing_epochs, anneal_strategy=self._annealing_strategy,
+        self._swa_scheduler = SWALR(
+            optimizer,
+            swa_lr=lrs,  # type: ignore[arg-type]
+            anneal_epochs=self._annealing_epochs,
+            anneal_strategy=self._annealing_strategy,  # type: ignore[arg-type]
             last_epoch=self._max_epochs if self._annealing_strategy == "cos" else -1,
         )
         if self._scheduler_state is not None:

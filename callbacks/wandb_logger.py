@@ -106,7 +106,7 @@ class WandbLogger(Logger):
             import wandb
 
             os.makedirs(self.save_dir, exist_ok=True)
-            kwargs = {
+            kwargs: dict[str, Any] = {
                 "project": self.project, "name": self.name, "dir": self.save_dir, "id": self._id,
                 "entity": self.entity, "tags": self.tags, "resume": "allow" if self._id is not None else None,
                 "reinit": "create_new", "settings": wandb.Settings(init_timeout=self.timeout),

@@ -86,7 +86,7 @@ class HyperparametersMixin:
         self.__dict__["_hparams_initial"] = initial
 
 
-def instantiate(cls: type, saved: Mapping[str, Any], overrides: Mapping[str, Any], path: str) -> Any:
+def instantiate(cls: type[Any], saved: Mapping[str, Any], overrides: Mapping[str, Any], path: str) -> Any:
     """``cls(**saved, **overrides)``, the saved hyperparameters limited to what ``cls.__init__`` takes.
 
     Arguments ``__init__`` requires that neither provides are a `TypeError` naming them.

@@ -259,7 +259,7 @@ def _custom_part(dataloader: DataLoader, sampler: Any, batch_sampler: Any) -> st
     if type(sampler) is SequentialSampler:
         return None
     if type(sampler) is RandomSampler:
-        if sampler.replacement or sampler.num_samples != len(sampler.data_source):  # type: ignore[arg-type]
+        if sampler.replacement or sampler.num_samples != len(sampler.data_source):
             return "a RandomSampler with replacement or num_samples"
         return None
     return f"a custom sampler ({type(sampler).__qualname__})"

@@ -144,7 +144,7 @@ class DDPStrategy(ProcessGroupStrategy):
         check_bool("broadcast_buffers", broadcast_buffers)
         check_number("bucket_cap_mb", bucket_cap_mb, minimum=0)
         super().__init__(timeout=timeout, process_group_backend=process_group_backend)
-        self.ddp_kwargs = {
+        self.ddp_kwargs: dict[str, Any] = {
             "bucket_cap_mb": bucket_cap_mb,
             "gradient_as_bucket_view": gradient_as_bucket_view,
             "find_unused_parameters": find_unused_parameters,

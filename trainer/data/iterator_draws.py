@@ -14,7 +14,7 @@ generator of its own draws one int64 from the default generator at its first bat
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -48,7 +48,7 @@ def draw_ahead(loader: Any) -> dict[str, Any] | None:
     return before
 
 
-def iterate_from(loader: DataLoader, before: dict[str, Any], at_start: Callable[[], T]) -> tuple[Iterator[Any], T]:
+def iterate_from(loader: Iterable[Any], before: dict[str, Any], at_start: Callable[[], T]) -> tuple[Iterator[Any], T]:
     """``iter(loader)`` drawing from the states `draw_ahead` saw, and what ``at_start`` returns in
     those states (the epoch's resumable state); then the global RNG states as they are now come back."""
     now = capture_rng_state()

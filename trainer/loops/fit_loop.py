@@ -366,7 +366,6 @@ class FitLoop:
         if every and self.progress.current_epoch - self._loaded_epoch >= every:  # the loader hooks again
             self.setup_data(t.module, *self._data_sources)
         loader = t.train_dataloader
-        assert loader is not None  # the fit set it up (setup_data) before its first epoch
         t.strategy.on_epoch_start(loader, self.progress.current_epoch)
         t.metric_logger.start_training_epoch()
         t.hooks.call("on_train_epoch_start")

@@ -150,12 +150,9 @@ def distribute_dataloader(
         shuffle = isinstance(inner, RandomSampler)
     kwargs = rebuild_kwargs(dataloader)
     if not evaluation and (user_batch_sampler or dataloader.batch_size is not None):
-        size, drop_last = (
-            (batch_sampler.batch_size, batch_sampler.drop_last)  # type: ignore[union-attr]
-            if user_batch_sampler
-            else (dataloader.batch_size, dataloader.drop_last)
-        )
-        assert size is not None  # a batch size, or a batch sampler (which has one): checked above
+        # the user's batch sampler (torch's Sampler type declares no batch size), or the DataLoader's
+        batching: Any = batch_sampler if user_batch_sampler else dataloader
+        size, drop_last = batching.batch_size, batching.drop_last
         kwargs["batch_sampler"] = GlobalBatchSampler(
             len(dataloader.dataset),  # type: ignore[arg-type]
             size,

@@ -10,8 +10,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
+
+from trainer.contracts import protocols
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,3 +54,28 @@ def test_mypy_finds_a_callback_reaching_past_the_trainers_contract(tmp_path):
         '"TrainerView" has no attribute "_strategy"',
     ], out.stdout
 
+
+
+def _member_types(proto: type) -> dict[str, str]:
+    """Each attribute's and property's declared type (as written), over the protocol's own classes."""
+    types: dict[str, str] = {}
+    for cls in reversed(proto.__mro__):
+        if cls is object or not getattr(cls, "_is_protocol", False):
+            continue
+        types.update(getattr(cls, "__annotations__", {}))
+        types.update({n: v.fget.__annotations__["return"] for n, v in vars(cls).items() if isinstance(v, property)})
+    return types
+
+
+@pytest.mark.parametrize("proto", [protocols.TrainerInternals, protocols.FitLoopView])
+def test_the_internal_protocols_give_each_member_a_type(proto):
+    # what the trainer's parts receive says what each component is: mypy checks each use against it
+    untyped = sorted(name for name, written in _member_types(proto).items() if written == "Any")
+    assert untyped == []
+
+
+def test_the_member_type_check_finds_an_any_member():
+    class Loose(protocols.TrainerInternals, Protocol):
+        anything: Any
+
+    assert "Any" in _member_types(Loose).values()

@@ -169,7 +169,7 @@ def fix_log_versions(trainer: TrainerView, loggers: Sequence[LoggerView], broadc
         lg._fix_version(version)
 
 
-def _unfixed(loggers: Sequence[Logger]) -> list[_FileLogger]:
+def _unfixed(loggers: Sequence[LoggerView]) -> list[_FileLogger]:
     """The file loggers whose version is still open, each once (one may be passed twice)."""
     group: list[_FileLogger] = []
     for lg in loggers:

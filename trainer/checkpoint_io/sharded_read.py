@@ -17,7 +17,7 @@ from trainer.checkpoint_io.tensor_trees import merge_tensors
 from trainer.contracts import storage
 
 
-class ShardedState(dict):  # type: ignore[type-arg]
+class ShardedState(dict[str, Any]):
     """A sharded checkpoint's module or optimizer state, not read yet.
 
     As a mapping it holds what is known without reading the shards: for the module, every key

@@ -85,8 +85,9 @@ def save_sharded(
     publish = (lambda: _publish(tmp, path)) if rank == 0 else None
     if async_save:
         with named_errors(path, rank, "save"):
-            future = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)
-        future = getattr(future, "upload_completion", future)  # AsyncSaveResponse in newer torch
+            response = dcp.async_save(tensors, storage_writer=writer, process_group=process_group)
+        # an AsyncSaveResponse in newer torch, the Future itself before
+        future = response if isinstance(response, Future) else response.upload_completion
         return PendingSave(future, publish, path, rank)
     with named_errors(path, rank, "save"):
         dcp.save(tensors, storage_writer=writer)  # returns on every rank once the index is written

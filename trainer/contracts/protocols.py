@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     import torch
 
     from trainer.accelerators.precision import Precision
-    from trainer.configuration import TrainerConfig
+    from trainer.contracts.config import TrainerConfig
+    from trainer.contracts.progress import FitProgress
     from trainer.contracts.run_state import RunState
     from trainer.contracts.schedulers import LRSchedulerConfig
     from trainer.contracts.stage import TrainerState
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from trainer.loops.anomaly import NonFiniteLossCheck
     from trainer.loops.fit_loop import FitLoop
     from trainer.loops.optimization import SchedulerMetrics
-    from trainer.loops.progress import FitProgress
     from trainer.metrics.metric_logger import MetricLogger
     from trainer.module import TrainModule
     from trainer.profiler import Profiler

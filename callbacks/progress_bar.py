@@ -118,8 +118,10 @@ class ProgressBar(Callback):
             counts = [n if cap == -1 else cap if n is None else min(n, cap) for n in counts]
         self._start_eval("Sanity Checking" if trainer.sanity_checking else "Validation", counts)
 
-    def on_validation_batch_end(self, trainer: TrainerView, module: ModuleView, *batch_end: Any) -> None:
-        """Each evaluation batch end, whatever the stage (``batch_end``: the hook's arguments)."""
+    def on_validation_batch_end(
+        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        """Each evaluation batch end, whatever the stage."""
         self._advance_eval(trainer)
 
     def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:

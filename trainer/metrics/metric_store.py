@@ -95,6 +95,7 @@ class MetricStore:
         reduce = reduction_name(name, reduce)
         on_step, on_epoch = self._when(name, on_step, on_epoch)
         metric = _as_metric(value)
+        tensor: torch.Tensor | None
         if metric is None:
             tensor = _as_scalar_tensor(name, value)
         else:  # a torchmetrics Metric: its epoch value is computed at the end, by itself
@@ -106,7 +107,7 @@ class MetricStore:
             entry.logger, entry.metric = logger, metric
             self._entries[key] = entry
         entry.last = tensor
-        if on_epoch and metric is None:
+        if on_epoch and metric is None and tensor is not None:
             size = self.batch_size if batch_size is None else batch_size
             _accumulate(entry, tensor, 1 if size is None else size)
 
@@ -146,7 +147,7 @@ class MetricStore:
         on_step and on_epoch (the loggers get ``name_step`` and ``name_epoch``; the bare name is
         the callback metric that monitors use).
         """
-        hidden = set()
+        hidden: set[str] = set()
         for key, e in self._entries.items():
             if not e.logger:
                 hidden.update((key, key + "_step", key + "_epoch"))

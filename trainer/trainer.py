@@ -195,8 +195,8 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags):
         return self.metric_logger.callback_metrics
 
     @property
-    def logged_metrics(self) -> dict[str, float]:
-        """What was last sent to the loggers."""
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """What was last sent to the loggers (tensors, as Lightning's)."""
         return self.metric_logger.logged_metrics
 
     @property

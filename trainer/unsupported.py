@@ -99,6 +99,8 @@ NOT_PROVIDED_NAMES: dict[str, str] = {
     "utilities.is_shared_filesystem": "a shared default_root_dir (Lockstep writes checkpoints from global rank 0)",
     "utilities.suggested_max_num_workers": "os.cpu_count() // devices",
     "utilities.is_picklable": "pickle.dumps inside try/except",
+    "cli.instantiate_class": "the class's constructor (LightningCLI builds class_path / init_args itself)",
+    "cli.instantiate_module": "the class's constructor (LightningCLI builds class_path / init_args itself)",
     "demos": "plain torch modules of your own (Lightning's demos are Lightning's code)",
     "plugins": "precision=... for a precision, a Strategy object for strategy=...; checkpoint I/O is Lockstep's own",
     "profilers": "Trainer(profiler='simple') or Trainer(profiler='pytorch')",

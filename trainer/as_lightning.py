@@ -55,7 +55,15 @@ def lockstep_module_for(name: str) -> str | None:
     rest = name[len(root) + 1:].split(".") if name != root else []
     if not rest:
         return "trainer"
+    if len(rest) > 1 and not _may_be_module(rest[0], rest[-1]):
+        return None  # `from lightning.pytorch.callbacks import ModelPruning` looks for a module of that name first
     return _SUBMODULES.get(rest[0], "")  # "": a submodule of Lightning's that Lockstep lacks
+
+
+def _may_be_module(submodule: str, last: str) -> bool:
+    # Lightning's module names are lower case; its classes and constants are not, and a name it
+    # has that Lockstep lacks must reach the namespace module's error, not become a module
+    return last.islower() and f"{submodule}.{last}" not in NOT_PROVIDED_NAMES
 
 
 class _AliasModule(types.ModuleType):

@@ -94,7 +94,7 @@ def test_an_unmodified_lightning_script_runs_on_lockstep_with_lightning_s_number
     assert ours["trainer"] == "trainer.trainer"  # Lockstep's Trainer, for the script
     assert "callbacks.callback" in ours["callback_base"]  # and for the library it imports
     assert ours["steps"] == 16 and ours["hparams"] == {"lr": 0.05}
-    from trainer.as_lightning import LIGHTNING_API_VERSION
+    from trainer.lightning_alias import LIGHTNING_API_VERSION
 
     assert ours["version"] == LIGHTNING_API_VERSION
     pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
@@ -158,7 +158,7 @@ def test_importing_it_after_lightning_is_refused(tmp_path):
 
 
 def test_lightning_s_module_names_map_to_lockstep_s():
-    from trainer.as_lightning import lockstep_module_for
+    from trainer.lightning_alias import lockstep_module_for
 
     assert lockstep_module_for("lightning") == "trainer"
     assert lockstep_module_for("lightning.pytorch") == "trainer"

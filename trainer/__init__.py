@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.strategies.fsdp import FSDPStrategy
     from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
     from trainer.trainer import Trainer
-    from callbacks import Callback
 
     LightningModule = TrainModule
     LightningDataModule = DataModule

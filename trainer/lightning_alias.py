@@ -77,7 +77,7 @@ class _AliasModule(types.ModuleType):
             self.__version__ = LIGHTNING_API_VERSION
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
+        if attr.startswith("__") and attr != "__all__":  # `from lightning.pytorch.callbacks import *` reads __all__
             raise AttributeError(attr)
         if self.__name__ == "lightning" and attr in ("pytorch", "fabric", "Fabric"):
             # `import lightning as L; L.pytorch.Trainer`: Lightning's package imports both at once

@@ -115,6 +115,8 @@ IN_PROCESS = textwrap.dedent('''
     from lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
     from lightning.pytorch.utilities.types import STEP_OUTPUT
+    from lightning.pytorch.callbacks import *  # noqa: F403
+    assert EarlyStopping is callbacks.EarlyStopping
     assert L.Trainer is pl.Trainer is pytorch_lightning.Trainer is trainer.Trainer
     assert L.pytorch.LightningModule is trainer.TrainModule and L.Callback is callbacks.Callback
     assert ModelCheckpoint is callbacks.ModelCheckpoint and rank_zero_only is trainer.rank_zero_only

@@ -67,18 +67,22 @@ class HyperparametersMixin:
         self._log_hyperparams = logger
         if len(args) == 1 and not args[0]:  # an empty container: nothing to record (Lightning's rule)
             return
-        if dataclasses.is_dataclass(self):
-            init_args = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
-        else:
-            if frame is None:
-                current = inspect.currentframe()
-                frame = current.f_back if current is not None else None
-            init_args = _collect_init_args(frame, type(self).__name__)
+        if frame is None:
+            current = inspect.currentframe()
+            frame = current.f_back if current is not None else None
         ignored = [ignore] if isinstance(ignore, str) else [n for n in ignore or () if isinstance(n, str)]
-        init_args = {k: v for k, v in init_args.items() if k not in ignored}
+        init_args = {k: v for k, v in self._init_arguments(frame).items() if k not in ignored}
         self._merge_hparams(_chosen(args, init_args))
         for name in ignored:  # a subclass may drop what its base class saved
             self.hparams.pop(name, None)
+        self._keep_initial()
+
+    def _init_arguments(self, frame: types.FrameType | None) -> dict[str, Any]:
+        if dataclasses.is_dataclass(self):
+            return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return _collect_init_args(frame, type(self).__name__)
+
+    def _keep_initial(self) -> None:
         for name, value in self.hparams.items():
             if isinstance(value, nn.Module):
                 rank_zero_warn(

@@ -32,7 +32,7 @@ from callbacks.lr_finder import LearningRateFinder
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.mlflow_logger import MLFlowLogger
 from callbacks.model_checkpoint import ModelCheckpoint
-from callbacks.model_summary import ModelSummary
+from callbacks.model_summary import ModelSummary, RichModelSummary
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress_bar import ProgressBar
@@ -67,6 +67,7 @@ __all__ = [
     "ModelSummary",
     "OnExceptionCheckpoint",
     "ProgressBar",
+    "RichModelSummary",
     "RichProgressBar",
     "RunLockedError",
     "ServiceUnreachableError",
@@ -85,7 +86,6 @@ __all__ = [
 NOT_PROVIDED = {
     "ModelPruning": "pruning",
     "SpikeDetection": "loss-spike detection",
-    "RichModelSummary": "the rich model summary (ModelSummary prints the same table)",
     "DeviceStatsMonitor": "device statistics",
     "CometLogger": "Comet logging",
     "LitLogger": "Lightning's LitLogger",

@@ -47,9 +47,10 @@ class LearningRateMonitor(Callback):
     def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
-        step = trainer.global_step
-        # every micro batch of an accumulation window sees the same step: log once
-        if step == self._last_step_logged or step % trainer.log_every_n_steps != 0:
+        step, every = trainer.global_step, trainer.log_every_n_steps
+        # every micro batch of an accumulation window sees the same step: log once. As Lightning,
+        # before the step that completes `every` steps (step + 1), and whenever the run is stopping
+        if step == self._last_step_logged or every == 0 or ((step + 1) % every != 0 and not trainer.should_stop):
             return
         self._last_step_logged = step
         self._log(trainer, interval="step")

@@ -21,6 +21,16 @@ def summarize(module: nn.Module, max_depth: int = 1) -> str:
     ``example_input_array`` on the module, also each row's output shape (one forward in eval mode
     without gradients). Totals follow the table.
     """
+    rows, totals = _table(module, max_depth)
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = [" | ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines += ["-" * len(lines[0]), *(f"{value:<10}{label}" for value, label in totals)]
+    return "\n".join(lines)
+
+
+def _table(module: nn.Module, max_depth: int) -> tuple[list[list[str]], list[tuple[str, str]]]:
+    """The header and one row per layer, and the totals as (value, label)."""
     layers = [
         (name, sub)
         for name, sub in module.named_modules()
@@ -34,19 +44,15 @@ def summarize(module: nn.Module, max_depth: int = 1) -> str:
         row = [str(i), name, type(sub).__name__, _count(_numel(params)),
                _count(_numel(p for p in params if p.requires_grad)), f"{_megabytes(params):.3f}"]
         rows.append(row + ([shapes.get(name, "?")] if shapes else []))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
-    lines = [" | ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "-" * len(lines[0]))
     params = list(module.parameters())
     trainable = _numel(p for p in params if p.requires_grad)
-    lines += [
-        "-" * len(lines[0]),
-        f"{_count(trainable):<10}Trainable params",
-        f"{_count(_numel(params) - trainable):<10}Non-trainable params",
-        f"{_count(_numel(params)):<10}Total params",
-        f"{_megabytes(params):<10.3f}Total estimated model params size (MB)",
+    totals = [
+        (_count(trainable), "Trainable params"),
+        (_count(_numel(params) - trainable), "Non-trainable params"),
+        (_count(_numel(params)), "Total params"),
+        (f"{_megabytes(params):.3f}", "Total estimated model params size (MB)"),
     ]
-    return "\n".join(lines)
+    return rows, totals
 
 
 def _numel(params: Any) -> int:
@@ -114,3 +120,35 @@ class ModelSummary(Callback):
     def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self.max_depth != 0 and trainer.is_global_zero:
             print(summarize(torch_module(module), self.max_depth), flush=True)
+
+
+class RichModelSummary(ModelSummary):
+    """`ModelSummary` drawn as a `rich` table (Lightning's name and arguments; needs the ``rich`` package).
+
+    Without ``rich`` the constructor raises `ModuleNotFoundError` with Lightning's message.
+    """
+
+    def __init__(self, max_depth: int = 1) -> None:
+        try:
+            import rich  # noqa: F401 - the dev extra; checked here, as Lightning checks it
+        except ImportError:
+            raise ModuleNotFoundError(
+                "`RichModelSummary` requires `rich` to be installed. Install it by running `pip install -U rich`."
+            ) from None
+        super().__init__(max_depth)
+
+    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
+        if self.max_depth == 0 or not trainer.is_global_zero:
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        rows, totals = _table(torch_module(module), self.max_depth)
+        table = Table(header_style="bold magenta")
+        for column in rows[0]:
+            table.add_column(column)
+        for row in rows[1:]:
+            table.add_row(*row)
+        console = Console()
+        console.print(table)
+        console.print("\n".join(f"{value:<10}{label}" for value, label in totals))

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
 # by changing its imports.
 _PUBLIC = {
     "Trainer": ("trainer.trainer", "Trainer"),
+    "Callback": ("trainer.callbacks", "Callback"),
     "TrainModule": ("trainer.module", "TrainModule"),
     "DataModule": ("trainer.data.datamodule", "DataModule"),
     "LightningModule": ("trainer.module", "TrainModule"),
@@ -60,13 +61,20 @@ _PUBLIC = {
     "PREEMPTION_EXIT_CODE": ("trainer.launch.preemption", "PREEMPTION_EXIT_CODE"),
 }
 
-__version__ = "0.1.0"
+# Lightning's submodules, read as attributes the way Lightning projects do (`pl.callbacks.X`)
+_SUBMODULES = ("callbacks", "loggers", "strategies", "utilities", "cli", "tuner", "core")
+
+__version__ = "0.1.0"  # Lockstep's own; `python -m trainer.as_lightning` shows Lightning's API version
 __all__ = list(_PUBLIC)
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"trainer.{name}")  # binds trainer.<name> too
     if name not in _PUBLIC:
-        raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+        from trainer.unsupported import not_provided  # stdlib only; here so `import trainer` stays light
+
+        raise not_provided("trainer", name)
     module, attr = _PUBLIC[name]
     value = getattr(importlib.import_module(module), attr)
     globals()[name] = value  # once: later reads are plain module attributes
@@ -74,7 +82,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PUBLIC})
+    return sorted({*globals(), *_PUBLIC, *_SUBMODULES})
 
 
 adopt_launcher_from_env()  # in a worker of `Trainer(devices=N)`: die with the launcher, whole lines

@@ -25,6 +25,7 @@ from trainer.contracts import storage
 from trainer.default_callbacks import Callback
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
+from trainer.unsupported import not_provided
 
 SUBCOMMANDS = {
     "fit": "Train the model (and validate it, if there is validation data).",
@@ -39,6 +40,10 @@ try:  # the `cli` extra: without it the module imports, and LightningCLI says wh
 except ImportError:  # pragma: no cover - exercised without the extra
     ArgumentParser = object  # type: ignore[misc,assignment]
     ActionConfigFile = Namespace = None  # type: ignore[misc,assignment]
+
+
+def __getattr__(name: str) -> Any:
+    raise not_provided(__name__, name)  # Lightning's cli helpers Lockstep lacks: named, with the alternative
 
 
 def _need_jsonargparse() -> None:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import inspect
-from typing import Any, Mapping
+import types
+from typing import Any, Mapping, Sequence
+
+from torch import nn
+
+from trainer.distributed.rank_zero import rank_zero_warn
 
 
 class AttributeDict(dict):
@@ -25,6 +31,7 @@ class HyperparametersMixin:
     """``save_hyperparameters()`` records the calling ``__init__``'s arguments in ``self.hparams``."""
 
     _hparams: AttributeDict | None = None  # a class default, so a subclass need not call our __init__
+    _log_hyperparams = True  # save_hyperparameters(logger=False): the loggers do not get them
 
     @property
     def hparams(self) -> AttributeDict:
@@ -42,48 +49,126 @@ class HyperparametersMixin:
         """A copy of what ``save_hyperparameters`` recorded, unchanged by later edits of ``hparams``."""
         return AttributeDict(self.__dict__.get("_hparams_initial") or {})
 
-    def save_hyperparameters(self, *names: Any, ignore: str | list[str] | None = None, **_: Any) -> None:
-        """Record the calling ``__init__``'s arguments in ``self.hparams`` (logged and checkpointed).
+    def save_hyperparameters(
+        self,
+        *args: Any,
+        ignore: str | Sequence[str] | None = None,
+        frame: types.FrameType | None = None,
+        logger: bool = True,
+    ) -> None:
+        """Record the ``__init__`` arguments in ``self.hparams`` (logged and checkpointed), as Lightning does.
 
-        As Lightning: ``save_hyperparameters("lr", "depth")`` keeps some, ``ignore=`` drops some, and
-        one dict or ``argparse.Namespace`` (``save_hyperparameters(hparams)``) becomes the hparams.
+        Called in a base class's ``__init__`` it collects the arguments of every ``__init__`` up the
+        call (the subclass's included, its values winning); ``**kwargs`` count by their keys, ``*args``
+        not. ``save_hyperparameters("lr", "depth")`` keeps some, ``ignore=`` drops some (also from
+        what an earlier call saved), one dict or ``argparse.Namespace`` is merged into the hparams,
+        ``logger=False`` keeps them from the loggers, ``frame=`` names the ``__init__`` frame to read.
         """
-        if len(names) == 1 and not isinstance(names[0], str):
-            given = vars(names[0]) if isinstance(names[0], argparse.Namespace) else names[0]
-            if not isinstance(given, Mapping):
-                raise TypeError(
-                    "save_hyperparameters takes argument names, or one dict or argparse.Namespace; "
-                    f"got {type(names[0]).__name__}."
-                )
-            self._set_hparams(dict(given), ignore)
+        self._log_hyperparams = logger
+        if len(args) == 1 and not args[0]:  # an empty container: nothing to record (Lightning's rule)
             return
-        frame = inspect.currentframe()
-        caller = frame.f_back if frame is not None else None
-        if caller is None or caller.f_code.co_name != "__init__":
-            raise RuntimeError(f"save_hyperparameters() must be called from your {type(self).__name__}'s __init__")
-        code = caller.f_code
-        n_args = code.co_argcount + code.co_kwonlyargcount
-        arg_names = list(code.co_varnames[:n_args])
-        values = caller.f_locals
-        hparams = {n: values[n] for n in arg_names[1:] if n in values}  # skip `self`
-        if code.co_flags & inspect.CO_VARKEYWORDS:
-            hparams.update(values.get(code.co_varnames[n_args + bool(code.co_flags & inspect.CO_VARARGS)], {}))
-        if names:
-            unknown = [n for n in names if n not in hparams]
-            if unknown:
-                raise ValueError(f"save_hyperparameters: {unknown} are not arguments of __init__ ({list(hparams)})")
-            hparams = {n: hparams[n] for n in names}
-        self._set_hparams(hparams, ignore)
+        if frame is None:
+            current = inspect.currentframe()
+            frame = current.f_back if current is not None else None
+        ignored = [ignore] if isinstance(ignore, str) else [n for n in ignore or () if isinstance(n, str)]
+        init_args = {k: v for k, v in self._init_arguments(frame).items() if k not in ignored}
+        self._merge_hparams(_chosen(args, init_args))
+        for name in ignored:  # a subclass may drop what its base class saved
+            self.hparams.pop(name, None)
+        self._keep_initial()
 
-    def _set_hparams(self, hparams: dict[str, Any], ignore: str | list[str] | None) -> None:
-        for n in [ignore] if isinstance(ignore, str) else ignore or ():
-            hparams.pop(n, None)
-        self.hparams = AttributeDict(hparams)
+    def _init_arguments(self, frame: types.FrameType | None) -> dict[str, Any]:
+        if dataclasses.is_dataclass(self):
+            return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+        return _collect_init_args(frame, type(self).__name__)
+
+    def _keep_initial(self) -> None:
+        for name, value in self.hparams.items():
+            if isinstance(value, nn.Module):
+                rank_zero_warn(
+                    f"Attribute {name!r} is an instance of `nn.Module` and is already saved during checkpointing."
+                    f" It is recommended to ignore them using `self.save_hyperparameters(ignore=[{name!r}])`."
+                )
         try:
-            initial = copy.deepcopy(hparams)
+            initial = copy.deepcopy(dict(self.hparams))
         except Exception:  # an argument that does not copy (a lock, an open file): keep the object itself
-            initial = dict(hparams)
+            initial = dict(self.hparams)
         self.__dict__["_hparams_initial"] = initial
+
+    def _merge_hparams(self, given: Any) -> None:
+        if isinstance(given, argparse.Namespace):
+            given = vars(given)
+        if not isinstance(given, Mapping):
+            raise TypeError(
+                "save_hyperparameters takes argument names, or one dict or argparse.Namespace; "
+                f"got {type(given).__name__}."
+            )
+        self.hparams.update(given)  # as Lightning: a second call adds to the first
+
+
+def _chosen(args: tuple[Any, ...], init_args: dict[str, Any]) -> Any:
+    """What ``save_hyperparameters(*args)`` records: all, the named ones, or the one object given."""
+    if not args:
+        return init_args
+    objects = [a for a in args if not isinstance(a, str)]
+    if len(objects) == 1:
+        return objects[0]
+    unknown = [n for n in args if isinstance(n, str) and n not in init_args]
+    if unknown:
+        raise ValueError(f"save_hyperparameters: {unknown} are not arguments of __init__ ({list(init_args)})")
+    return {n: init_args[n] for n in args if isinstance(n, str)}
+
+
+def _collect_init_args(frame: types.FrameType | None, class_name: str) -> dict[str, Any]:
+    """The arguments of the ``__init__`` calls from ``frame`` outwards, the outermost's values winning.
+
+    Lightning's walk: frames are skipped until the first ``__init__`` of a hyperparameters object
+    (one that uses ``super()``), then collected while they are such ``__init__`` frames. Where
+    there is none, the calling ``__init__``'s own arguments (Lightning would record nothing).
+    """
+    collected: list[dict[str, Any]] = []
+    caller = frame
+    while frame is not None and frame.f_back is not None:
+        owner, args = _init_args(frame)
+        if isinstance(owner, HyperparametersMixin):
+            collected.append(args)
+        elif collected:
+            break
+        frame = frame.f_back
+    if not collected:  # an __init__ without super() (Lightning records nothing there): its own arguments
+        if caller is None or caller.f_code.co_name != "__init__":
+            raise RuntimeError(f"save_hyperparameters() must be called from your {class_name}'s __init__")
+        collected.append(_code_args(caller))
+    merged: dict[str, Any] = {}
+    for args in collected:
+        merged.update(args)
+    return merged
+
+
+def _code_args(frame: types.FrameType) -> dict[str, Any]:
+    """An ``__init__`` frame's arguments read from its code (``self`` and ``*args`` left out)."""
+    code, values = frame.f_code, frame.f_locals
+    n_args = code.co_argcount + code.co_kwonlyargcount
+    args = {n: values[n] for n in code.co_varnames[1:n_args] if n in values}
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        args.update(values.get(code.co_varnames[n_args + bool(code.co_flags & inspect.CO_VARARGS)], {}))
+    return args
+
+
+def _init_args(frame: types.FrameType) -> tuple[Any, dict[str, Any]]:
+    """The object an ``__init__`` frame initializes, and its arguments as they are now (None, {} otherwise)."""
+    values = frame.f_locals
+    if "__class__" not in values or frame.f_code.co_name != "__init__":
+        return None, {}
+    params = inspect.signature(values["__class__"].__init__).parameters
+    kinds = {p.kind: name for name, p in params.items()}
+    self_name = next(iter(params), None)
+    var_args, var_kwargs = kinds.get(inspect.Parameter.VAR_POSITIONAL), kinds.get(inspect.Parameter.VAR_KEYWORD)
+    args = {name: values[name] for name in params if name in values}
+    if var_kwargs:
+        args.update(args.get(var_kwargs, {}))
+    excluded = {self_name, var_args, var_kwargs, "__class__", "frame", "frame_args"}
+    return values.get(self_name), {k: v for k, v in args.items() if k not in excluded}
 
 
 def instantiate(cls: type[Any], saved: Mapping[str, Any], overrides: Mapping[str, Any], path: str) -> Any:
@@ -110,6 +195,14 @@ def instantiate(cls: type[Any], saved: Mapping[str, Any], overrides: Mapping[str
             "self.save_hyperparameters() in __init__."
         )
     return cls(**kwargs)
+
+
+def hparams_for_loggers(module: HyperparametersMixin, datamodule: HyperparametersMixin | None) -> dict[str, Any]:
+    """What the loggers get: the module's and the DataModule's hparams, each unless saved with ``logger=False``."""
+    return merged_hparams(
+        module.hparams if module._log_hyperparams else {},
+        datamodule.hparams if datamodule is not None and datamodule._log_hyperparams else None,
+    )
 
 
 def merged_hparams(module_hparams: Mapping[str, Any], datamodule_hparams: Mapping[str, Any] | None) -> dict[str, Any]:

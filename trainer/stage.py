@@ -2,11 +2,42 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from trainer.contracts.hook_table import HOOKS_BY_NAME
 from trainer.contracts.stage import Stage, TrainerState
 
-__all__ = ["EVALUATION", "EvaluationSettings", "Stage", "TrainerState"]
+__all__ = ["EVALUATION", "EvaluationSettings", "Stage", "StageFlags", "TrainerState"]
+
+
+def _stage_flag(stage: Stage, doc: str) -> property:
+    def get(self: Any) -> bool:
+        return self.state.stage == stage
+
+    def set_(self: Any, value: bool) -> None:  # as Lightning: True enters the stage, False leaves it
+        if value:
+            self.state.stage = stage
+        elif get(self):
+            self.state.stage = None
+
+    return property(get, set_, doc=doc)
+
+
+class StageFlags:
+    """Lightning's stage flags on the Trainer, read from (and, like Lightning's, settable on) ``state.stage``."""
+
+    state: TrainerState
+
+    training = _stage_flag(Stage.FIT, "Whether training batches are running (a fit, outside its validation).")
+    validating = _stage_flag(Stage.VALIDATE, "Whether validation runs (``validate``, or inside a fit).")
+    testing = _stage_flag(Stage.TEST, "Whether ``test`` runs.")
+    predicting = _stage_flag(Stage.PREDICT, "Whether ``predict`` runs.")
+    sanity_checking = _stage_flag(Stage.SANITY_CHECK, "Whether the sanity validation steps are running.")
+
+    @property
+    def evaluating(self) -> bool:
+        """Whether validation, test or the sanity check runs (as Lightning's ``trainer.evaluating``)."""
+        return self.state.stage in (Stage.VALIDATE, Stage.TEST, Stage.SANITY_CHECK)
 
 
 @dataclasses.dataclass(frozen=True)

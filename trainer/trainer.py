@@ -30,13 +30,13 @@ from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
 from trainer.profiler import Profiler, make_profiler
 from trainer.run_state import RunState, RunStateFields
-from trainer.seed import set_torch_flags
-from trainer.stage import Stage, TrainerState
+from trainer.seed import seed_everything, set_torch_flags  # noqa: F401 - lightning.pytorch.trainer has both names
+from trainer.stage import Stage, StageFlags, TrainerState
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer(TrainerSettings, RunStateFields, BatchCounts):
+class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
     every argument, checked before any work; each is then a read-only attribute of the same name)."""
 
@@ -110,6 +110,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         self.precision = normalize_precision(self.config.precision.precision)
         self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(accelerator), self.precision)
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
+        self.precision = self.precision_plugin.precision  # "16-mixed" on CPU falls back to "bf16-mixed", as in Lightning
         set_torch_flags(self.config.precision.deterministic, self.config.precision.benchmark)
         self.loggers: list[Logger] = make_loggers(self.config)
         self.callbacks: list[Callback] = make_callbacks(self.config, self.loggers)
@@ -189,18 +190,13 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts):
         return self.fit_loop.num_training_batches
 
     @property
-    def sanity_checking(self) -> bool:
-        """Whether the sanity validation steps are running."""
-        return self.state.stage == Stage.SANITY_CHECK
-
-    @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
         """Latest step values and epoch aggregates of everything logged (tensors)."""
         return self.metric_logger.callback_metrics
 
     @property
-    def logged_metrics(self) -> dict[str, float]:
-        """What was last sent to the loggers."""
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """What was last sent to the loggers (tensors, as Lightning's)."""
         return self.metric_logger.logged_metrics
 
     @property

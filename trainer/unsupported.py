@@ -9,6 +9,8 @@ arguments that Lockstep cannot honour (`REFUSED_TRAINER_ARGUMENTS`) fail the sam
 """
 from __future__ import annotations
 
+import dis
+import sys
 from typing import Any
 
 # hook -> what to use instead
@@ -76,3 +78,79 @@ def _is_default(value: Any, default: Any) -> bool:
     if default is None:
         return value is None or (isinstance(value, (list, tuple)) and not value)  # plugins=[]: none
     return value is default
+
+
+# Lightning's public names (relative to ``lightning.pytorch``) that Lockstep does not provide, and
+# what to use instead. The namespace modules (`trainer.callbacks`, `trainer.utilities`, ...) and
+# `python -m trainer.as_lightning` raise with this text; tests/project/test_lightning_namespace.py
+# walks the installed Lightning's namespace and fails on a name neither provided nor listed here.
+NOT_PROVIDED_NAMES: dict[str, str] = {
+    "Fabric": "the Trainer (Lightning Fabric is not part of Lockstep)",
+    "fabric": "the Trainer (Lightning Fabric is not part of Lockstep)",
+    "strategies.DeepSpeedStrategy": "strategy='fsdp' (FSDPStrategy) for sharded training",
+    "strategies.ModelParallelStrategy": "strategy='fsdp' (FSDPStrategy); tensor parallelism is not provided",
+    "utilities.CombinedLoader": "one loader per stage, or a list of loaders (several validation loaders get dataloader_idx)",
+    "utilities.disable_possible_user_warnings": "warnings.filterwarnings('ignore', ...)",
+    "utilities.find_shared_parameters": "the module's named_parameters(remove_duplicate=False)",
+    "utilities.set_shared_parameters": "assign the shared parameter in configure_model",
+    "utilities.GradClipAlgorithmType": "the strings 'norm' and 'value' (Trainer(gradient_clip_algorithm=...))",
+    "utilities.LightningEnum": "enum.Enum",
+    "utilities.measure_flops": "torch.utils.flop_counter.FlopCounterMode",
+    "utilities.is_shared_filesystem": "a shared default_root_dir (Lockstep writes checkpoints from global rank 0)",
+    "utilities.suggested_max_num_workers": "os.cpu_count() // devices",
+    "utilities.is_picklable": "pickle.dumps inside try/except",
+    "cli.instantiate_class": "the class's constructor (LightningCLI builds class_path / init_args itself)",
+    "cli.instantiate_module": "the class's constructor (LightningCLI builds class_path / init_args itself)",
+    "demos": "plain torch modules of your own (Lightning's demos are Lightning's code)",
+    "plugins": "precision=... for a precision, a Strategy object for strategy=...; checkpoint I/O is Lockstep's own",
+    "profilers": "Trainer(profiler='simple') or Trainer(profiler='pytorch')",
+    "loops": "the Trainer's hooks and callbacks (Lockstep's loops are its own: trainer.loops)",
+    "serve": "export with module.to_torchscript() or to_onnx() and serve the file",
+    "overrides": "nothing: Lightning's internal wrappers have no Lockstep counterpart",
+    "accelerators.Accelerator": "Trainer(accelerator='cpu' | 'cuda' | 'gpu' | 'auto')",
+    "accelerators.CPUAccelerator": "Trainer(accelerator='cpu')",
+    "accelerators.CUDAAccelerator": "Trainer(accelerator='cuda')",
+    "accelerators.MPSAccelerator": "accelerator='cpu' or 'cuda' (MPS is not supported)",
+    "accelerators.XLAAccelerator": "accelerator='cpu' or 'cuda' (TPUs are not supported)",
+    "accelerators.find_usable_cuda_devices": "Trainer(devices=N) or CUDA_VISIBLE_DEVICES",
+}
+
+
+class NotProvidedError(ImportError):
+    """A Lightning name that Lockstep does not provide, with what to use instead (docs/migration.md)."""
+
+
+class NotProvidedAttributeError(AttributeError):
+    """The same as `NotProvidedError`, for an attribute read (``hasattr`` and ``getattr(..., None)`` stay False/None)."""
+
+
+def not_provided(module: str, name: str, alternative: str | None = None) -> ImportError | AttributeError:
+    """The error for ``module.name``: an `ImportError` inside ``from module import name``, else an `AttributeError`.
+
+    Both name the Lightning name and what to use instead (``alternative``, else `NOT_PROVIDED_NAMES`'s
+    entry); an unknown name gets Python's usual text.
+    """
+    relative = module.split(".", 1)[1] + "." + name if "." in module else name
+    alternative = alternative or NOT_PROVIDED_NAMES.get(relative)
+    if alternative is None:
+        return AttributeError(f"module {module!r} has no attribute {name!r}")
+    message = (
+        f"{module}.{name}: Lightning's `{relative}` is not provided by Lockstep; use {alternative} "
+        "(docs/migration.md lists what is not provided)."
+    )
+    return NotProvidedError(message, name=name) if _in_from_import() else NotProvidedAttributeError(message)
+
+
+def _in_from_import() -> bool:
+    # `from m import x` turns an AttributeError from m.__getattr__ into a bare "cannot import name":
+    # raise ImportError there, so the message survives; a plain read keeps hasattr() working.
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_name == "__getattr__" or frame.f_code.co_filename.startswith("<frozen")):
+        frame = frame.f_back  # the namespace modules' __getattr__ (a proxy may forward to another) and importlib
+    if frame is None:
+        return False
+    code = frame.f_code.co_code
+    return frame.f_lasti < len(code) and code[frame.f_lasti] == _IMPORT_FROM
+
+
+_IMPORT_FROM = dis.opmap["IMPORT_FROM"]

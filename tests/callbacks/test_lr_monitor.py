@@ -43,9 +43,10 @@ def test_epoch_scheduler_logged_at_epoch_start():
 def test_step_scheduler_logged_every_log_every_n_steps():
     monitor = LearningRateMonitor()
     logger = _fit(monitor, Scripted(lr=0.1, scheduler="step"), epochs=2, log_every_n_steps=2)
-    assert [step for step, _ in logger.series("lr-SGD")] == [0, 2]  # steps 0..3: logged where step % 2 == 0
-    assert [v for _, v in logger.series("lr-SGD")] == pytest.approx([0.1, 0.1 * 0.9**2])
-    assert monitor.lrs["lr-SGD"] == pytest.approx([0.1, 0.081])
+    # steps 0..3: logged, as Lightning, before the step that completes every 2nd one ((step + 1) % 2 == 0)
+    assert [step for step, _ in logger.series("lr-SGD")] == [1, 3]
+    assert [v for _, v in logger.series("lr-SGD")] == pytest.approx([0.1 * 0.9, 0.1 * 0.9**3])
+    assert monitor.lrs["lr-SGD"] == pytest.approx([0.09, 0.0729])
 
 
 def test_forced_interval_and_optimizer_without_scheduler():

@@ -180,6 +180,7 @@ def test_tensorboard_and_csv_write_one_run_to_one_version(tmp_path):
             max_epochs=1,
             default_root_dir=tmp_path,
             logger=loggers,
+            log_every_n_steps=1,  # 2 steps: something to write (the LR monitor logs at Lightning's steps)
             enable_progress_bar=False,
             enable_checkpointing=False,
         )
@@ -205,7 +206,8 @@ def test_loggers_in_different_directories_share_the_next_version_free_in_all(tmp
         CSVLogger(tmp_path / "b", name="csv"),
         CSVLogger(tmp_path / "c", version="mine"),  # an explicit version stays
     ]
-    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=loggers, enable_progress_bar=False, enable_checkpointing=False)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=loggers, log_every_n_steps=1, enable_progress_bar=False,
+                      enable_checkpointing=False)  # 2 steps: log_every_n_steps=1 gives the CSV something to write
     trainer.fit(Scripted(), loader(16, 8))
     assert [lg.version for lg in loggers] == [3, 3, "mine"]
     assert os.path.isfile(tmp_path / "b" / "csv" / "version_3" / "metrics.csv")

@@ -93,6 +93,7 @@ def test_own_checkpoints_load_with_any_hyperparameters(tmp_path):
         "root": "/data/run", "layer": "torch.nn.modules.linear.Linear", "act": "torch.nn.functional.relu",
         "color": "Color.RED", "scale": 0.5, "count": 3, "tags": ["a", "b"], "config": "_Config()",
         "nested": {"dir": "x", "dims": (2, ["y"])}, "optimizer": "sgd", "lr": 0.05,
+        "features": 4, "seed": 0,  # the base class's own save_hyperparameters() adds its arguments, as in Lightning
     }
     assert module.hparams["root"] == pathlib.Path("/data/run") and module.hparams["layer"] is torch.nn.Linear
     assert _resume(path, WithOddHparams()).global_step == 4  # weights_only=True, the default

@@ -80,11 +80,12 @@ def test_arguments_that_were_not_saved_are_named(tmp_path):
     with pytest.raises(
         TypeError,
         match=r"WithBackbone.load_from_checkpoint\(.*\): __init__ needs \['backbone'\], which the checkpoint's "
-        r"hyperparameters do not hold \(saved: \['lr', 'width'\]\). Pass backbone=\.\.\.",
+        r"hyperparameters do not hold \(saved: \['features', 'lr', 'optimizer', 'seed', 'width'\]\). Pass backbone=\.\.\.",
     ):
         WithBackbone.load_from_checkpoint(tmp_path / "model.ckpt")
     loaded = WithBackbone.load_from_checkpoint(tmp_path / "model.ckpt", backbone=nn.Linear(4, 4))
-    assert loaded.hparams == {"width": 3, "lr": 0.05}
+    # the base class's save_hyperparameters() records its arguments too, as in Lightning
+    assert loaded.hparams == {"width": 3, "lr": 0.05, "optimizer": "sgd", "features": 4, "seed": 0}
     assert all(torch.equal(a, b) for a, b in zip(params_of(module), params_of(loaded)))
 
 

@@ -91,13 +91,28 @@ def test_callbacks_import_only_the_contracts_floor_of_the_trainer():
                 assert module == "trainer" or _is_floor(module), f"{path.name} imports {module}"
 
 
+# Lightning's `lightning.pytorch.callbacks` / `.loggers` under Lockstep's name, for users: they
+# re-export the `callbacks` package and nothing in trainer/ imports them (docs/architecture.md).
+NAMESPACE_MODULES = ["trainer/callbacks.py", "trainer/loggers.py"]
+
+
 def test_the_trainer_reaches_callbacks_in_one_place():
     importers = sorted(
         path.relative_to(REPO).as_posix()
         for path in REPO.glob("trainer/**/*.py")
         if any(m == "callbacks" or m.startswith("callbacks.") for m in _all_imports(path))
     )
-    assert importers == ["trainer/default_callbacks.py"]
+    assert importers == sorted(["trainer/default_callbacks.py", *NAMESPACE_MODULES])
+
+
+def test_nothing_in_the_trainer_imports_the_namespace_modules():
+    names = {_module_name(REPO / p) for p in NAMESPACE_MODULES}
+    importers = sorted(
+        path.relative_to(REPO).as_posix()
+        for path in REPO.glob("trainer/**/*.py")
+        if names & _all_imports(path)
+    )
+    assert importers == []
 
 
 def test_no_import_cycle_between_trainer_and_callbacks():

@@ -126,10 +126,9 @@ def test_unknown_precision():
         Trainer(accelerator="cpu", precision="fp8", **QUIET)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only error")
-def test_fp16_needs_cuda():
-    with pytest.raises(ValueError, match="precision='16-mixed' needs a CUDA device"):
-        Trainer(precision="16-mixed", accelerator="cpu", **QUIET)
+def test_fp16_mixed_on_cpu_falls_back_to_bf16_mixed_as_lightning():
+    with pytest.warns(UserWarning, match="AMP with fp16 is not supported on CPU. Using `precision='bf16-mixed'` instead"):
+        assert Trainer(precision="16-mixed", accelerator="cpu", **QUIET).precision == "bf16-mixed"
 
 
 def test_unknown_accelerator():
@@ -345,7 +344,8 @@ def test_trainer_flags_must_be_bools(name, value):
         (
             {"precision": None},
             TypeError,
-            "precision must be a str or an int, one of '32-true', 'bf16-mixed', '16-mixed', 'bf16-true'; got None",
+            "precision must be a str or an int, one of '32-true', 'bf16-mixed', '16-mixed', 'bf16-true', '16-true', "
+            "'64-true'; got None",
         ),
         ({"precision": 32.0}, TypeError, "precision must be a str or an int"),
         ({"precision": True}, TypeError, "precision must be a str or an int"),

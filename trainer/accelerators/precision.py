@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from trainer.data.batch import apply_to_tensors
+from trainer.distributed.rank_zero import rank_zero_warn
 
 _ALIASES = {
     "32-true": "32-true",
@@ -19,8 +20,14 @@ _ALIASES = {
     "16-mixed": "16-mixed",
     "16": "16-mixed",
     16: "16-mixed",
+    "16-true": "16-true",
+    "64-true": "64-true",
+    "64": "64-true",
+    64: "64-true",
 }
-SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
+SUPPORTED_PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true")
+# the whole module (parameters, inputs, what forward creates) in one dtype, as Lightning's HalfPrecision / DoublePrecision
+_TRUE_DTYPES = {"bf16-true": torch.bfloat16, "16-true": torch.float16, "64-true": torch.float64}
 _NO_AUTOCAST = contextlib.nullcontext()  # stateless and reusable: no allocation per step
 
 
@@ -33,11 +40,17 @@ def normalize_precision(precision: Any) -> str:
             f"got {precision!r}"
         )
     try:
-        return _ALIASES[precision]
+        name = _ALIASES[precision]
     except (KeyError, TypeError):
         raise ValueError(
             f"Unknown precision {precision!r}. Use one of {', '.join(map(repr, SUPPORTED_PRECISIONS))}."
         ) from None
+    if str(precision) in ("16", "bf16"):  # Lightning's warning, word for word
+        rank_zero_warn(
+            f"`precision={precision}` is supported for historical reasons but its usage is discouraged. "
+            f"Please set your precision to {name} instead!"
+        )
+    return name
 
 
 class Precision:
@@ -45,12 +58,20 @@ class Precision:
 
     ``"bf16-true"`` (Lightning's name) runs the whole module in bf16: its parameters, gradients
     and optimizer state are bf16 (half the memory of fp32), floating-point batches are cast to
-    bf16 before each step, and nothing is autocast.
+    bf16 before each step, tensors the steps create are bf16 (the default dtype), and nothing is
+    autocast; ``"16-true"`` (fp16) and ``"64-true"`` (fp64) likewise. ``"16-mixed"`` on CPU warns
+    and runs ``"bf16-mixed"``, as Lightning does (fp16 autocast needs CUDA).
     """
 
     def __init__(self, precision: str, device_type: str) -> None:
         self.precision = normalize_precision(precision)
         self.device_type = device_type
+        if self.precision == "16-mixed" and device_type == "cpu":
+            rank_zero_warn(
+                "You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on "
+                "CPU. Using `precision='bf16-mixed'` instead."
+            )
+            self.precision = "bf16-mixed"
         if self.precision == "16-mixed" and device_type != "cuda":
             raise ValueError(
                 "precision='16-mixed' needs a CUDA device (fp16 autocast with a GradScaler); this "
@@ -60,18 +81,20 @@ class Precision:
             torch.amp.GradScaler("cuda") if self.precision == "16-mixed" else None
         )
         self._dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.precision)
-        self.module_dtype = torch.bfloat16 if self.precision == "bf16-true" else None  # of the whole module
+        self.module_dtype = _TRUE_DTYPES.get(self.precision)  # of the whole module
         self._unscaled: set[int] = set()  # optimizers unscaled since the last `update` (fp16)
 
     def autocast(self) -> ContextManager[Any]:
-        """The context forward passes run in."""
+        """The context forward passes run in (the ``*-true`` precisions: their dtype as the default)."""
+        if self.module_dtype is not None:
+            return self.module_init_context()
         if self._dtype is None:
             return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self._dtype)
 
     @contextlib.contextmanager
     def module_init_context(self) -> Iterator[None]:
-        """Where ``configure_model`` builds layers: in bf16 directly under ``"bf16-true"``."""
+        """Where ``configure_model`` builds layers: in the precision's dtype directly under ``"*-true"``."""
         if self.module_dtype is None:
             yield
             return
@@ -83,11 +106,11 @@ class Precision:
             torch.set_default_dtype(previous)
 
     def convert_module(self, module: nn.Module) -> nn.Module:
-        """The module in its precision's dtype (``"bf16-true"``: every floating-point tensor in bf16)."""
+        """The module in its precision's dtype (``"bf16-true"``: every floating-point tensor in bf16, and so on)."""
         return module if self.module_dtype is None else module.to(self.module_dtype)
 
     def convert_input(self, batch: Any) -> Any:
-        """The batch as the module computes in it (``"bf16-true"``: floating-point tensors in bf16)."""
+        """The batch as the module computes in it (``"*-true"``: floating-point tensors in its dtype)."""
         dtype = self.module_dtype
         if dtype is None:
             return batch

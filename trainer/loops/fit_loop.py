@@ -44,7 +44,7 @@ from trainer.loops.anomaly import NonFiniteLossCheck
 from trainer.loops.automatic import optimization_for
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
-from trainer.hyperparameters import merged_hparams
+from trainer.hyperparameters import hparams_for_loggers
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.contracts.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
@@ -163,7 +163,7 @@ class FitLoop:
             f"accumulation {t.accumulate_grad_batches}, global batch {t.global_batch_size}, "
             f"precision {t.precision}, strategy {strategy.name}"
         )
-        hparams = merged_hparams(model.hparams, t.datamodule.hparams if t.datamodule is not None else None)
+        hparams = hparams_for_loggers(model, t.datamodule)
         t.metric_logger.log_run_start(hparams if t.enable_autolog_hparams else {}, summary, strategy, model)
         with torch.autograd.set_detect_anomaly(t.config.debug.detect_anomaly):
             self.run()

@@ -26,7 +26,7 @@ class MetricLogger:
         self.active = self.train  # where `self.log` records now: training, or the running evaluation
         self.last_loss: torch.Tensor | None = None  # the latest training loss (the progress bar's `loss`)
         self._callback_metrics: dict[str, torch.Tensor] = {}
-        self._logged: dict[str, float] = {}
+        self._logged: dict[str, torch.Tensor] = {}
         self._eval_progress_bar_keys: list[str] = []
 
     # -- what the Trainer's properties return ---------------------------------------------------
@@ -36,8 +36,8 @@ class MetricLogger:
         return {**self.train.current_values(), **self._callback_metrics}
 
     @property
-    def logged_metrics(self) -> dict[str, float]:
-        """What was last sent to the loggers."""
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """What was last sent to the loggers, as tensors (the loggers get floats), as Lightning returns them."""
         return dict(self._logged)
 
     def progress_bar_metrics(self) -> dict[str, float]:
@@ -110,7 +110,7 @@ class MetricLogger:
                 lg.save()
         return values
 
-    def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, float]) -> None:
+    def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, torch.Tensor]) -> None:
         """Take another process's published metrics (rank 0's, after a spawned run)."""
         self._callback_metrics = dict(callback_metrics)
         self._logged = dict(logged)
@@ -120,7 +120,8 @@ class MetricLogger:
             return
         numbers = {k: float(v) for k, v in values.items()}
         numbers["epoch"] = float(epoch)  # every record: CSV rows group by it
-        self._logged.update(numbers)
+        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})  # read above: no new sync
+        self._logged["epoch"] = torch.tensor(numbers["epoch"])
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 

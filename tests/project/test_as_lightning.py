@@ -1,0 +1,172 @@
+"""Issue 32 build item 6: ``python -m trainer.as_lightning SCRIPT`` runs an unmodified Lightning
+script on Lockstep, the script and the libraries it imports alike, and ends with Lightning's
+parameters; Lightning's names that Lockstep lacks (Fabric, the demos) raise errors naming them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+# a third-party integration: imports Lightning itself, as such libraries do
+THIRD_PARTY = '''
+import lightning.pytorch as pl
+from pytorch_lightning.utilities import rank_zero_only
+
+
+class StepCounter(pl.Callback):
+    def __init__(self):
+        self.steps = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.steps += 1
+
+
+def lightning_version():
+    return pl.__version__
+'''
+
+# written the way Lightning's docs write a script
+SCRIPT = '''
+import sys
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from third_party import StepCounter, lightning_version
+
+
+class Regressor(L.LightningModule):
+    def __init__(self, lr: float = 0.05):
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    L.seed_everything(0)
+    x = torch.randn(64, 4)
+    loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8, shuffle=False)
+    model, counter = Regressor(), StepCounter()
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[counter, ModelCheckpoint(dirpath=out + ".ckpts")])
+    trainer.fit(model, loader)
+    torch.save({"params": model.state_dict(), "trainer": type(trainer).__module__,
+                "callback_base": [c.__module__ for c in type(counter).__mro__], "steps": counter.steps,
+                "version": lightning_version(), "hparams": dict(model.hparams)}, out)
+'''
+
+
+def _run(tmp_path: Path, *prefix: str) -> dict:
+    (tmp_path / "third_party.py").write_text(THIRD_PARTY)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    out = tmp_path / f"result{len(prefix)}.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, *prefix, "train.py", str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return torch.load(out, weights_only=False)
+
+
+@pytest.mark.launches
+def test_an_unmodified_lightning_script_runs_on_lockstep_with_lightning_s_numbers(tmp_path):
+    ours = _run(tmp_path, "-m", "trainer.as_lightning")
+    assert ours["trainer"] == "trainer.trainer"  # Lockstep's Trainer, for the script
+    assert "callbacks.callback" in ours["callback_base"]  # and for the library it imports
+    assert ours["steps"] == 16 and ours["hparams"] == {"lr": 0.05}
+    from trainer.lightning_alias import LIGHTNING_API_VERSION
+
+    assert ours["version"] == LIGHTNING_API_VERSION
+    pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+    theirs = _run(tmp_path)
+    assert theirs["trainer"].startswith("lightning.pytorch")
+    assert theirs["steps"] == ours["steps"] and theirs["hparams"] == ours["hparams"]
+    for name, value in theirs["params"].items():
+        torch.testing.assert_close(ours["params"][name], value, atol=1e-6, rtol=0)
+
+
+IN_PROCESS = textwrap.dedent('''
+    import sys
+    import trainer.as_lightning  # the notebook form: first
+    import lightning as L
+    import lightning.pytorch as pl
+    import pytorch_lightning
+    import trainer, callbacks
+    from lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
+    from lightning.pytorch.callbacks import *  # noqa: F403
+    assert EarlyStopping is callbacks.EarlyStopping
+    assert L.Trainer is pl.Trainer is pytorch_lightning.Trainer is trainer.Trainer
+    assert L.pytorch.LightningModule is trainer.TrainModule and L.Callback is callbacks.Callback
+    assert ModelCheckpoint is callbacks.ModelCheckpoint and rank_zero_only is trainer.rank_zero_only
+    assert pl.__version__ == L.__version__ == trainer.as_lightning.LIGHTNING_API_VERSION
+    assert not hasattr(pl.callbacks, "ModelPruning") and not hasattr(L, "Fabric")
+    assert "lightning" not in {m.split(".")[0] for m in sys.modules if m.startswith("lightning.") and
+                               getattr(sys.modules[m], "__file__", None)}, "the real Lightning was imported"
+    for statement, named in [
+        ("from lightning.pytorch.callbacks import ModelPruning", "ModelPruning"),
+        ("from lightning import Fabric", "Fabric"),
+        ("import lightning.fabric", "Lightning Fabric"),
+        ("from lightning.pytorch.demos import Transformer", "demos"),
+        ("from lightning.pytorch.strategies import DeepSpeedStrategy", "DeepSpeedStrategy"),
+        ("from lightning.pytorch.utilities import is_picklable", "is_picklable"),
+    ]:
+        try:
+            exec(statement)
+        except ImportError as err:
+            assert named in str(err) and "not provided by Lockstep" in str(err), (statement, str(err))
+        else:
+            raise AssertionError(statement + " did not raise")
+    print("ok")
+''')
+
+
+@pytest.mark.launches
+def test_the_in_process_form_aliases_every_lightning_name_and_names_what_is_missing(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", IN_PROCESS], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+
+
+@pytest.mark.launches
+def test_importing_it_after_lightning_is_refused(tmp_path):
+    pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+    done = subprocess.run([sys.executable, "-c", "import lightning.pytorch\nimport trainer.as_lightning"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0 and "must be imported before Lightning" in done.stderr
+
+
+def test_lightning_s_module_names_map_to_lockstep_s():
+    from trainer.lightning_alias import lockstep_module_for
+
+    assert lockstep_module_for("lightning") == "trainer"
+    assert lockstep_module_for("lightning.pytorch") == "trainer"
+    assert lockstep_module_for("pytorch_lightning") == "trainer"
+    assert lockstep_module_for("lightning.pytorch.callbacks.model_checkpoint") == "trainer.callbacks"
+    assert lockstep_module_for("pytorch_lightning.loggers") == "trainer.loggers"
+    assert lockstep_module_for("lightning.pytorch.demos") == ""  # Lightning's, not provided
+    assert lockstep_module_for("lightning_utilities") is None  # not an alias: found as usual
+    assert lockstep_module_for("torchmetrics") is None

@@ -1,0 +1,159 @@
+"""The machinery of ``python -m trainer.as_lightning SCRIPT [ARGS]``: Lightning's module names as
+aliases of Lockstep's. Importing this module changes nothing; `install` (which importing
+`trainer.as_lightning` calls) does.
+
+``lightning``, ``lightning.pytorch`` and ``pytorch_lightning`` (and every submodule under them)
+resolve to Lockstep's modules, for the script and for every library it imports, so a third-party
+callback that subclasses ``lightning.pytorch.Callback`` subclasses Lockstep's `Callback`.
+Lightning itself need not be installed; where it is, it is not imported.
+
+``lightning.pytorch.__version__`` (and ``lightning.__version__``, ``pytorch_lightning.__version__``)
+is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
+compares against. A name Lightning has and Lockstep lacks raises an error naming it and what to
+use instead (`trainer.unsupported.NOT_PROVIDED_NAMES`); so does ``lightning.fabric``.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import runpy
+import sys
+import types
+from typing import Any, Sequence
+
+from trainer.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
+
+LIGHTNING_API_VERSION = "2.6.6"
+
+# the names that alias Lockstep's `trainer` package, as Lightning's own packages alias each other
+_ROOTS = ("lightning.pytorch", "pytorch_lightning", "lightning")
+_FABRIC = ("lightning.fabric", "lightning_fabric")
+# lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
+_SUBMODULES = {
+    "callbacks": "trainer.callbacks",
+    "loggers": "trainer.loggers",
+    "strategies": "trainer.strategies",
+    "utilities": "trainer.utilities",
+    "cli": "trainer.cli",
+    "tuner": "trainer.tuner",
+    "core": "trainer.core",
+    "trainer": "trainer.trainer",
+    "accelerators": "trainer.accelerators",
+}
+
+
+def lockstep_module_for(name: str) -> str | None:
+    """The Lockstep module that Lightning's module ``name`` resolves to; None if not an aliased name.
+
+    A deeper module (``lightning.pytorch.callbacks.model_checkpoint``) resolves to its Lightning
+    package's namespace module (``trainer.callbacks``), which exports the same names.
+    """
+    root = next((r for r in _ROOTS if name == r or name.startswith(r + ".")), None)
+    if root is None:
+        return None
+    rest = name[len(root) + 1:].split(".") if name != root else []
+    if not rest:
+        return "trainer"
+    if len(rest) > 1 and not _may_be_module(rest[0], rest[-1]):
+        return None  # `from lightning.pytorch.callbacks import ModelPruning` looks for a module of that name first
+    return _SUBMODULES.get(rest[0], "")  # "": a submodule of Lightning's that Lockstep lacks
+
+
+def _may_be_module(submodule: str, last: str) -> bool:
+    # Lightning's module names are lower case; its classes and constants are not, and a name it
+    # has that Lockstep lacks must reach the namespace module's error, not become a module
+    return last.islower() and f"{submodule}.{last}" not in NOT_PROVIDED_NAMES
+
+
+class _AliasModule(types.ModuleType):
+    """Lightning's module ``name``: every attribute read from the Lockstep module it resolves to."""
+
+    def __init__(self, name: str, target: types.ModuleType) -> None:
+        super().__init__(name, target.__doc__)
+        self.__dict__["_lockstep_target"] = target
+        self.__path__: list[str] = []  # a package: deeper imports come back to the finder
+        if target.__name__ == "trainer":
+            self.__version__ = LIGHTNING_API_VERSION
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__") and attr != "__all__":  # `from lightning.pytorch.callbacks import *` reads __all__
+            raise AttributeError(attr)
+        if self.__name__ == "lightning" and attr in ("pytorch", "fabric", "Fabric"):
+            # `import lightning as L; L.pytorch.Trainer`: Lightning's package imports both at once
+            if attr == "pytorch":
+                return importlib.import_module("lightning.pytorch")
+            raise not_provided("trainer", attr)
+        return getattr(self.__dict__["_lockstep_target"], attr)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *dir(self.__dict__["_lockstep_target"])})
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        name = spec.name
+        if name.startswith(_FABRIC):
+            raise NotProvidedError(
+                f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
+                "(docs/migration.md).",
+                name=name,
+            )
+        target = lockstep_module_for(name)
+        if not target:
+            sub = name.split(".")[2 if name.startswith("lightning.pytorch.") else 1]
+            alternative = NOT_PROVIDED_NAMES.get(sub, "what docs/migration.md lists instead")
+            raise NotProvidedError(
+                f"{name}: Lightning's `{sub}` is not provided by Lockstep; use {alternative} (docs/migration.md).",
+                name=name,
+            )
+        return _AliasModule(name, importlib.import_module(target))
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass  # the Lockstep module it reads from is already imported
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: Lightning's module names, before the installed Lightning is found."""
+
+    _lockstep_alias = True  # one finder per process, whichever copy of this module installed it
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if lockstep_module_for(fullname) is None and not fullname.startswith(_FABRIC):
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(), is_package=True)
+
+
+def install() -> None:
+    """Make Lightning's module names resolve to Lockstep in this process (idempotent).
+
+    Raises `RuntimeError` if Lightning was imported already: objects made from it would stay Lightning's.
+    """
+    if any(getattr(finder, "_lockstep_alias", False) for finder in sys.meta_path):
+        return
+    loaded = sorted(n for n in sys.modules if lockstep_module_for(n) is not None or n.startswith(_FABRIC))
+    if loaded:
+        raise RuntimeError(
+            f"trainer.as_lightning must be imported before Lightning; already imported: {', '.join(loaded[:5])}. "
+            "Restart the interpreter (the notebook's kernel) and import trainer.as_lightning first."
+        )
+    sys.meta_path.insert(0, _AliasFinder())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m trainer.as_lightning SCRIPT [ARGS]`` (or ``-m MODULE [ARGS]``): run it as ``__main__``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.split("\n\n")[0] + "\n\nusage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]")
+        raise SystemExit(0 if args else 2)
+    install()
+    if args[0] == "-m" and len(args) > 1:
+        sys.argv = [args[1], *args[2:]]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        return
+    import os
+
+    sys.argv = args
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))  # as `python SCRIPT` puts the script's folder first
+    runpy.run_path(args[0], run_name="__main__")
+

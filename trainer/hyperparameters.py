@@ -168,7 +168,8 @@ def _init_args(frame: types.FrameType) -> tuple[Any, dict[str, Any]]:
     if var_kwargs:
         args.update(args.get(var_kwargs, {}))
     excluded = {self_name, var_args, var_kwargs, "__class__", "frame", "frame_args"}
-    return values.get(self_name), {k: v for k, v in args.items() if k not in excluded}
+    owner = values.get(self_name) if self_name is not None else None
+    return owner, {k: v for k, v in args.items() if k not in excluded}
 
 
 def instantiate(cls: type[Any], saved: Mapping[str, Any], overrides: Mapping[str, Any], path: str) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dis
 import sys
+from types import FrameType
 from typing import Any
 
 # hook -> what to use instead
@@ -144,7 +145,7 @@ def not_provided(module: str, name: str, alternative: str | None = None) -> Impo
 def _in_from_import() -> bool:
     # `from m import x` turns an AttributeError from m.__getattr__ into a bare "cannot import name":
     # raise ImportError there, so the message survives; a plain read keeps hasattr() working.
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and (frame.f_code.co_name == "__getattr__" or frame.f_code.co_filename.startswith("<frozen")):
         frame = frame.f_back  # the namespace modules' __getattr__ (a proxy may forward to another) and importlib
     if frame is None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainer.contracts.config import TrainerConfig
 from trainer.distributed.rank_zero import rank_zero_info
+from trainer.run_state import ForwardedField
 from trainer.unsupported import check_trainer_supported
 
 
@@ -39,17 +40,15 @@ _SECTION_OF = {
 }
 
 
-class _Setting:
+class _Setting(ForwardedField):
     """A read-only attribute of the Trainer that reads the setting of the same name (in its section)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+        super().__set_name__(owner, name)
         self.section = _SECTION_OF[name]
 
-    def __get__(self, trainer: Any, owner: type | None = None) -> Any:
-        if trainer is None:
-            return self
-        return getattr(getattr(trainer.config, self.section), self.name)
+    def _holder(self, trainer: Any) -> Any:
+        return getattr(trainer.config, self.section)
 
     def __set__(self, trainer: Any, value: Any) -> None:
         raise AttributeError(f"trainer.{self.name} is a setting, fixed when the Trainer is built: pass it as an argument")

@@ -10,32 +10,36 @@ from typing import Any
 from trainer.contracts.run_state import RunState
 
 
-class _Field:
-    """An attribute of the Trainer that reads and writes the `RunState` field of the same name."""
+class ForwardedField:
+    """An attribute of the Trainer that reads and writes the `RunState` field of the same name;
+    subclasses forward to another holder (`_holder`)."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
+    def _holder(self, trainer: Any) -> Any:
+        return trainer.run
+
     def __get__(self, trainer: Any, owner: type | None = None) -> Any:
         if trainer is None:
             return self
-        return getattr(trainer.run, self.name)
+        return getattr(self._holder(trainer), self.name)
 
     def __set__(self, trainer: Any, value: Any) -> None:
-        setattr(trainer.run, self.name, value)
+        setattr(self._holder(trainer), self.name, value)
 
 
 class RunStateFields:
     """The `RunState` fields as attributes of the Trainer (``trainer.should_stop``...)."""
 
     run: RunState
-    accumulate_grad_batches = _Field()
-    should_stop = _Field()
-    optimizers = _Field()
-    lr_scheduler_configs = _Field()
-    train_dataloader = _Field()
-    val_dataloaders = _Field()
-    datamodule = _Field()
-    num_test_batches = _Field()
-    num_predict_batches = _Field()
-    predict_dataloaders = _Field()
+    accumulate_grad_batches = ForwardedField()
+    should_stop = ForwardedField()
+    optimizers = ForwardedField()
+    lr_scheduler_configs = ForwardedField()
+    train_dataloader = ForwardedField()
+    val_dataloaders = ForwardedField()
+    datamodule = ForwardedField()
+    num_test_batches = ForwardedField()
+    num_predict_batches = ForwardedField()
+    predict_dataloaders = ForwardedField()

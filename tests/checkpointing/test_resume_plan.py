@@ -62,3 +62,16 @@ def test_an_order_kept_for_only_some_ranks_restarts_the_epoch_on_every_rank():
         plan = _plan(_checkpoint(6, states=("a", None)), rank=rank)
         assert plan.epoch_state is None and not plan.checks_first_epoch
         assert "only some ranks" in plan.warnings[0]
+
+
+def test_a_checkpoint_whose_sampler_seed_is_not_an_int_is_refused_naming_it():
+    from torch.utils.data import DataLoader
+
+    from trainer.checkpointing.resume import restore_sampler_seeds
+    from trainer.data.distributed_sampler import distribute_dataloader
+
+    loader = distribute_dataloader(DataLoader(list(range(10)), batch_size=2, shuffle=True), num_replicas=1, rank=0)
+    with pytest.raises(ValueError, match="sampler_seeds must be ints, got 'x'"):
+        restore_sampler_seeds(loader, {"sampler_seeds": ["x"]})
+    restore_sampler_seeds(loader, {"sampler_seeds": [7]})  # an old run's seed: its order from 7 + epoch
+    assert loader.batch_sampler.seed == 7

@@ -94,6 +94,8 @@ def restore_sampler_seeds(loader: Any, state: dict[str, Any]) -> None:
     if len(saved) > len(samplers):  # written while a sampler that is unseeded now was seeded
         samplers = _seeded_samplers(loader, unseeded=True)
     for sampler, seed in zip(samplers, saved):
+        if type(seed) is not int:  # a damaged or crafted file: refuse here, not at the first batch
+            raise ValueError(f"The checkpoint's sampler_seeds must be ints, got {seed!r}: the file is damaged.")
         sampler.seed = seed
 
 

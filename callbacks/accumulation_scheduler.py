@@ -70,7 +70,7 @@ class GradientAccumulationScheduler(Callback):
             raise ValueError(
                 f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}) and "
                 "GradientAccumulationScheduler both set the accumulation: use one of them (drop the "
-                "Trainer argument, or put its value in the schedule)."
+                "Trainer argument, or put its value in the schedule; a Trainer(global_batch_size=...) fixes it)."
             )
 
     def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:

@@ -16,6 +16,7 @@ check_not_shadowed("callbacks")  # before anything imports it: a user's callback
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.checkpoint_io.file_format import CheckpointError
     from trainer.checkpointing.resume import GlobalBatchChangedError
+    from trainer.contracts.accumulation import GlobalBatchError
     from trainer.data.global_batch_sampler import GlobalBatchSampler
     from trainer.data.datamodule import DataModule
     from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
@@ -53,6 +54,7 @@ _PUBLIC = {
     "rank_zero_warn": ("trainer.distributed.rank_zero", "rank_zero_warn"),
     "CheckpointError": ("trainer.checkpoint_io.file_format", "CheckpointError"),
     "GlobalBatchChangedError": ("trainer.checkpointing.resume", "GlobalBatchChangedError"),
+    "GlobalBatchError": ("trainer.contracts.accumulation", "GlobalBatchError"),
     "GlobalBatchSampler": ("trainer.data.global_batch_sampler", "GlobalBatchSampler"),
     "NonFiniteLossError": ("trainer.contracts.errors", "NonFiniteLossError"),
     "NonFiniteGradientError": ("trainer.contracts.errors", "NonFiniteGradientError"),

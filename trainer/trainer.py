@@ -51,6 +51,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags):
         strategy: str | Strategy = "auto",
         precision: str | int = "32-true",
         accumulate_grad_batches: int = 1,
+        global_batch_size: int | None = None,
         sync_batchnorm: bool = False,
         scale_lr: bool | str = False,
         gradient_clip_val: float | None = None,
@@ -96,7 +97,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags):
         self.config = configure(TrainerConfig(  # each section checks its arguments (in the fields' order)
             Limits(max_epochs, max_steps, min_epochs, min_steps, max_time, limit_train_batches,
                    limit_val_batches, limit_test_batches, limit_predict_batches),
-            LoopConfig(accumulate_grad_batches, gradient_clip_val, gradient_clip_algorithm, scale_lr,
+            LoopConfig(accumulate_grad_batches, global_batch_size, gradient_clip_val, gradient_clip_algorithm, scale_lr,
                        val_check_interval, check_val_every_n_epoch, num_sanity_val_steps,
                        reload_dataloaders_every_n_epochs, inference_mode, compile, channels_last, pin_memory, callbacks),
             PrecisionConfig(precision, deterministic, benchmark),

@@ -23,7 +23,7 @@ from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, regression_data
 from tests.helpers.session_cache import once_per_session
 from trainer import FSDPStrategy, Trainer, seed_everything
-from trainer import GlobalBatchChangedError
+from trainer import GlobalBatchChangedError, GlobalBatchError
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -83,6 +83,7 @@ def _fsdp() -> Any:
 def _two_ranks(rank: int, world_size: int, tmp: str) -> dict[str, Any]:
     torch.set_num_threads(1)
     out: dict[str, Any] = {opt: _fit(opt, 4, 2) for opt in OPTIMIZERS}
+    out["fixed_g"] = _fit("adamw", 4, 1, global_batch_size=16)  # A = 16 / (2 * 4) derived
     _fit("adamw", 4, 2, ckpt=os.path.join(tmp, "adamw.ckpt"), stop=STOP)
     if FSDP2:
         out["fsdp"] = _fit("adamw", 3, 2, strategy=_fsdp())
@@ -94,6 +95,10 @@ def _four_ranks(rank: int, world_size: int, tmp: str) -> dict[str, Any]:
     torch.set_num_threads(1)
     out: dict[str, Any] = {opt: _fit(opt, 4, 1) for opt in OPTIMIZERS}
     out["resumed"] = _fit("adamw", 4, 1, ckpt=os.path.join(tmp, "adamw.ckpt"))
+    try:  # 4 x 4 does not divide 24: refused before any step
+        _fit("adamw", 4, 1, global_batch_size=24)
+    except GlobalBatchError as refused:
+        out["refused"] = str(refused)
     return out
 
 
@@ -155,6 +160,27 @@ def test_stopped_on_two_ranks_resumed_on_four_continues_exactly(two, four):
     for resumed, steps, _ in (out["resumed"] for out in four):
         assert steps == STEPS
         assert_params_close(resumed, straight, atol=1e-5)
+
+
+def test_a_fixed_global_batch_derives_the_accumulation_on_two_ranks(two):
+    single, _, _ = _fit("adamw", 16, 1)
+    for params, steps, _ in (out["fixed_g"] for out in two[1]):
+        assert steps == STEPS
+        assert_params_close(params, single, atol=1e-5)
+
+
+def test_a_fixed_global_batch_resumes_a_two_rank_checkpoint_on_one_rank(two):
+    tmp, results = two
+    straight, _, _ = results[0]["adamw"]
+    resumed, steps, _ = _fit("adamw", 4, 1, ckpt=os.path.join(tmp, "adamw.ckpt"), global_batch_size=16)  # A = 4
+    assert steps == STEPS
+    assert_params_close(resumed, straight, atol=1e-5)
+
+
+def test_a_fixed_global_batch_four_ranks_cannot_make_is_refused_naming_the_world_sizes_that_work(four):
+    for out in four:
+        assert out["refused"].endswith("world size 4 does not divide 6 micro batches. The world sizes that work: "
+                                       "1, 2, 3, 6. No step was taken.")
 
 
 def test_another_global_batch_is_refused_before_any_step(two):

@@ -31,3 +31,33 @@ def window_start(batch_idx: int, accumulate: int) -> int:
 def steps_in(num_batches: int, accumulate: int) -> int:
     """Optimizer steps over ``num_batches`` micro batches (the last window may be shorter)."""
     return math.ceil(num_batches / accumulate)
+
+
+class GlobalBatchError(ValueError):
+    """``global_batch_size`` cannot be met on this world size (raised before any step)."""
+
+
+def accumulation_for(global_batch: int, world_size: int, micro_batch: int) -> int:
+    """``A = G / (W * b)`` for ``Trainer(global_batch_size=G)``; a `GlobalBatchError` naming the
+    world sizes that work when ``W * b`` does not divide ``G``."""
+    if global_batch % (world_size * micro_batch) == 0:
+        return global_batch // (world_size * micro_batch)
+    asked = (
+        f"global_batch_size={global_batch} with micro batch {micro_batch} (the train loader's batch_size) "
+        f"needs world_size x {micro_batch} x accumulate_grad_batches = {global_batch}"
+    )
+    if global_batch % micro_batch:
+        sizes = ", ".join(str(d) for d in _divisors(global_batch))
+        raise GlobalBatchError(
+            f"{asked}: no world size can, as {micro_batch} does not divide {global_batch}. Choose a micro batch "
+            f"that divides it ({sizes}). No step was taken."
+        )
+    sizes = ", ".join(str(d) for d in _divisors(global_batch // micro_batch))
+    raise GlobalBatchError(
+        f"{asked}, and world size {world_size} does not divide {global_batch // micro_batch} micro batches. "
+        f"The world sizes that work: {sizes}. No step was taken."
+    )
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

@@ -80,6 +80,7 @@ class LoopConfig:
     """How the loops step: accumulation, clipping, validation cadence, and the callbacks given."""
 
     accumulate_grad_batches: int = 1  # at the start; the run's value may change between epochs
+    global_batch_size: int | None = None  # G fixed on every world size: A = G / (W * b) (trainer/contracts/accumulation.py)
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str = "norm"
     scale_lr: bool | str = False
@@ -95,6 +96,7 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         check_int("accumulate_grad_batches", self.accumulate_grad_batches, minimum=1)
+        check_int("global_batch_size", self.global_batch_size, minimum=1, allow_none=True)
         check_int("num_sanity_val_steps", self.num_sanity_val_steps, minimum=-1)
         if self.check_val_every_n_epoch is not None:
             check_int("check_val_every_n_epoch", self.check_val_every_n_epoch, minimum=1)

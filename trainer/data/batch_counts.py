@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trainer.contracts.accumulation import global_batch_size, steps_in
+from trainer.contracts.config import TrainerConfig
 from trainer.data.loaders import loader_batch_size, num_batches
 
 
@@ -22,6 +23,7 @@ class BatchCounts:
         def world_size(self) -> int: ...
 
     fit_loop: Any  # FitLoop (the data floor does not import the loops)
+    config: TrainerConfig
     metric_logger: Any  # MetricLogger
 
     @property
@@ -36,7 +38,9 @@ class BatchCounts:
 
     @property
     def global_batch_size(self) -> int | None:
-        """W * b * A: samples per optimizer step over all ranks."""
+        """W * b * A: samples per optimizer step over all ranks (the ``global_batch_size`` given, if one was)."""
+        if self.config.loop.global_batch_size is not None:
+            return self.config.loop.global_batch_size
         b = self.micro_batch_size
         return None if b is None else global_batch_size(self.world_size, b, self.accumulate_grad_batches)
 

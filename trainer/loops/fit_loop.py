@@ -13,6 +13,7 @@ import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
 from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
+from trainer.contracts.accumulation import GlobalBatchError, accumulation_for, global_batch_size
 from trainer.contracts.run_identity import run_id
 from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
 from trainer.checkpointing.resume import (
@@ -199,7 +200,7 @@ class FitLoop:
         if t.overfit_batches:
             loader = without_shuffling(loader)
         t.train_dataloader = strategy.process_dataloader(loader, "fit")
-        self._take_accumulation()
+        self._take_accumulation(at_setup=True)
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
         val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
@@ -211,18 +212,21 @@ class FitLoop:
                 strategy.accelerator.pin_loader_memory(dl)
 
     def scale_learning_rates(self) -> None:
-        """``scale_lr``: multiply the fresh optimizers' rates for W, once per fit (never on resume)."""
+        """``scale_lr``: multiply the fresh optimizers' rates for W (for G / b with ``global_batch_size``),
+        once per fit (never on resume)."""
         t = self.trainer
-        factor = lr_scale_factor(t.scale_lr, t.world_size)
+        fixed = t.config.loop.global_batch_size
+        # With a fixed G the rate must not depend on W: it is scaled for the G / b micro batches of a
+        # step (W when A = 1), the same on every world size a restart may bring.
+        units = fixed // (t.micro_batch_size or 1) if fixed is not None else t.world_size
+        factor = lr_scale_factor(t.scale_lr, units)
         scale_learning_rates(t.optimizers, t.lr_scheduler_configs, factor)
         self.lr_scaled = factor != 1.0
         if self.lr_scaled:
             # the schedules' base rates (the peak of a warmup), not a warmup's current start rate
             lrs = [group.get("initial_lr", group["lr"]) for opt in t.optimizers for group in opt.param_groups]
-            rank_zero_info(
-                f"[lockstep] scale_lr={t.scale_lr!r}: learning rate x{factor:g} for W={t.world_size} "
-                f"-> base rates {lrs}"
-            )
+            basis = f"global batch {fixed} ({units} micro batches)" if fixed is not None else f"W={t.world_size}"
+            rank_zero_info(f"[lockstep] scale_lr={t.scale_lr!r}: learning rate x{factor:g} for {basis} -> base rates {lrs}")
 
     def _reset(self) -> None:
         """A new loop or fit: position zero, no losses seen, nothing agreed or scaled yet."""
@@ -268,16 +272,45 @@ class FitLoop:
         """An optimizer step was taken (called by the optimization path that took it)."""
         self.progress = self.progress.stepped()
 
-    def _take_accumulation(self) -> int:
+    def _take_accumulation(self, at_setup: bool = False) -> int:
         """The Trainer's current ``accumulate_grad_batches`` (A), given to the train loader's
         `GlobalBatchSampler`: the one place the loop reads A, at set-up and at each epoch start
-        (after ``on_train_epoch_start``: a GradientAccumulationScheduler may have changed it)."""
+        (after ``on_train_epoch_start``: a GradientAccumulationScheduler may have changed it).
+        With ``global_batch_size=G``, A is derived at set-up for this world size and stays."""
         t = self.trainer
+        fixed = t.config.loop.global_batch_size
+        if fixed is not None and at_setup:
+            t.accumulate_grad_batches = self._accumulation_for(fixed)
         accumulate = t.accumulate_grad_batches
+        if fixed is not None and global_batch_size(t.world_size, t.micro_batch_size or 0, accumulate) != fixed:
+            raise GlobalBatchError(
+                f"accumulate_grad_batches was set to {accumulate} during the fit (a GradientAccumulationScheduler?); "
+                f"with global_batch_size={fixed} it is {self._accumulation_for(fixed)} on world size {t.world_size}: "
+                "pass one or the other."
+            )
         sampler = global_batch_sampler(t.train_dataloader)
         if sampler is not None:
             sampler.set_accumulation(accumulate)
         return accumulate
+
+    def _accumulation_for(self, fixed: int) -> int:
+        """A for ``global_batch_size=fixed`` on this world size; refused when it cannot be met, or
+        when an ``accumulate_grad_batches`` given with it disagrees (its default 1 does not count)."""
+        t = self.trainer
+        b = t.micro_batch_size
+        if b is None:
+            raise GlobalBatchError(
+                f"global_batch_size={fixed} needs the micro batch: the train loader has no batch_size "
+                "(a batch_sampler or an iterable without one). No step was taken."
+            )
+        derived = accumulation_for(fixed, t.world_size, b)
+        given = t.config.loop.accumulate_grad_batches
+        if given not in (1, derived):
+            raise GlobalBatchError(
+                f"accumulate_grad_batches={given} disagrees with global_batch_size={fixed}: on world size "
+                f"{t.world_size} with micro batch {b} it is {derived}. Pass one of them. No step was taken."
+            )
+        return derived
 
     def count_training_batches(self) -> None:
         """This epoch's batch count, agreed by every rank (one tiny all-gather per epoch)."""

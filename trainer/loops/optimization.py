@@ -108,7 +108,8 @@ def _check_scheduler_config(cfg: LRSchedulerConfig) -> None:
 
 
 def lr_scale_factor(scale_lr: bool | str, world_size: int) -> float:
-    """The LR multiplier for ``scale_lr``: W (linear, Goyal et al. 2017), sqrt(W), or 1."""
+    """The LR multiplier for ``scale_lr``: W (linear, Goyal et al. 2017), sqrt(W), or 1; the fit
+    loop passes G / b as ``world_size`` under ``global_batch_size``."""
     if scale_lr is not None and not isinstance(scale_lr, (bool, str)):
         raise TypeError(f"scale_lr must be False, True, 'linear' or 'sqrt'; got {scale_lr!r}.")
     if scale_lr is False or scale_lr is None:

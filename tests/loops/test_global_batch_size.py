@@ -1,0 +1,103 @@
+"""`Trainer(global_batch_size=G)`: A = G / (W * b) derived at set-up, refused before any step when
+it cannot be met or disagrees with `accumulate_grad_batches`, and the LR scaled for G / b.
+
+One process here (the fast tier); the same on 2 and 4 ranks, and a W=2 checkpoint resumed on
+W=1 with the G derived, in tests/strategies/test_any_world_size.py.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from callbacks import GradientAccumulationScheduler, ModelCheckpoint
+from tests.helpers.models import QUIET, Regression, assert_params_close, loader, regression_data
+from trainer import GlobalBatchError, Trainer, seed_everything
+from trainer.contracts.accumulation import accumulation_for
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 29  # not a multiple of G: the last step of each epoch holds 5 samples
+
+
+def _fit(batch: int, **kwargs) -> tuple[Trainer, Regression]:
+    seed_everything(0)
+    module = Regression("adamw")
+    trainer = Trainer(accelerator="cpu", max_epochs=2, **{**QUIET, **kwargs})
+    trainer.fit(module, loader(regression_data(N), batch, shuffle=True))
+    return trainer, module
+
+
+def test_the_accumulation_is_derived_and_the_run_is_that_of_one_big_batch():
+    fixed, module = _fit(2, global_batch_size=12)
+    assert fixed.accumulate_grad_batches == 6 and fixed.global_batch_size == 12
+    big, reference = _fit(12)
+    assert fixed.global_step == big.global_step == 2 * 3
+    assert_params_close(list(module.parameters()), list(reference.parameters()), atol=1e-6)
+
+
+def test_the_global_batch_is_reported_before_fit():
+    assert Trainer(accelerator="cpu", global_batch_size=12, **QUIET).global_batch_size == 12
+
+
+def test_an_agreeing_accumulation_runs():
+    trainer, _ = _fit(2, global_batch_size=12, accumulate_grad_batches=6)
+    assert trainer.accumulate_grad_batches == 6 and trainer.global_step == 6
+
+
+def test_a_disagreeing_accumulation_is_refused_before_any_step(tmp_path):
+    seed_everything(0)
+    trainer = Trainer(accelerator="cpu", max_epochs=1, global_batch_size=12, accumulate_grad_batches=4,
+                      callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=1)],
+                      **{**QUIET, "enable_checkpointing": True})
+    with pytest.raises(GlobalBatchError, match=r"accumulate_grad_batches=4 disagrees with global_batch_size=12: on "
+                       r"world size 1 with micro batch 2 it is 6\. Pass one of them\. No step was taken\."):
+        trainer.fit(Regression(), loader(regression_data(N), 2, shuffle=True))
+    assert trainer.global_step == 0 and list(tmp_path.iterdir()) == []
+
+
+def test_a_micro_batch_that_does_not_divide_g_is_refused_naming_the_ones_that_do():
+    with pytest.raises(GlobalBatchError, match=r"global_batch_size=12 with micro batch 5 .* no world size can, as 5 "
+                       r"does not divide 12\. Choose a micro batch that divides it \(1, 2, 3, 4, 6, 12\)"):
+        _fit(5, global_batch_size=12)
+
+
+def test_a_world_size_that_does_not_divide_names_the_world_sizes_that_work():
+    assert [accumulation_for(12, w, 2) for w in (1, 2, 3, 6)] == [6, 3, 2, 1]
+    with pytest.raises(GlobalBatchError, match=r"world size 4 does not divide 6 micro batches\. The world sizes "
+                       r"that work: 1, 2, 3, 6\. No step was taken\."):
+        accumulation_for(12, 4, 2)
+
+
+def test_a_loader_without_a_batch_size_is_refused():
+    x, y = regression_data(N).tensors
+    batches = list(zip(x.split(2), y.split(2)))  # made by the dataset itself: the loader does not batch
+    trainer = Trainer(accelerator="cpu", max_epochs=1, global_batch_size=12, **QUIET)
+    with pytest.raises(GlobalBatchError, match="needs the micro batch: the train loader has no batch_size"):
+        trainer.fit(Regression(), DataLoader(batches, batch_size=None))
+
+
+def test_a_callback_changing_the_accumulation_is_refused():
+    with pytest.raises(ValueError, match=r"Trainer\(accumulate_grad_batches=6\) and GradientAccumulationScheduler both "
+                       r"set the accumulation.*global_batch_size"):
+        _fit(2, global_batch_size=12, callbacks=[GradientAccumulationScheduler({0: 2})])
+    # A = 1 derived (b = G): the scheduler cannot tell it from the default, the loop refuses its change
+    with pytest.raises(GlobalBatchError, match=r"accumulate_grad_batches was set to 2 during the fit .* with "
+                       r"global_batch_size=12 it is 1 on world size 1"):
+        _fit(12, global_batch_size=12, callbacks=[GradientAccumulationScheduler({0: 2})])
+
+
+def test_scale_lr_scales_for_the_micro_batches_of_g_whatever_the_world_size():
+    trainer, module = _fit(2, global_batch_size=12, scale_lr=True, max_steps=1)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.05 * 6)
+    trainer, module = _fit(3, global_batch_size=12, scale_lr="sqrt", max_steps=1)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.05 * 2)
+
+
+@pytest.mark.parametrize("value, error, message", [
+    (0, ValueError, "global_batch_size must be None or an int >= 1, got 0"),
+    ("12", TypeError, "global_batch_size must be None or an int >= 1, got '12'"),
+])
+def test_bad_global_batch_sizes_are_refused(value, error, message):
+    with pytest.raises(error, match=message):
+        Trainer(accelerator="cpu", global_batch_size=value, **QUIET)

@@ -22,12 +22,9 @@ class _FileLogger(Logger):
     of the same Trainer (``validate``/``test`` after ``fit``) keep it.
     """
 
+    # no defaults here: each public logger's signature has them (Lightning's), and passes all four
     def __init__(
-        self,
-        save_dir: str | os.PathLike[str] | None = None,
-        name: str | None = "logs",
-        version: int | str | None = None,
-        prefix: str = "",
+        self, save_dir: str | os.PathLike[str] | None, name: str | None, version: int | str | None, prefix: str
     ) -> None:
         _validate_version(version)
         owner = type(self).__name__

@@ -161,19 +161,21 @@ class _RangeRecorder(Callback):
 def lr_find(
     trainer: TrainerView,
     model: ModuleView,
-    train_dataloaders: Any = None,
-    val_dataloaders: Any = None,
-    datamodule: Any = None,
-    min_lr: float = 1e-8,
-    max_lr: float = 1.0,
-    num_training: int = 100,
-    mode: str = "exponential",
-    early_stop_threshold: float | None = 4.0,
-    update_attr: bool = False,
-    attr_name: str = "",
+    train_dataloaders: Any,
+    val_dataloaders: Any,
+    datamodule: Any,
+    min_lr: float,
+    max_lr: float,
+    num_training: int,
+    mode: str,
+    early_stop_threshold: float | None,
+    update_attr: bool,
+    attr_name: str,
 ) -> LRFinder | None:
     """The range test: ``num_training`` optimizer steps from ``min_lr`` to ``max_lr`` on ``model``,
-    which afterwards has its weights back (and, with ``update_attr``, the suggested rate)."""
+    which afterwards has its weights back (and, with ``update_attr``, the suggested rate).
+
+    No defaults: its callers' signatures (`Tuner.lr_find`, `LearningRateFinder`) have them."""
     check_range_test_arguments("lr_find", min_lr, max_lr, num_training, mode, early_stop_threshold)
     check_bool("lr_find(update_attr)", update_attr)
     check_str("lr_find(attr_name)", attr_name)
@@ -259,25 +261,13 @@ class LearningRateFinder(Callback):
         )
         check_bool("LearningRateFinder(update_attr)", update_attr)
         check_str("LearningRateFinder(attr_name)", attr_name)
-        self._min_lr, self._max_lr, self._num_training_steps = min_lr, max_lr, num_training_steps
-        self._mode, self._early_stop_threshold = mode, early_stop_threshold
-        self._update_attr, self._attr_name = update_attr, attr_name
+        # `lr_find`'s settings after its loaders, in its order
+        self._settings = (min_lr, max_lr, num_training_steps, mode, early_stop_threshold, update_attr, attr_name)
         self.optimal_lr: LRFinder | None = None
 
     def lr_find(self, trainer: TrainerView, module: ModuleView) -> None:
         """Run the range test on the fit's training data."""
-        self.optimal_lr = lr_find(
-            trainer,
-            module,
-            trainer.train_dataloader,
-            min_lr=self._min_lr,
-            max_lr=self._max_lr,
-            num_training=self._num_training_steps,
-            mode=self._mode,
-            early_stop_threshold=self._early_stop_threshold,
-            update_attr=self._update_attr,
-            attr_name=self._attr_name,
-        )
+        self.optimal_lr = lr_find(trainer, module, trainer.train_dataloader, None, None, *self._settings)
 
     def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self.lr_find(trainer, module)

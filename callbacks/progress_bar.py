@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, TextIO
 
+from callbacks._extras import require_extra
 from callbacks._utils import _format_duration, _to_float
 from callbacks.callback import Callback
 from trainer.contracts.arguments import check_bool, check_int, check_number
@@ -40,6 +41,7 @@ class ProgressBar(Callback):
     """
 
     role = "progress_bar"
+    _extra: str | None = None  # the package extra a subclass draws with, checked before its arguments
 
     def __init__(
         self,
@@ -49,6 +51,8 @@ class ProgressBar(Callback):
         file: TextIO | None = None,
         leave: bool = True,
     ) -> None:
+        if self._extra is not None:
+            require_extra(self._extra, type(self).__name__)
         check_int("ProgressBar(refresh_rate)", refresh_rate, 0)
         check_number("ProgressBar(min_interval_s)", min_interval_s, minimum=0)
         check_number("ProgressBar(line_every_percent)", line_every_percent, above=0, maximum=100)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
-from callbacks._extras import require_extra
 from callbacks.progress_bar import ProgressBar, _Bar, _isatty
 
 if TYPE_CHECKING:
@@ -19,17 +18,8 @@ class RichProgressBar(ProgressBar):
     of each Trainer call.
     """
 
-    def __init__(
-        self,
-        refresh_rate: int = 1,
-        min_interval_s: float = 0.2,
-        line_every_percent: float = 10.0,
-        file: TextIO | None = None,
-        leave: bool = True,
-    ) -> None:
-        require_extra("rich", "RichProgressBar")
-        super().__init__(refresh_rate, min_interval_s, line_every_percent, file, leave)
-        self._progress: Any = None
+    _extra = "rich"
+    _progress: Any = None  # the live display, started on first use (`_live`)
 
     def _new_bar(self, desc: str, total: int | None, position: int, leave: bool) -> _Bar:
         return _RichBar(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks.callback import Callback
 from trainer.contracts.duration import parse_duration
@@ -12,6 +12,18 @@ if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
 
 _STAGES = ("train", "validate", "test", "predict")
+# a hook (trainer, module) -> None; typed without arguments, as a Callable with them would lack the
+# parameter names that mypy asks of an override of `Callback`'s hook
+_StageHook = Callable[..., None]
+
+
+def _clock_hook(stage: str, starts: bool) -> _StageHook:
+    """`Timer`'s start (``starts``) or end hook of ``stage``: it notes the time on the timer's clock."""
+
+    def hook(timer: Timer, trainer: TrainerView, module: ModuleView) -> None:
+        timer._clock(stage, starts)
+
+    return hook
 
 
 class Timer(Callback):
@@ -66,35 +78,21 @@ class Timer(Callback):
             return None
         return self.duration.total_seconds() - self.time_elapsed(stage)
 
-    def _begin(self, stage: str) -> None:
-        self._start[stage], self._end[stage] = self._now(), None
+    def _clock(self, stage: str, starts: bool) -> None:
+        now = self._now()
+        if starts:
+            self._start[stage], self._end[stage] = now, None
+        else:
+            self._end[stage] = now
 
-    def _finish(self, stage: str) -> None:
-        self._end[stage] = self._now()
-
-    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._begin("train")
-
-    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._finish("train")
-
-    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._begin("validate")
-
-    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._finish("validate")
-
-    def on_test_start(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._begin("test")
-
-    def on_test_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._finish("test")
-
-    def on_predict_start(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._begin("predict")
-
-    def on_predict_end(self, trainer: TrainerView, module: ModuleView) -> None:
-        self._finish("predict")
+    on_train_start = _clock_hook("train", starts=True)
+    on_train_end = _clock_hook("train", starts=False)
+    on_validation_start = _clock_hook("validate", starts=True)
+    on_validation_end = _clock_hook("validate", starts=False)
+    on_test_start = _clock_hook("test", starts=True)
+    on_test_end = _clock_hook("test", starts=False)
+    on_predict_start = _clock_hook("predict", starts=True)
+    on_predict_end = _clock_hook("predict", starts=False)
 
     def on_train_batch_end(self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.interval == "step" and self.duration is not None:

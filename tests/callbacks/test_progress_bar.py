@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 
 import pytest
 import torch
@@ -233,6 +234,16 @@ def test_rich_bar_off_a_terminal_prints_the_same_lines():
     _fit(ProgressBar(file=plain_out))
     strip = lambda text: [re.sub(r"\[.*?\]", "", line) for line in text.splitlines()]  # noqa: E731 - timings differ
     assert strip(rich_out.getvalue()) == strip(plain_out.getvalue()) and rich_out.getvalue()
+
+
+def test_rich_bar_without_rich_says_which_extra_to_install_before_checking_its_arguments(monkeypatch):
+    from callbacks import RichProgressBar
+
+    monkeypatch.setitem(sys.modules, "rich", None)  # as if the extra were not installed
+    with pytest.raises(ImportError, match=r"RichProgressBar needs rich: pip install 'lockstep-trainer\[rich\]'"):
+        RichProgressBar(refresh_rate=-1)
+    with pytest.raises(ValueError, match="refresh_rate"):
+        ProgressBar(refresh_rate=-1)  # the plain bar needs no extra
 
 
 def _rich_two_ranks(rank, world_size):

@@ -126,6 +126,21 @@ def test_timer_state_resumes_the_spent_budget(tmp_path):
     assert second.time_elapsed() >= 7200.0
 
 
+def test_timer_clocks_each_stage_from_its_start_to_its_end_hook():
+    timer = Timer({"hours": 1})
+    trainer = Trainer(accelerator="cpu", max_epochs=1, callbacks=[timer], **QUIET)
+    data = loader(regression_data(16), 4)
+    module = Regression()
+    trainer.fit(module, data)
+    trainer.validate(module, data, verbose=False)
+    trainer.test(module, data, verbose=False)
+    for stage in ("train", "validate", "test"):
+        start, end = timer.start_time(stage), timer.end_time(stage)
+        assert start is not None and end is not None and end >= start, stage
+        assert timer.time_elapsed(stage) == pytest.approx(end - start, abs=1e-9), stage
+    assert timer.start_time("predict") is None and timer.time_elapsed("predict") == 0.0
+
+
 def _timer_on_one_rank(rank, world_size):
     timer = Timer({"hours": 1})
     if rank == 1:  # only rank 1's budget is spent

@@ -337,7 +337,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags):
             result = body()
         except BaseException as exc:
             self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
-            clearer = self._strategy.on_failure(exc, self._position())
+            clearer = self._strategy.on_failure(exc, self._position(), self.global_step)
             record_for_elastic_agent(clearer or exc, self.global_rank)
             try:
                 self.hooks.call_callbacks("on_exception", exc)

@@ -6,10 +6,10 @@ restart resumes only its own run's checkpoint and writes on only in its own vers
 
 - Under SLURM, ``slurm-<SLURM_JOB_ID>``: a requeue keeps the job id (and starts every process,
   torchrun included, anew).
-- Under torchrun (and Lockstep's own launcher), torch's run id and store address, plus a token
-  that the first rank to join the run draws and keeps in the launcher's rendezvous store, which
-  outlives a restart of the workers: two torchrun invocations with the same command line (run id
-  ``none``, the same port) are two runs.
+- Under torchrun (and Lockstep's own launcher), torch's run id and the job's store address, plus
+  a token that the first rank to join the run draws and keeps in that store, which outlives a
+  restart of the workers and a change of the nodes (`trainer.distributed.job_store`): two
+  torchrun invocations with the same command line (run id ``none``, the same port) are two runs.
 - Otherwise each process is its own run.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ _PROCESS_RUN_ID = f"process-{uuid.uuid4().hex[:12]}"
 # One per process, never shared: tells this process from an earlier one that had the same pid
 # (a container's pid 1 after a restart).
 PROCESS_TOKEN = uuid.uuid4().hex
-_JOB_TOKEN: list[str] = []
+_JOB: list[str] = []  # the job store's address and the run's token, once this process joined it
 
 
 def run_id() -> str:
@@ -30,8 +30,9 @@ def run_id() -> str:
     if env.get("SLURM_JOB_ID"):
         return f"slurm-{env['SLURM_JOB_ID']}"
     if env.get("TORCHELASTIC_RUN_ID"):
-        base = f"{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
-        return f"{base}/{_JOB_TOKEN[0]}" if _JOB_TOKEN else base
+        if _JOB:
+            return f"{env['TORCHELASTIC_RUN_ID']}@{_JOB[0]}/{_JOB[1]}"
+        return f"{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
     return _PROCESS_RUN_ID
 
 
@@ -44,6 +45,6 @@ def attempt() -> int:
     return 0
 
 
-def adopt_job_token(token: str) -> None:
-    """The token kept in the launcher's store for this run (set once the process joins it)."""
-    _JOB_TOKEN[:] = [token]
+def adopt_job(address: str, token: str) -> None:
+    """The job store's ``host:port`` and the token kept there for this run (set once the process joins it)."""
+    _JOB[:] = [address, token]

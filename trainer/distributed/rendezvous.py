@@ -10,8 +10,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from trainer.contracts.run_identity import adopt_job_token
+from trainer.contracts.run_identity import adopt_job
 from trainer.distributed.cluster_environment import ClusterEnvironment
+from trainer.distributed.job_store import job_store
 
 # The rendezvous store of this process, kept for its lifetime. A script may fit several times
 # under one launcher (same MASTER_PORT): torch names every new default group alike, so a rank
@@ -19,10 +20,11 @@ from trainer.distributed.cluster_environment import ClusterEnvironment
 # its owner is about to close) and fail or hang. Reusing one store with a fresh key prefix per
 # group avoids both.
 _STORES: dict[tuple[str, int, int, int], Any] = {}
-# How many groups an earlier process of this rank had joined through the same store when this
-# process joined its first (None: no group yet). More than 0: this process is a restart.
+# How many earlier processes of this rank had joined this job when this process first joined
+# it (None: no group yet). More than 0: this process is a restart.
 _JOINED_BEFORE: list[int] = []
 _JOINS_KEY = "lockstep/joins/rank{}"
+_PROCESSES_KEY = "lockstep/processes/rank{}"
 _RUN_TOKEN_KEY = "lockstep/run_token"
 
 
@@ -36,10 +38,18 @@ def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> tup
     if store is None:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
-        # set by whichever process of the run asks first; a restart's processes read the same one
-        adopt_job_token(store.compare_set(_RUN_TOKEN_KEY, "", uuid.uuid4().hex).decode())
+        _join_job(store, cluster, timeout)
     prefix = f"lockstep/join{group_number(store, rank)}"
     return dist.PrefixStore(prefix, store), prefix
+
+
+def _join_job(group_store: Any, cluster: ClusterEnvironment, timeout: datetime.timedelta) -> None:
+    """Once per process: this run's token and whether an earlier process of this rank ran in the job."""
+    job, address = job_store(group_store, (cluster.master_addr, cluster.master_port), timeout)
+    # set by whichever process of the run asks first; a restart's processes read the same one
+    adopt_job(address, job.compare_set(_RUN_TOKEN_KEY, "", uuid.uuid4().hex).decode())
+    if not _JOINED_BEFORE:
+        _JOINED_BEFORE.append(int(job.add(_PROCESSES_KEY.format(cluster.global_rank), 1)) - 1)
 
 
 def group_number(store: Any, rank: int) -> int:
@@ -53,14 +63,12 @@ def group_number(store: Any, rank: int) -> int:
     the node whose worker failed. (A rank that died before it joined its group would count one
     less: the group then times out instead of mixing attempts.)
     """
-    number = int(store.add(_JOINS_KEY.format(rank), 1))
-    if not _JOINED_BEFORE:
-        _JOINED_BEFORE.append(number - 1)
-    return number
+    return int(store.add(_JOINS_KEY.format(rank), 1))
 
 
 def is_restart() -> bool:
-    """Whether an earlier process of this rank joined a group of this job (this one is its restart)."""
+    """Whether an earlier process of this rank joined this job (this one is its restart); counted
+    in the job's store, which outlives the workers' (`trainer.distributed.job_store`)."""
     return bool(_JOINED_BEFORE) and _JOINED_BEFORE[0] > 0
 
 

@@ -136,7 +136,8 @@ class FitLoop:
             return
         self._reset()
         configure_model(t, model)  # right after `setup`, as in Lightning
-        if ckpt_path is None and strategy.is_restart():
+        restarted = ckpt_path is None and strategy.is_restart()
+        if restarted:
             # only this run's own: another run's last.ckpt under the same root is not a restart's to take
             ckpt_path = strategy.broadcast(find_last_checkpoint(t, run=run_id()) if t.is_global_zero else None)
         path, checkpoint = "", None
@@ -156,7 +157,7 @@ class FitLoop:
         self._grad_check_params = list(model.named_parameters()) if check_grads else None
         self.optimization = optimization_for(self, self._grad_check_params)
         if checkpoint is not None:
-            self._restore(checkpoint, path)
+            self._restore(checkpoint, path, restarted)
         else:
             self.scale_learning_rates()
         summary = (
@@ -169,12 +170,14 @@ class FitLoop:
         with torch.autograd.set_detect_anomaly(t.config.debug.detect_anomaly):
             self.run()
 
-    def _restore(self, checkpoint: dict[str, Any], path: str) -> None:
+    def _restore(self, checkpoint: dict[str, Any], path: str, restarted: bool) -> None:
         restore_checkpoint(self.trainer, checkpoint, path)
         rank_zero_info(  # as Lightning's "Restored all states from the checkpoint at ..."
             f"[lockstep] Resumed from {path}: epoch {self.progress.current_epoch}, global step "
             f"{self.progress.global_step}."
         )
+        if restarted:
+            self._report_restart(checkpoint)
         finished = self._limit_reached()
         if finished:  # as Lightning's "`Trainer.fit` stopped: `max_epochs=3` reached."
             more = "max_epochs" if finished.startswith("max_epochs") else "max_steps"
@@ -182,6 +185,22 @@ class FitLoop:
                 f"[lockstep] fit stopped at once: {path} already reached {finished}; nothing to "
                 f"train. Pass a larger {more} to train on from it."
             )
+
+    def _report_restart(self, checkpoint: dict[str, Any]) -> None:
+        """One line for a restart (torchrun's, elastic included; a SLURM requeue): the world size
+        and accumulation before and now, the step resumed from, the steps computed again."""
+        t, resumed = self.trainer, self.progress.global_step
+        before = int(checkpoint.get("world_size", t.world_size))
+        reached = t.strategy.steps_reached_before(before)
+        if reached is None:
+            again = "how many steps are computed again is not known (no rank before said how far it got)"
+        else:
+            again = f"{max(reached - resumed, 0)} step(s) computed again (the ranks before had reached step {reached})"
+        rank_zero_info(
+            f"[lockstep] Restart: world size {before} -> {t.world_size}, accumulation "
+            f"{checkpoint.get('accumulate_grad_batches', '?')} -> {t.accumulate_grad_batches} (global batch "
+            f"{t.global_batch_size}), resumed from global step {resumed}; {again}."
+        )
 
     def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:
         """The fit's loaders (given, or the DataModule's or module's hooks), sharded, seeded, pinned and counted."""

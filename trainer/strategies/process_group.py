@@ -18,6 +18,7 @@ from trainer.contracts.arguments import check_str
 from trainer.contracts.loader import ShardingLoader
 from trainer.seed import global_seed
 from trainer.distributed.heartbeat import Heartbeat
+from trainer.distributed.job_store import note_reached, take_reached
 from trainer.launch.failure_notes import explain_failure, note_early_exit, reaches_every_rank
 from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
 from trainer.strategies.strategy import Strategy
@@ -106,18 +107,26 @@ class ProcessGroupStrategy(Strategy):
         the elastic agent's restart count stayed 0 because the failed worker was elsewhere)."""
         return bool(self.broadcast(super().is_restart() or rejoined_job()))
 
-    def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
-        """Name the rank whose own failure came first (see `trainer.launch.failure_notes`)."""
+    def steps_reached_before(self, world_size: int) -> int | None:
+        """On global rank 0 of a restart: the most optimizer steps a rank of the workers it
+        replaces (``world_size`` of them) had done when they ended, or None when not known."""
+        return take_reached(world_size) if self.global_rank == 0 else None
+
+    def on_failure(self, exc: BaseException, where: str, global_step: int = 0) -> BaseException | None:
+        """Name the rank whose own failure came first (see `trainer.launch.failure_notes`); keep
+        the steps done for the restart's report (`steps_reached_before`)."""
         store = self._store
         if store is None or self.world_size == 1:
             return None
         if type(exc) is SystemExit:  # sys.exit() in the middle of a fit: the peers must hear of it
             note_early_exit(store, self.global_rank, where, exc)
             return None
-        if reaches_every_rank(exc):
-            return None  # pre-emption and Ctrl-C reach every rank: nothing to explain
+        if reaches_every_rank(exc):  # pre-emption and Ctrl-C reach every rank: nothing to explain
+            note_reached(self.global_rank, global_step)
+            return None
         address = f"{self.cluster_environment.master_addr}:{self.cluster_environment.master_port}"
         clearer = explain_failure(store, self.global_rank, self.world_size, exc, where, address)
+        note_reached(self.global_rank, global_step)
         if clearer is None and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback
             exc.add_note(f"[lockstep] rank {self.global_rank} failed at {where}")
         return clearer

@@ -135,9 +135,9 @@ class Strategy:
     def setup_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
         """See the optimizers once they exist (no-op here)."""
 
-    def on_failure(self, exc: BaseException, where: str) -> BaseException | None:
-        """Called when the run raised on this rank at ``where`` (its epoch, step and batch); may
-        return a clearer error to raise instead."""
+    def on_failure(self, exc: BaseException, where: str, global_step: int = 0) -> BaseException | None:
+        """Called when the run raised on this rank at ``where`` (its epoch, step and batch), after
+        ``global_step`` optimizer steps; may return a clearer error to raise instead."""
         return None
 
     def teardown(self) -> None:
@@ -267,6 +267,11 @@ class Strategy:
     def is_restart(self) -> bool:
         """Whether this run is a restart of the job (it resumes from its last checkpoint then)."""
         return self.cluster_environment.restart_count > 0
+
+    def steps_reached_before(self, world_size: int) -> int | None:
+        """On a restart: the most optimizer steps the ``world_size`` ranks before it had done
+        when they ended, or None when not known (one process keeps no such note)."""
+        return None
 
     def barrier(self, name: str | None = None) -> None:
         """Wait until every rank gets here."""

@@ -145,9 +145,7 @@ def explain_failure(
         _write_note(store, rank, True, where, exc)
         return None
     answers = _store_answers(store)
-    stall = {**progress, "failed": time.time()} if progress is not None and is_timeout(exc) else None
-    if stall is not None:
-        announce_stall(store if answers else None, rank, where, stall)
+    stall = _announce_if_stalled(store if answers else None, rank, where, exc, progress)
     if not answers:
         lost = _store_lost(rank, where, store_address)
         # The elastic agent of this node loses the same store and may kill this worker any
@@ -171,6 +169,18 @@ def explain_failure(
         )
     _write_note(store, rank, False, where, exc)
     return None
+
+
+def _announce_if_stalled(
+    store: Any, rank: int, where: str, exc: BaseException, progress: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A collective that timed out is a stall: announce it (`announce_stall`) and return this
+    rank's collective, with ``failed`` (when); None for a collective that broke otherwise."""
+    if progress is None or not is_timeout(exc):
+        return None
+    stall = {**progress, "failed": time.time()}
+    announce_stall(store, rank, where, stall)
+    return stall
 
 
 def _wait_for_notes(store: Any, rank: int, world_size: int) -> list[dict[str, Any]]:

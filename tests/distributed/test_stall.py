@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.distributed.stall import CollectiveProgress, behind_peers, describe
+from trainer.distributed.stall import CollectiveProgress, behind_peers, describe, print_stacks
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -33,3 +33,11 @@ def test_the_peers_behind_are_those_with_a_lower_count_furthest_first():
     beats = [{"rank": 1, "collective": 9}, {"rank": 2, "collective": 7}, {"rank": 3, "collective": 10}]
     assert [b["rank"] for b in behind_peers(beats, {"collective": 10, "inside": True})] == [2, 1]
     assert behind_peers(beats, {"collective": 7, "inside": True}) == []
+
+
+def test_the_stacks_print_once_per_announcement_also_on_a_stderr_without_a_descriptor(capsys):
+    print_stacks("[lockstep] rank 0: the header", '{"rank": 0}')  # pytest's stderr has no fileno
+    print_stacks("[lockstep] rank 0: the header", '{"rank": 0}')
+    err = capsys.readouterr().err
+    assert err.count("[lockstep] rank 0: the header\n") == 1
+    assert "Thread 0x" in err and ", in test_the_stacks_print_once_per_announcement" in err, err  # traceback's format

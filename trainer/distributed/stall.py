@@ -89,9 +89,9 @@ def print_stacks(header: str, announcement: str) -> None:
         sys.stderr.flush()
 
 
-def announce_stall(store: Any, rank: int, where: str, record: dict[str, Any]) -> str:
-    """This rank's collective timed out: print its stacks, tell every rank (the first announcement
-    in the group stands) and return the announcement the peers answer."""
+def announce_stall(store: Any, rank: int, where: str, record: dict[str, Any]) -> None:
+    """This rank's collective timed out: print its stacks and tell every rank through ``store``
+    (None: it is gone); the first announcement in the group stands."""
     mine = json.dumps({"rank": rank, "where": where, "time": time.time(), **record})
     announcement = mine
     if store is not None:
@@ -102,11 +102,10 @@ def announce_stall(store: Any, rank: int, where: str, record: dict[str, Any]) ->
     stalled = json.loads(announcement)
     print_stacks(
         f"[lockstep] rank {rank}: {describe(record)} timed out at {where}"
-        + ("" if stalled["rank"] == rank else f" (rank {stalled['rank']}'s had too)")
+        + ("" if stalled["rank"] == rank else f" (rank {stalled['rank']} announced its own first)")
         + f"; the stack of every thread of rank {rank}:",
         announcement,
     )
-    return announcement
 
 
 def answer_stall(store: Any, rank: int, progress: CollectiveProgress) -> None:
@@ -114,9 +113,9 @@ def answer_stall(store: Any, rank: int, progress: CollectiveProgress) -> None:
     if not store.check([STALL_KEY]):
         return
     announcement = store.get(STALL_KEY).decode()
-    if announcement in _printed:
-        return
     stalled = json.loads(announcement)
+    if announcement in _printed or stalled["rank"] == rank:  # the announcing rank printed its own
+        return
     print_stacks(
         f"[lockstep] rank {rank}: rank {stalled['rank']}'s {describe(stalled)} timed out at {stalled['where']}; "
         f"rank {rank} is at {_position(progress)}, {_state(progress.record())}; the stack of every thread of rank {rank}:",

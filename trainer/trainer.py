@@ -326,6 +326,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags):
         self._module = model
         model.trainer = self
         self.should_stop = False
+        self._strategy.collectives.position = self._position  # what this rank's heartbeat says
         self.callbacks = with_module_callbacks(self.callbacks, model)  # kept, as in Lightning
         self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
         self.profiler.start(stage.value)

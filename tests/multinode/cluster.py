@@ -101,6 +101,10 @@ class Cluster:
                     pass
             time.sleep(0.2)
 
+    def partition(self, node: int) -> None:
+        """Cut ``node``'s link to the switch: its processes run on, nothing reaches them (no reset)."""
+        _ip("-n", self.names[0], "link", "set", f"v{self.tag}a{node}", "down")
+
     def close(self) -> None:
         """Kill what still runs on the nodes; delete the namespaces (and their links) and files."""
         for proc in self._procs:

@@ -1,10 +1,12 @@
 """A 2-rank training run that tests interrupt: pre-emption signals, a killed worker, a raising rank.
 
-    --mode straight | preempt | kill | raise | hold     --root DIR     [--resume last]     [--rank R]
+    --mode straight | preempt | kill | raise | hold | stop     --root DIR     [--resume last]     [--rank R]
     [--num-nodes N]  (Lockstep's own launcher on each node: one worker there, N nodes in all)
+    [--timeout S]  (the process group's timeout: ``DDPStrategy(timeout=S)``)
 Rank R (default 1) is interrupted; ``kill`` kills it once per ``--root`` (a marker file there),
-whatever node it is on; ``hold`` makes it write ``<root>/holding`` and wait (at most 120 s),
-for a test to kill its node. Each rank saves its final parameters, its global step and the step
+whatever node it is on; ``hold`` makes it write ``<root>/holding`` and wait (at most 120 s) in
+its training thread, for a test to kill its node or to watch the others time out; ``stop``
+freezes the whole process (SIGSTOP: its heartbeat too). Each rank saves its final parameters, its global step and the step
 its training started from with `save_rank_result`.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch  # noqa: E402
 from callbacks import Callback, ModelCheckpoint  # noqa: E402
 from tests.helpers.distributed import save_rank_result  # noqa: E402
 from tests.helpers.resume_models import Noisy, make_loader  # noqa: E402
-from trainer import Trainer, seed_everything  # noqa: E402
+from trainer import DDPStrategy, Trainer, seed_everything  # noqa: E402
 
 
 class Interrupt(Callback):
@@ -49,6 +51,8 @@ class Interrupt(Callback):
         elif self.mode == "hold":
             open(os.path.join(os.path.dirname(self.marker), "holding"), "w").close()
             time.sleep(120)
+        elif self.mode == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def main() -> None:
@@ -59,8 +63,11 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=7)
     parser.add_argument("--rank", type=int, default=1)
     parser.add_argument("--num-nodes", type=int, default=None)
+    parser.add_argument("--timeout", type=float, default=None)
     args = parser.parse_args()
-    placement = {} if args.num_nodes is None else {"devices": 1, "num_nodes": args.num_nodes}
+    options: dict = {} if args.num_nodes is None else {"devices": 1, "num_nodes": args.num_nodes}
+    if args.timeout is not None:
+        options["strategy"] = DDPStrategy(timeout=args.timeout)
     torch.set_num_threads(1)
     seed_everything(0)
     module = Noisy()
@@ -70,7 +77,7 @@ def main() -> None:
         callbacks.append(interrupt)
     trainer = Trainer(accelerator="cpu",
         max_epochs=2, accumulate_grad_batches=2, callbacks=callbacks, default_root_dir=args.root,
-        logger=False, enable_progress_bar=False, **placement,
+        logger=False, enable_progress_bar=False, **options,
     )
     trainer.fit(module, make_loader(), ckpt_path=args.resume)
     save_rank_result({"params": [p.detach().clone() for p in module.parameters()], "step": trainer.global_step,

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from trainer.contracts.errors import NonFiniteLossError
+from trainer.distributed.stall import announce_stall, behind_peers, describe, is_timeout, stalled_message
 
 _COUNT_KEY = "lockstep/failures"
 _NOTE_KEY = "lockstep/failure/{}"
@@ -121,17 +122,20 @@ def note_early_exit(store: Any, rank: int, where: str, exc: SystemExit) -> None:
 
 
 def explain_failure(
-    store: Any, rank: int, world_size: int, exc: BaseException, where: str, store_address: str = ""
+    store: Any, rank: int, world_size: int, exc: BaseException, where: str, store_address: str = "",
+    progress: dict[str, Any] | None = None,
 ) -> BaseException | None:
     """A `RankFailedError` naming the peer whose own failure came first, or None to raise ``exc``.
 
-    ``where`` is this rank's position (``"epoch 0, global step 3, batch index 3"``). A rank
+    ``where`` is this rank's position (``"epoch 0, global step 3, batch index 3"``), ``progress``
+    the collective it is in (`trainer.distributed.stall.CollectiveProgress.record`). A rank
     failing on its own writes its note and raises its error. A rank whose collective broke waits
     up to a few seconds (or until every peer has written a note) for a peer's own failure;
     without one it asks the peers' heartbeats (`trainer.distributed.heartbeat`): a peer gone
-    silent (killed, its node or network lost) is named, and so is the store's host
-    (``store_address``) when the store cannot be read; a peer that is alive but stalled (this
-    rank's collective timed out) leaves this rank's own error.
+    silent (killed, frozen, its node or network lost) is named, and so is the store's host
+    (``store_address``) when the store cannot be read. A collective that timed out is a stall:
+    this rank prints its stacks and announces it, so every rank that can run prints its own, and
+    a live peer that never reached this rank's collective is named as the stalled rank.
     """
     if _about_peer(exc, rank):  # its message already names that rank, which writes its own note
         _write_note(store, rank, False, where, exc)
@@ -140,7 +144,9 @@ def explain_failure(
     if own:
         _write_note(store, rank, True, where, exc)
         return None
-    if not _store_answers(store):
+    answers = _store_answers(store)
+    stall = _announce_if_stalled(store if answers else None, rank, where, exc, progress)
+    if not answers:
         lost = _store_lost(rank, where, store_address)
         # The elastic agent of this node loses the same store and may kill this worker any
         # moment: say it now, not only in the traceback at the end.
@@ -151,7 +157,7 @@ def explain_failure(
     if peers:
         _write_note(store, rank, False, where, exc)
         return _named_peer(peers[0], rank, where)
-    silent = _lost(store, rank, world_size, where, store_address) if len({n["rank"] for n in notes}) < world_size - 1 else None
+    silent = _lost(store, rank, world_size, where, store_address, stall) if len({n["rank"] for n in notes}) < world_size - 1 else None
     if silent is not None:
         _write_note(store, rank, False, where, exc)
         return silent
@@ -163,6 +169,18 @@ def explain_failure(
         )
     _write_note(store, rank, False, where, exc)
     return None
+
+
+def _announce_if_stalled(
+    store: Any, rank: int, where: str, exc: BaseException, progress: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A collective that timed out is a stall: announce it (`announce_stall`) and return this
+    rank's collective, with ``failed`` (when); None for a collective that broke otherwise."""
+    if progress is None or not is_timeout(exc):
+        return None
+    stall = {**progress, "failed": time.time()}
+    announce_stall(store, rank, where, stall)
+    return stall
 
 
 def _wait_for_notes(store: Any, rank: int, world_size: int) -> list[dict[str, Any]]:
@@ -194,21 +212,32 @@ def _named_peer(first: dict[str, Any], rank: int, where: str) -> RankFailedError
     return named
 
 
-def _lost(store: Any, rank: int, world_size: int, where: str, store_address: str) -> RankFailedError | None:
-    """A `RankFailedError` naming the peer (or the store's host) that stopped answering, or None."""
-    from trainer.distributed.heartbeat import silent_peers
+def _lost(
+    store: Any, rank: int, world_size: int, where: str, store_address: str, stall: dict[str, Any] | None
+) -> RankFailedError | None:
+    """A `RankFailedError` naming the peer (or the store's host) that stopped answering, or the
+    live peer that stalled behind this rank's timed-out collective (``stall``); or None."""
+    from trainer.distributed.heartbeat import heartbeats, silent_peers
 
-    silent = silent_peers(store, rank, world_size)
-    if silent is None:
+    beats = heartbeats(store, rank, world_size)
+    if beats is None:
         return _store_lost(rank, where, store_address)
-    if not silent:
+    silent = silent_peers(beats)
+    if silent:
+        first = silent[0]
+        waited_in = f" ({describe(stall)})" if stall is not None else ""
+        return RankFailedError(
+            f"Rank {first['rank']} on host {first['host']} (node {first['node']}) stopped answering at {where}; "
+            f"last heard {first['age']:.1f} s ago. Rank {rank} stopped because the collective it was waiting "
+            f"in{waited_in} could not complete without that rank.",
+            rank=int(first["rank"]), where=where, cause="stopped answering",
+        )
+    behind = behind_peers(beats, stall) if stall is not None else []
+    if not behind:
         return None
-    first = silent[0]
     return RankFailedError(
-        f"Rank {first['rank']} on host {first['host']} (node {first['node']}) stopped answering at {where}; "
-        f"last heard {first['age']:.1f} s ago. Rank {rank} stopped because the collective it was waiting "
-        "in could not complete without that rank.",
-        rank=int(first["rank"]), where=where, cause="stopped answering",
+        stalled_message(behind[0], rank, where, stall or {}, [int(b["rank"]) for b in behind[1:]]),
+        rank=int(behind[0]["rank"]), where=str(behind[0].get("where", "")), cause="stalled",
     )
 
 

@@ -93,6 +93,7 @@ class AutomaticOptimization(Optimization):
         # override may depend on when it runs, or a hook watches it (the hooks' order is Lightning's)
         self.zero_in_closure = bool(overridden) or needs_closure or t.hooks.implemented("on_before_zero_grad")
         self.no_sync = self._strategy.no_sync
+        self.collectives = self._strategy.collectives  # a backward is one (DDP's, FSDP's gradient sync)
         self._step_with_closure = self._optimizer_step is not None or needs_closure
         self.optimizers = [StepOptimizer(opt, self) for opt in t.optimizers]
         self._windows: AccumulationWindows | None = None
@@ -282,7 +283,8 @@ class _Closure:
             if automatic.zero_in_closure:
                 automatic.zero_grad(batch_idx)
             if loss is not None:
-                automatic.backward(loss)
+                with automatic.collectives.inside("backward, gradients synced" if self._sync else "backward, no sync"):
+                    automatic.backward(loss)
         if loss is not None:
             t.hooks.call("on_after_backward")
         self.ran = True

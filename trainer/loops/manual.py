@@ -75,7 +75,8 @@ class ManualOptimization(Optimization):
         """``manual_backward``: hooks, precision backward, then the gradient sync across ranks."""
         t = self.trainer
         t.hooks.call("on_before_backward", loss)
-        self._precision.backward(loss, *args, **kwargs)
+        with self._strategy.collectives.inside("manual_backward"):
+            self._precision.backward(loss, *args, **kwargs)
         self._strategy.sync_gradients()
         t.hooks.call("on_after_backward")
 

@@ -25,19 +25,21 @@ class AllReduceStrategy(ProcessGroupStrategy):
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Move to the device, convert BatchNorm if asked, and check every rank holds rank 0's weights."""
         module = self._prepare_module(module)
-        _check_same_parameters(module, self.world_size)
-        for buffer in module.buffers():  # buffers (BatchNorm statistics) start from rank 0's
-            dist.broadcast(buffer, src=0)
+        with self.collectives.inside("parameter check (broadcast from rank 0)"):
+            _check_same_parameters(module, self.world_size)
+            for buffer in module.buffers():  # buffers (BatchNorm statistics) start from rank 0's
+                dist.broadcast(buffer, src=0)
         self.model = module
         self._params = [p for p in module.parameters() if p.requires_grad]
         return module
 
     def after_backward_window(self) -> None:
         """Average gradients over ranks: sum with ``all_reduce``, divide by W."""
-        for param in self._params:
-            if param.grad is not None:
-                dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
-                param.grad.div_(self.world_size)
+        with self.collectives.inside("gradient all_reduce"):
+            for param in self._params:
+                if param.grad is not None:
+                    dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+                    param.grad.div_(self.world_size)
 
 
 def _check_same_parameters(module: nn.Module, world_size: int) -> None:

@@ -159,11 +159,12 @@ class DDPStrategy(ProcessGroupStrategy):
         """Move to the device, convert BatchNorm if asked, wrap in DDP."""
         module = self._prepare_module(module)
         device = self.root_device
-        ddp = DistributedDataParallel(
-            _StepForward(module),
-            device_ids=[device.index] if device.type == "cuda" else None,
-            **self.ddp_kwargs,
-        )
+        with self.collectives.inside("DDP set-up (broadcast from rank 0)"):
+            ddp = DistributedDataParallel(
+                _StepForward(module),
+                device_ids=[device.index] if device.type == "cuda" else None,
+                **self.ddp_kwargs,
+            )
         if self.ddp_comm_hook is not None:
             ddp.register_comm_hook(*resolve_comm_hook(self.ddp_comm_hook, self.ddp_comm_state))
         self.model = ddp

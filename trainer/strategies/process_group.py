@@ -97,7 +97,9 @@ class ProcessGroupStrategy(Strategy):
         self._owns_group = True
         mark_group_joined()
         if self.world_size > 1:  # who stopped answering, when a collective fails
-            self._heartbeat = Heartbeat(cluster.master_addr, cluster.master_port, prefix, self.global_rank, cluster.node_rank)
+            self._heartbeat = Heartbeat(
+                cluster.master_addr, cluster.master_port, prefix, self.global_rank, cluster.node_rank, self.collectives
+            )
         if kwargs["backend"] != "gloo":  # host-side flags must not wait on the accelerator
             self.control_group = dist.new_group(backend="gloo", timeout=self.timeout)
 
@@ -125,7 +127,7 @@ class ProcessGroupStrategy(Strategy):
             note_reached(self.global_rank, global_step)
             return None
         address = f"{self.cluster_environment.master_addr}:{self.cluster_environment.master_port}"
-        clearer = explain_failure(store, self.global_rank, self.world_size, exc, where, address)
+        clearer = explain_failure(store, self.global_rank, self.world_size, exc, where, address, self.collectives.record())
         note_reached(self.global_rank, global_step)
         if clearer is None and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback
             exc.add_note(f"[lockstep] rank {self.global_rank} failed at {where}")
@@ -208,7 +210,8 @@ class ProcessGroupStrategy(Strategy):
                 by_dtype.setdefault(param.grad.dtype, []).append(param.grad)
         for grads in by_dtype.values():
             flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat)
+            with self.collectives.inside("gradient all_reduce (manual_backward)"):
+                dist.all_reduce(flat)
             flat /= self.world_size
             for grad, part in zip(grads, flat.split([g.numel() for g in grads])):
                 grad.copy_(part.view_as(grad))
@@ -223,7 +226,8 @@ class ProcessGroupStrategy(Strategy):
             out = out.int()
         if not out.is_floating_point() and op == "mean":
             out = out.float()
-        dist.all_reduce(out, op=_OPS[op])
+        with self.collectives.inside(f"all_reduce ({op})"):
+            dist.all_reduce(out, op=_OPS[op])
         if op == "mean":
             out /= self.world_size
         return out
@@ -231,24 +235,29 @@ class ProcessGroupStrategy(Strategy):
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """``[W, *shape]``: every rank's ``tensor`` (same shape on every rank)."""
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(parts, tensor.contiguous())
+        with self.collectives.inside("all_gather"):
+            dist.all_gather(parts, tensor.contiguous())
         return torch.stack(parts)
 
     def all_gather_object(self, obj: T) -> list[T]:
         """Every rank's picklable ``obj``, in rank order."""
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, obj)
+        with self.collectives.inside("all_gather_object"):
+            dist.all_gather_object(out, obj)
         return out
 
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Rank ``src``'s picklable ``obj`` on every rank."""
         box = [obj]
-        dist.broadcast_object_list(box, src=src)
+        with self.collectives.inside(f"broadcast from rank {src}"):
+            dist.broadcast_object_list(box, src=src)
         return box[0]
 
     def barrier(self, name: str | None = None) -> None:
         """Wait for every rank (bounded by the group's timeout)."""
-        if dist.is_initialized():
+        if not dist.is_initialized():
+            return
+        with self.collectives.inside(f"barrier {name!r}" if name else "barrier"):
             if self.root_device.type == "cuda":
                 dist.barrier(device_ids=[self.root_device.index])
             else:
@@ -257,6 +266,7 @@ class ProcessGroupStrategy(Strategy):
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """One answer on every rank: all ranks True (``all=True``) or any rank True."""
         flag = torch.tensor(int(bool(decision)), device=self.root_device)
-        dist.all_reduce(flag, op=dist.ReduceOp.SUM)
+        with self.collectives.inside("all_reduce (decision)"):
+            dist.all_reduce(flag, op=dist.ReduceOp.SUM)
         count = int(flag.item())
         return count == self.world_size if all else count > 0

@@ -18,6 +18,7 @@ from trainer.contracts.loader import ShardingLoader
 from trainer.seed import global_seed
 from trainer.data.distributed_sampler import distribute_dataloader, set_epoch
 from trainer.distributed.cluster_environment import ClusterEnvironment
+from trainer.distributed.stall import CollectiveProgress
 
 T = TypeVar("T")
 
@@ -40,6 +41,8 @@ class Strategy:
         self.control_group: Any = None  # a CPU group for small host-side agreements (None: default group)
         self._backward_sync_blocked = 0  # depth of `block_backward_sync` contexts
         self.precision = "32-true"  # the Trainer's (normalized), given by `connect`
+        # which collective the training thread is in, for naming a rank that stalls
+        self.collectives = CollectiveProgress()
 
     # -- set-up -----------------------------------------------------------------------------
     def connect(

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from multiprocessing import forkserver
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 OUT_ENV_VAR = "LOCKSTEP_TEST_OUT"
@@ -121,6 +122,19 @@ def _rank_context() -> Any:
     rank starts as fresh as a spawned one (no CUDA, no threads, no test state)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(_PRELOAD))
+    # The server's sys.path is a fresh `python -c`'s (multiprocessing passes the parent's but does not
+    # apply it), whose '' is the test's own working directory: without the checkout on PYTHONPATH
+    # it would import another `tests` (a library's stray namespace package, e.g. pytorch-forecasting's)
+    # and every rank forked from it would fail to unpickle its function.
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), saved) if p)
+    try:
+        forkserver.ensure_running()
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
     return ctx
 
 

@@ -1,0 +1,59 @@
+"""The census: public Lightning 2.x projects, pinned to a commit, and how each is shrunk to run in seconds.
+
+A project's files are vendored byte for byte (`tests.census.vendor`) from ``repo`` at ``commit``;
+``script`` runs as ``__main__`` with ``argv``. ``trainer`` holds the `Trainer` arguments the harness
+sets on every `Trainer` the script builds (`TRAINER_BASE` first: CPU, one device, a few batches);
+``shrink`` names the harness-side patches of `tests.census.shrink`. ``integration`` names the
+third-party library the project runs with Lightning (the runner's acceptance line counts those).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# every Trainer the census runs: CPU, one device, a few batches of each loop, no progress bar
+TRAINER_BASE: dict[str, Any] = {
+    "accelerator": "cpu", "devices": 1, "max_epochs": 1, "limit_train_batches": 4, "limit_val_batches": 2,
+    "limit_test_batches": 2, "limit_predict_batches": 2, "enable_progress_bar": False,
+}
+
+
+@dataclass(frozen=True)
+class Project:
+    """One census entry: where its files come from and how the harness runs it."""
+
+    name: str
+    repo: str
+    commit: str
+    script: str
+    license_file: str
+    license: str
+    helpers: tuple[str, ...] = ()
+    argv: tuple[str, ...] = ()
+    trainer: dict[str, Any] = field(default_factory=dict)
+    shrink: tuple[str, ...] = ()
+    integration: str = ""
+
+    def trainer_overrides(self) -> dict[str, Any]:
+        """The `Trainer` arguments the harness sets: `TRAINER_BASE`, then the project's own."""
+        return {**TRAINER_BASE, **self.trainer}
+
+
+_TUTORIALS = ("Lightning-AI/tutorials", "15817658a2d63afa338b9e1cd8454fb98d746fac", "LICENSE", "Apache-2.0")
+_LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414", "LICENSE", "Apache-2.0")
+_OPTUNA = ("optuna/optuna-examples", "2e0b10bc54501e801687e114de3cbe1b6d2407dc", "LICENSE", "MIT")
+
+
+def _project(name: str, source: tuple[str, str, str, str], script: str, **kwargs: Any) -> Project:
+    repo, commit, license_file, license = source
+    return Project(name, repo, commit, script, license_file, license, **kwargs)
+
+
+PROJECTS: dict[str, Project] = {p.name: p for p in [
+    _project("bug_report_model", _LIGHTNING, "examples/pytorch/bug_report/bug_report_model.py"),
+    _project("tutorial_mnist_hello_world", _TUTORIALS, "lightning_examples/mnist-hello-world/hello-world.py",
+             shrink=("torchvision",), integration="torchmetrics"),
+    _project("tutorial_basic_gan", _TUTORIALS, "lightning_examples/basic-gan/gan.py", shrink=("torchvision",)),
+    _project("optuna_lightning_simple", _OPTUNA, "pytorch/pytorch_lightning_simple.py",
+             shrink=("torchvision", "optuna"), integration="optuna (PyTorchLightningPruningCallback)"),
+]}

@@ -47,7 +47,8 @@ def run_record(project: Project, framework: str, timeout: float = 600) -> dict[s
 def judge(theirs: dict[str, Any], ours: dict[str, Any]) -> Verdict:
     """The row for Lightning's record ``theirs`` and Lockstep's ``ours``."""
     if theirs["error"]:
-        return Verdict("fails", f"under Lightning too: {theirs.get('error_line', theirs['error'])}")
+        ours_outcome = f"Lockstep: {ours.get('error_line', ours['error'])}" if ours["error"] else "Lockstep runs it"
+        return Verdict("fails", f"under Lightning: {theirs.get('error_line', theirs['error'])} ({ours_outcome})")
     if ours["error"]:
         return Verdict("fails", f"Lockstep: {ours.get('error_line', ours['error'])}")
     if not theirs["calls"]:

@@ -41,6 +41,9 @@ class Project:
 
 _TUTORIALS = ("Lightning-AI/tutorials", "15817658a2d63afa338b9e1cd8454fb98d746fac", "LICENSE", "Apache-2.0")
 _LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414", "LICENSE", "Apache-2.0")
+_LIGHTLY = ("lightly-ai/lightly", "e8d317fc5a87f4387a85a35e689869039ec249ee", "LICENSE.txt", "MIT")
+_PYG = ("pyg-team/pytorch_geometric", "5c6461b2305ad068a6d61165b3c55852a11aaa41", "LICENSE", "MIT")
+_FORECASTING = ("sktime/pytorch-forecasting", "062aeb47b75d589dcce621c04572181e3584a301", "LICENSE", "MIT")
 _OPTUNA = ("optuna/optuna-examples", "2e0b10bc54501e801687e114de3cbe1b6d2407dc", "LICENSE", "MIT")
 
 
@@ -56,4 +59,15 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
     _project("tutorial_basic_gan", _TUTORIALS, "lightning_examples/basic-gan/gan.py", shrink=("torchvision",)),
     _project("optuna_lightning_simple", _OPTUNA, "pytorch/pytorch_lightning_simple.py",
              shrink=("torchvision", "optuna"), integration="optuna (PyTorchLightningPruningCallback)"),
+    _project("lightning_gan_demos_mnist", _LIGHTNING, "examples/pytorch/domain_templates/generative_adversarial_net.py",
+             shrink=("lightning_demos_mnist",)),
+    _project("tutorial_datamodules", _TUTORIALS, "lightning_examples/datamodules/datamodules.py",
+             shrink=("torchvision",), integration="torchmetrics"),
+    *[_project(f"lightly_{name}", _LIGHTLY, f"examples/pytorch_lightning/{name}.py", trainer={"limit_train_batches": 2},
+               shrink=("torchvision", "batches_of_8"), integration="lightly")
+      for name in ("simclr", "byol", "moco", "simsiam", "barlowtwins", "vicreg", "nnclr", "dcl", "tico", "fastsiam")],
+    _project("pyg_gin", _PYG, "examples/pytorch_lightning/gin.py", trainer={"strategy": "auto"},
+             shrink=("pyg_tudataset",), integration="torch_geometric (LightningDataset), torchmetrics"),
+    _project("forecasting_deepar_ar", _FORECASTING, "examples/ar.py", integration="pytorch_forecasting"),
+    _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting"),
 ]}

@@ -40,7 +40,10 @@ def _plain(value: Any) -> Any:
 
 def _model_of(args: tuple[Any, ...], kwargs: dict[str, Any], trainer: Any) -> Any:
     model = args[0] if args else kwargs.get("model")
-    return model if model is not None else getattr(trainer, "lightning_module", None)
+    if model is not None:
+        return model
+    # the module of an earlier call (`trainer.test(ckpt_path="best")`): Lightning's name, then Lockstep's
+    return getattr(trainer, "lightning_module", None) or getattr(trainer, "module", None)
 
 
 def _recorded(method: Callable[..., Any], call: str, calls: list[dict[str, Any]]) -> Callable[..., Any]:

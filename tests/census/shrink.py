@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tests.census.fake_data import install_torchvision
+from tests.census.fake_data import FakeImages, install_torchvision
 
 
 def _no_worker_processes() -> None:
@@ -42,9 +42,54 @@ def _optuna_two_seeded_trials() -> None:
     optuna.study.Study.optimize = two_trials  # type: ignore[method-assign]
 
 
+def _batches_of_8() -> None:
+    """Every DataLoader's ``batch_size`` at most 8 (ResNet-18 pairs of views at 256 a batch take minutes on a CPU)."""
+    import torch.utils.data
+
+    original = torch.utils.data.DataLoader.__init__
+
+    def __init__(self: Any, dataset: Any, batch_size: int | None = 1, *args: Any, **kwargs: Any) -> None:
+        original(self, dataset, None if batch_size is None else min(batch_size, 8), *args, **kwargs)
+
+    torch.utils.data.DataLoader.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _lightning_demos_mnist() -> None:
+    """Lightning's demo MNIST (it downloads) -> the offline stand-in; under Lockstep the demos are not provided."""
+    try:
+        import lightning.pytorch.demos.mnist_datamodule as demo
+    except ImportError:
+        return  # Lockstep: the script's own import of the demos raises, and the census reports it
+    demo.MNIST = FakeImages  # type: ignore[attr-defined,misc]
+
+
+def _pyg_tudataset() -> None:
+    """PyG's ``TUDataset`` (it downloads) -> 200 small random graphs of 2 classes, the pre_transform applied."""
+    import torch
+    import torch_geometric.datasets
+    from torch_geometric.data import Data, InMemoryDataset
+
+    class TUDataset(InMemoryDataset):
+        def __init__(self, root: str, name: str, pre_transform: Any = None, **kwargs: Any) -> None:
+            super().__init__(None)
+            g = torch.Generator().manual_seed(0)
+            graphs = []
+            for i in range(200):
+                n = int(torch.randint(5, 15, (1,), generator=g))
+                edges = torch.randint(0, n, (2, 3 * n), generator=g)
+                graph = Data(edge_index=torch.cat([edges, edges.flip(0)], 1), y=torch.tensor([i % 2]), num_nodes=n)
+                graphs.append(pre_transform(graph) if pre_transform is not None else graph)
+            self.data, self.slices = self.collate(graphs)
+
+    torch_geometric.datasets.TUDataset = TUDataset  # type: ignore[misc]
+
+
 SHRINKS: dict[str, Callable[[], None]] = {
     "torchvision": install_torchvision,
     "optuna": _optuna_two_seeded_trials,
+    "batches_of_8": _batches_of_8,
+    "lightning_demos_mnist": _lightning_demos_mnist,
+    "pyg_tudataset": _pyg_tudataset,
 }
 
 

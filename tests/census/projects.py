@@ -1,7 +1,8 @@
 """The census: public Lightning 2.x projects, pinned to a commit, and how each is shrunk to run in seconds.
 
 A project's files are vendored byte for byte (`tests.census.vendor`) from ``repo`` at ``commit``;
-``script`` runs as ``__main__`` with ``argv``. ``trainer`` holds the `Trainer` arguments the harness
+``script`` runs as ``__main__`` with ``argv`` (or, for a project of modules, the harness's ``entry``
+that builds what the project's configs build). ``trainer`` holds the `Trainer` arguments the harness
 sets on every `Trainer` the script builds (`TRAINER_BASE` first: CPU, one device, a few batches);
 ``shrink`` names the harness-side patches of `tests.census.shrink`. ``integration`` names the
 third-party library the project runs with Lightning (the runner's acceptance line counts those).
@@ -33,6 +34,7 @@ class Project:
     trainer: dict[str, Any] = field(default_factory=dict)
     shrink: tuple[str, ...] = ()
     integration: str = ""
+    entry: str = ""  # a harness entry (tests/census/entries/) run instead of ``script``, for a project of modules
 
     def trainer_overrides(self) -> dict[str, Any]:
         """The `Trainer` arguments the harness sets: `TRAINER_BASE`, then the project's own."""
@@ -44,6 +46,7 @@ _LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc4
 _LIGHTLY = ("lightly-ai/lightly", "e8d317fc5a87f4387a85a35e689869039ec249ee", "LICENSE.txt", "MIT")
 _PYG = ("pyg-team/pytorch_geometric", "5c6461b2305ad068a6d61165b3c55852a11aaa41", "LICENSE", "MIT")
 _FORECASTING = ("sktime/pytorch-forecasting", "062aeb47b75d589dcce621c04572181e3584a301", "LICENSE", "MIT")
+_HYDRA = ("ashleve/lightning-hydra-template", "bddbc24b82ab6ccfa6243e815a49dc5bfe8d4144", "README.md", "MIT (README.md)")
 _OPTUNA = ("optuna/optuna-examples", "2e0b10bc54501e801687e114de3cbe1b6d2407dc", "LICENSE", "MIT")
 
 
@@ -68,6 +71,9 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
       for name in ("simclr", "byol", "moco", "simsiam", "barlowtwins", "vicreg", "nnclr", "dcl", "tico", "fastsiam")],
     _project("pyg_gin", _PYG, "examples/pytorch_lightning/gin.py", trainer={"strategy": "auto"},
              shrink=("pyg_tudataset",), integration="torch_geometric (LightningDataset), torchmetrics"),
+    _project("hydra_template_mnist", _HYDRA, "src/models/mnist_module.py",
+             helpers=("src/models/components/simple_dense_net.py", "src/data/mnist_datamodule.py"),
+             entry="hydra_template_mnist.py", trainer={"max_epochs": 2}, shrink=("torchvision",), integration="torchmetrics"),
     _project("forecasting_deepar_ar", _FORECASTING, "examples/ar.py", integration="pytorch_forecasting"),
     _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting"),
 ]}

@@ -15,6 +15,7 @@ import random
 import runpy
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -94,6 +95,9 @@ def run(framework: str, project: Project, calls: list[dict[str, Any]]) -> None:
     """Run ``project``'s script under ``framework``, appending its trainer calls to ``calls``."""
     torch.set_num_threads(1)  # two frameworks side by side; and one thread keeps CPU reductions in one order
     script = script_path(project)
+    if project.entry:
+        sys.path.insert(0, str(script.parent))  # the entry imports the vendored modules
+        script = Path(__file__).resolve().parent / "entries" / project.entry
     for trainer_class in _trainer_classes(framework, script.read_text()):
         _instrument(trainer_class, project, calls)
     apply(project.shrink)

@@ -120,8 +120,8 @@ class MetricLogger:
             return
         numbers = {k: float(v) for k, v in values.items()}
         numbers["epoch"] = float(epoch)  # every record: CSV rows group by it
-        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})  # read above: no new sync
-        self._logged["epoch"] = torch.tensor(numbers["epoch"])
+        # read above: no new sync; "epoch" goes to the loggers only, as Lightning's
+        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 

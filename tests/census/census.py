@@ -34,10 +34,12 @@ def run_record(project: Project, framework: str, timeout: float = 600) -> dict[s
     """``project`` run under ``framework`` in a fresh subprocess and folder; its record."""
     with tempfile.TemporaryDirectory(prefix=f"census-{project.name}-{framework}-") as folder:
         out = Path(folder) / "record.pt"
+        work = Path(folder) / "work"  # notebooks write to "../saved_models": still inside this run's folder
+        work.mkdir()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               "PATH_DATASETS": folder, "PYTHONHASHSEED": "0"}
+               "PATH_DATASETS": folder, "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg"}
         done = subprocess.run([sys.executable, "-m", "tests.census.run_one", framework, project.name, str(out)],
-                              cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+                              cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
         if not out.is_file():
             return {"calls": [], "error": f"exit {done.returncode}: {done.stderr[-1500:]}",
                     "error_line": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}

@@ -2,7 +2,8 @@
 
 A project's files are vendored byte for byte (`tests.census.vendor`) from ``repo`` at ``commit``;
 ``script`` runs as ``__main__`` with ``argv`` (or, for a project of modules, the harness's ``entry``
-that builds what the project's configs build). ``trainer`` holds the `Trainer` arguments the harness
+that builds what the project's configs build); a notebook's code cells run as one script, its
+``!`` and ``%`` lines left out, as a script export of it leaves them out. ``trainer`` holds the `Trainer` arguments the harness
 sets on every `Trainer` the script builds (`TRAINER_BASE` first: CPU, one device, a few batches);
 ``shrink`` names the harness-side patches of `tests.census.shrink`. ``integration`` names the
 third-party library the project runs with Lightning (the runner's acceptance line counts those).
@@ -34,6 +35,7 @@ class Project:
     trainer: dict[str, Any] = field(default_factory=dict)
     shrink: tuple[str, ...] = ()
     integration: str = ""
+    cells: int = 0  # a notebook: how many of its code cells run (0: all)
     entry: str = ""  # a harness entry (tests/census/entries/) run instead of ``script``, for a project of modules
 
     def trainer_overrides(self) -> dict[str, Any]:
@@ -47,6 +49,7 @@ _LIGHTLY = ("lightly-ai/lightly", "e8d317fc5a87f4387a85a35e689869039ec249ee", "L
 _PYG = ("pyg-team/pytorch_geometric", "5c6461b2305ad068a6d61165b3c55852a11aaa41", "LICENSE", "MIT")
 _FORECASTING = ("sktime/pytorch-forecasting", "062aeb47b75d589dcce621c04572181e3584a301", "LICENSE", "MIT")
 _HYDRA = ("ashleve/lightning-hydra-template", "bddbc24b82ab6ccfa6243e815a49dc5bfe8d4144", "README.md", "MIT (README.md)")
+_UVADLC = ("phlippe/uvadlc_notebooks", "0da8037c7abc32f478ff6142acceb72dbcf088ee", "LICENSE.md", "MIT")
 _OPTUNA = ("optuna/optuna-examples", "2e0b10bc54501e801687e114de3cbe1b6d2407dc", "LICENSE", "MIT")
 
 
@@ -74,6 +77,9 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
     _project("hydra_template_mnist", _HYDRA, "src/models/mnist_module.py",
              helpers=("src/models/components/simple_dense_net.py", "src/data/mnist_datamodule.py"),
              entry="hydra_template_mnist.py", trainer={"max_epochs": 2}, shrink=("torchvision",), integration="torchmetrics"),
+    # its first 25 code cells: the reverse task (synthetic sequences); the rest needs a pretrained ResNet-34
+    _project("uvadlc_transformers_reverse", _UVADLC, "docs/tutorial_notebooks/tutorial6/Transformers_and_MHAttention.ipynb",
+             cells=25, shrink=("offline_downloads",)),
     _project("forecasting_deepar_ar", _FORECASTING, "examples/ar.py", integration="pytorch_forecasting"),
     _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting"),
 ]}

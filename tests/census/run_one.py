@@ -10,6 +10,7 @@ The record goes to OUT (`torch.save`), with the script's error, if any, as text.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import runpy
@@ -79,6 +80,16 @@ def _instrument(trainer_class: type, project: Project, calls: list[dict[str, Any
         setattr(trainer_class, call, _recorded(getattr(trainer_class, call), call, calls))
 
 
+def _notebook_as_script(notebook: Path, cells: int) -> Path:
+    """The notebook's first ``cells`` code cells (all if 0) as one script in the working folder."""
+    code = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    lines = [line for cell in code[:cells or None] for line in "".join(cell["source"]).split("\n")
+             if not line.lstrip().startswith(("!", "%"))]
+    script = Path.cwd() / f"{notebook.stem}.py"
+    script.write_text("\n".join(lines) + "\n")
+    return script
+
+
 def _trainer_classes(framework: str, source: str) -> list[type]:
     if framework == "lockstep":
         from trainer.lightning_alias import install
@@ -98,6 +109,8 @@ def run(framework: str, project: Project, calls: list[dict[str, Any]]) -> None:
     if project.entry:
         sys.path.insert(0, str(script.parent))  # the entry imports the vendored modules
         script = Path(__file__).resolve().parent / "entries" / project.entry
+    if script.suffix == ".ipynb":
+        script = _notebook_as_script(script, project.cells)
     for trainer_class in _trainer_classes(framework, script.read_text()):
         _instrument(trainer_class, project, calls)
     apply(project.shrink)

@@ -84,12 +84,25 @@ def _pyg_tudataset() -> None:
     torch_geometric.datasets.TUDataset = TUDataset  # type: ignore[misc]
 
 
+def _offline_downloads() -> None:
+    """``urllib.request.urlretrieve`` answers HTTP 503 at once: the machine is offline, and the notebooks
+    catch that error (and train instead of loading a pretrained file)."""
+    import urllib.error
+    import urllib.request
+
+    def unavailable(url: str, *args: Any, **kwargs: Any) -> Any:
+        raise urllib.error.HTTPError(url, 503, "offline (census)", None, None)  # type: ignore[arg-type]
+
+    urllib.request.urlretrieve = unavailable  # type: ignore[assignment]
+
+
 SHRINKS: dict[str, Callable[[], None]] = {
     "torchvision": install_torchvision,
     "optuna": _optuna_two_seeded_trials,
     "batches_of_8": _batches_of_8,
     "lightning_demos_mnist": _lightning_demos_mnist,
     "pyg_tudataset": _pyg_tudataset,
+    "offline_downloads": _offline_downloads,
 }
 
 

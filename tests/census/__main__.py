@@ -25,7 +25,7 @@ def main(names: list[str]) -> None:
         verdict = census_row(project)
         counts[verdict.result] = counts.get(verdict.result, 0) + 1
         reason = verdict.reason.replace("|", "\\|").replace("\n", " ")
-        print(f"| {project.name} | {project.repo} | {project.integration or '-'} | {verdict.result} | {reason} |",
+        print(f"| `{project.name}` | {project.repo} | {project.integration or '-'} | {verdict.result} | {reason} |",
               flush=True)
     repos = len({p.repo for p in chosen})
     summary = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("equal", "differs", "fails"))

@@ -7,6 +7,7 @@ the same seed and the same harness-side shrinks. `judge` gives the row: ``equal`
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,13 +47,18 @@ def run_record(project: Project, framework: str, timeout: float = 600) -> dict[s
         return torch.load(out, weights_only=False)
 
 
+def _error(record: dict[str, Any]) -> str:
+    # the error's first line, without the terminal colours some libraries put in their messages
+    return re.sub(r"\x1b\[[0-9;]*m", "", record.get("error_line") or record["error"]).strip()
+
+
 def judge(theirs: dict[str, Any], ours: dict[str, Any]) -> Verdict:
     """The row for Lightning's record ``theirs`` and Lockstep's ``ours``."""
     if theirs["error"]:
-        ours_outcome = f"Lockstep: {ours.get('error_line', ours['error'])}" if ours["error"] else "Lockstep runs it"
-        return Verdict("fails", f"under Lightning: {theirs.get('error_line', theirs['error'])} ({ours_outcome})")
+        ours_outcome = f"Lockstep: {_error(ours)}" if ours["error"] else "Lockstep runs it"
+        return Verdict("fails", f"under Lightning: {_error(theirs)} ({ours_outcome})")
     if ours["error"]:
-        return Verdict("fails", f"Lockstep: {ours.get('error_line', ours['error'])}")
+        return Verdict("fails", f"Lockstep: {_error(ours)}")
     if not theirs["calls"]:
         return Verdict("fails", "the script made no trainer call")
     found = differences(theirs, ours)

@@ -25,6 +25,9 @@ if __name__ == "__main__":
     datamodule = MNISTDataModule(data_dir="data/", batch_size=128, train_val_test_split=(55_000, 5_000, 10_000))
     checkpoint = ModelCheckpoint(dirpath="checkpoints", filename="epoch_{epoch:03d}", monitor="val/acc", mode="max",
                                  save_last=True, auto_insert_metric_name=False)
-    trainer = L.Trainer(min_epochs=1, max_epochs=10, callbacks=[checkpoint, EarlyStopping(monitor="val/acc", patience=100, mode="max")])
+    early_stopping = EarlyStopping(monitor="val/acc", patience=100, mode="max")
+    # configs/trainer/default.yaml
+    trainer = L.Trainer(min_epochs=1, max_epochs=10, accelerator="cpu", devices=1, check_val_every_n_epoch=1,
+                        deterministic=False, callbacks=[checkpoint, early_stopping])
     trainer.fit(model=model, datamodule=datamodule)
     trainer.test(model=model, datamodule=datamodule, ckpt_path=trainer.checkpoint_callback.best_model_path or None)

@@ -45,10 +45,17 @@ class FakeImages(Dataset):
 
 
 class FakeCIFAR10(FakeImages):
-    """CIFAR10's sizes: 50,000 / 10,000 RGB 32x32 images."""
+    """CIFAR10's sizes: 50,000 / 10,000 RGB 32x32 images; ``data`` holds them all (N, 32, 32, 3), as CIFAR10's."""
 
     sizes = (50_000, 10_000)
     shape = (32, 32, 3)
+
+    @property
+    def data(self) -> np.ndarray:
+        """Every image as one uint8 array, made on first read (a notebook computes the mean and std from it)."""
+        if not hasattr(self, "_data"):
+            self._data = np.stack([np.asarray(self.image(i)) for i in range(len(self))])
+        return self._data
 
 
 class FakeSplitImages(FakeImages):

@@ -3,8 +3,8 @@
 A project's files are vendored byte for byte (`tests.census.vendor`) from ``repo`` at ``commit``;
 ``script`` runs as ``__main__`` with ``argv`` (or, for a project of modules, the harness's ``entry``
 that builds what the project's configs build); a notebook's code cells run as one script, its
-``!`` and ``%`` lines left out, as a script export of it leaves them out. ``trainer`` holds the `Trainer` arguments the harness
-sets on every `Trainer` the script builds (`TRAINER_BASE` first: CPU, one device, a few batches);
+IPython lines (``!``, ``%``, ``%%`` cells) left out, as a script export of it leaves them out.
+``trainer`` holds the `Trainer` arguments the harness sets on every `Trainer` the script builds (`TRAINER_BASE` first: CPU, one device, a few batches);
 ``shrink`` names the harness-side patches of `tests.census.shrink`. ``integration`` names the
 third-party library the project runs with Lightning (the runner's acceptance line counts those).
 """
@@ -67,6 +67,9 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
              shrink=("torchvision", "optuna"), integration="optuna (PyTorchLightningPruningCallback)"),
     _project("lightning_gan_demos_mnist", _LIGHTNING, "examples/pytorch/domain_templates/generative_adversarial_net.py",
              shrink=("lightning_demos_mnist",)),
+    # 100 batches: the script's Trainer(val_check_interval=100) needs as many (Lightning checks it)
+    _project("lightning_dqn_cartpole", _LIGHTNING, "examples/pytorch/domain_templates/reinforce_learn_Qnet.py",
+             trainer={"limit_train_batches": 100}, shrink=("cart_pole_gym",)),
     _project("tutorial_datamodules", _TUTORIALS, "lightning_examples/datamodules/datamodules.py",
              shrink=("torchvision",), integration="torchmetrics"),
     *[_project(f"lightly_{name}", _LIGHTLY, f"examples/pytorch_lightning/{name}.py", trainer={"limit_train_batches": 2},
@@ -80,6 +83,9 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
     # its first 25 code cells: the reverse task (synthetic sequences); the rest needs a pretrained ResNet-34
     _project("uvadlc_transformers_reverse", _UVADLC, "docs/tutorial_notebooks/tutorial6/Transformers_and_MHAttention.ipynb",
              cells=25, shrink=("offline_downloads",)),
+    _project("uvadlc_inception_resnet_densenet", _UVADLC,
+             "docs/tutorial_notebooks/tutorial5/Inception_ResNet_DenseNet.ipynb",
+             shrink=("torchvision", "batches_of_8", "offline_downloads")),
     _project("forecasting_deepar_ar", _FORECASTING, "examples/ar.py", integration="pytorch_forecasting"),
     _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting"),
 ]}

@@ -81,9 +81,11 @@ def _instrument(trainer_class: type, project: Project, calls: list[dict[str, Any
 
 
 def _notebook_as_script(notebook: Path, cells: int) -> Path:
-    """The notebook's first ``cells`` code cells (all if 0) as one script in the working folder."""
-    code = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
-    lines = [line for cell in code[:cells or None] for line in "".join(cell["source"]).split("\n")
+    """The notebook's first ``cells`` code cells (all if 0) as one script in the working folder, IPython's
+    magics and shell lines left out."""
+    code = ["".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
+    # a cell magic (`%%html`) makes the whole cell IPython's; `!` and `%` lines are IPython's too
+    lines = [line for cell in code[:cells or None] if not cell.lstrip().startswith("%%") for line in cell.split("\n")
              if not line.lstrip().startswith(("!", "%"))]
     script = Path.cwd() / f"{notebook.stem}.py"
     script.write_text("\n".join(lines) + "\n")

@@ -96,6 +96,19 @@ def _offline_downloads() -> None:
     urllib.request.urlretrieve = unavailable  # type: ignore[assignment]
 
 
+def _cart_pole_gym() -> None:
+    """A ``gym`` module (not installed here) whose ``make`` gives the cart-pole of tests/port's DQN example."""
+    import sys
+    import types
+
+    from tests.port.lightning_examples.dqn import CartPole
+
+    gym = types.ModuleType("gym")
+    gym.Env = CartPole  # type: ignore[attr-defined]
+    gym.make = lambda name, **kwargs: CartPole()  # type: ignore[attr-defined]
+    sys.modules["gym"] = gym
+
+
 SHRINKS: dict[str, Callable[[], None]] = {
     "torchvision": install_torchvision,
     "optuna": _optuna_two_seeded_trials,
@@ -103,6 +116,7 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "lightning_demos_mnist": _lightning_demos_mnist,
     "pyg_tudataset": _pyg_tudataset,
     "offline_downloads": _offline_downloads,
+    "cart_pole_gym": _cart_pole_gym,
 }
 
 

@@ -58,19 +58,6 @@ class FakeCIFAR10(FakeImages):
         return self._data
 
 
-class FakeSplitImages(FakeImages):
-    """A dataset chosen by ``split=`` (STL10-style): 5,000 train, 8,000 test, 100,000 unlabeled 96x96."""
-
-    shape = (96, 96, 3)
-
-    def __init__(self, root: Any = ".", split: str = "train", **kwargs: Any) -> None:
-        self.split = split
-        super().__init__(root, train=split != "test", **kwargs)
-
-    def __len__(self) -> int:
-        return {"train": 5_000, "test": 8_000, "unlabeled": 100_000}.get(self.split.split("+")[0], 5_000)
-
-
 def install_torchvision() -> None:
     """Replace torchvision's downloading datasets with the stand-ins, before the script imports them."""
     import torchvision.datasets as datasets
@@ -80,5 +67,4 @@ def install_torchvision() -> None:
         module.MNIST = FakeImages  # type: ignore[attr-defined]
         module.FashionMNIST = type("FashionMNIST", (FakeImages,), {})  # type: ignore[attr-defined]
     datasets.CIFAR10 = FakeCIFAR10  # type: ignore[attr-defined]
-    datasets.STL10 = FakeSplitImages  # type: ignore[attr-defined]
 

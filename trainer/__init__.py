@@ -15,6 +15,7 @@ check_not_shadowed("callbacks")  # before anything imports it: a user's callback
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.checkpoint_io.file_format import CheckpointError
+    from trainer.cli import cli_lightning_logo
     from trainer.checkpointing.resume import GlobalBatchChangedError
     from trainer.contracts.accumulation import GlobalBatchError
     from trainer.data.global_batch_sampler import GlobalBatchSampler
@@ -61,6 +62,7 @@ _PUBLIC = {
     "RankFailedError": ("trainer.launch.failure_notes", "RankFailedError"),
     "Preempted": ("trainer.launch.preemption", "Preempted"),
     "PREEMPTION_EXIT_CODE": ("trainer.launch.preemption", "PREEMPTION_EXIT_CODE"),
+    "cli_lightning_logo": ("trainer.cli", "cli_lightning_logo"),  # Lightning's examples call it first
 }
 
 # Lightning's submodules, read as attributes the way Lightning projects do (`pl.callbacks.X`)

@@ -10,6 +10,7 @@ import torch
 
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
+from trainer.accelerator_connector import AcceleratorConnectorField
 from trainer.checkpointing.connector import save_checkpoint
 from trainer.checks import check_call, hint_misspelled_arguments
 from trainer.configuration import TrainerSettings, configure
@@ -36,7 +37,7 @@ from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags):
+class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, AcceleratorConnectorField):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
     every argument, checked before any work; each is then a read-only attribute of the same name)."""
 

@@ -132,6 +132,35 @@ def test_logger_false_reaches_callback_metrics_and_progress_bar_but_no_logger(tm
     assert not {n for n in trainer.logged_metrics if "hidden" in n}
 
 
+class LogsLoss(Base):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self.loss(batch)
+        self.log("train_loss", loss)
+        return loss
+
+
+def test_logged_metrics_hold_what_the_loggers_got_without_the_epoch_they_also_get(tmp_path):
+    capture = Capture()
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=capture, log_every_n_steps=1, default_root_dir=tmp_path,
+                      enable_progress_bar=False, enable_checkpointing=False)
+    trainer.fit(LogsLoss(), _loader(4))
+    assert {"train_loss", "epoch"} <= capture.names()
+    assert "train_loss" in trainer.logged_metrics
+    assert "epoch" not in trainer.logged_metrics  # as Lightning's: "epoch" goes to the loggers only
+    assert float(trainer.logged_metrics["train_loss"]) == capture.records[-1]["train_loss"]
+
+
+def test_logged_metrics_hold_the_epoch_s_last_step_values_sent_or_not(tmp_path):
+    capture = Capture()
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=capture, log_every_n_steps=50, default_root_dir=tmp_path,
+                      enable_progress_bar=False, enable_checkpointing=False)
+    module = LogsLoss()
+    trainer.fit(module, _loader(4))
+    assert "train_loss" not in capture.names()  # 2 steps: none of them at log_every_n_steps
+    assert "train_loss" in trainer.logged_metrics  # as Lightning's: the last step's value
+    assert float(trainer.logged_metrics["train_loss"]) == float(trainer.callback_metrics["train_loss"])
+
+
 # -- torchmetrics Metric objects --------------------------------------------------------------
 class WithMetrics(Base):
     """Sums the validation inputs with a torchmetrics SumMetric; averages training losses."""

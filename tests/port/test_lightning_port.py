@@ -14,7 +14,7 @@ and matches Lightning's 1-process run with the whole batch.
 
 Settings that only decide output (progress bar, model summary, checkpoint files) are off on both;
 they change no number. What the loggers receive differs by design in a few names, dropped by
-`_by_design` (and `"epoch"` in `trainer.logged_metrics`), as docs/migration.md lists.
+`_by_design`, as docs/migration.md lists.
 """
 from __future__ import annotations
 
@@ -81,8 +81,7 @@ def _run(name: str, framework: str, root: str, **kwargs: Any) -> dict[str, Any]:
         "params": {k: p.detach().cpu().clone() for k, p in model.named_parameters()},
         "global_step": trainer.global_step,
         "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-        # Lockstep's trainer.logged_metrics also holds "epoch" (Lightning sends it to the loggers only)
-        "logged_metrics": set(trainer.logged_metrics) - {"epoch"},
+        "logged_metrics": set(trainer.logged_metrics),
         "logger_scalars": scalars - _by_design(scalars),
         "logger_images": images,
     }

@@ -112,3 +112,13 @@ def test_grad_norm_gives_lightning_s_keys_and_values():
         ours, theirs = trainer.utilities.grad_norm(net, p), lightning_grad_norm(net, p)
         assert ours.keys() == theirs.keys()
         assert all(torch.allclose(ours[k], theirs[k]) for k in ours)
+
+
+def test_cli_lightning_logo_resolves_though_lightning_s_all_lacks_it():
+    # Lightning's examples call it first thing (`from lightning.pytorch import cli_lightning_logo`)
+    import trainer
+    import trainer.cli
+
+    assert trainer.cli_lightning_logo is trainer.cli.cli_lightning_logo
+    lightning = pytest.importorskip("lightning.pytorch", reason="the comparison needs `lightning` (the dev extra)")
+    assert callable(lightning.cli_lightning_logo)

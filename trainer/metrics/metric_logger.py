@@ -98,8 +98,15 @@ class MetricLogger:
     def publish_epoch(
         self, store: MetricStore, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
     ) -> dict[str, torch.Tensor]:
-        """Publish ``store``'s epoch aggregates (callback metrics and loggers); return them."""
+        """Publish ``store``'s epoch aggregates (callback metrics and loggers); return them.
+
+        A training epoch's last step values join ``logged_metrics`` too, sent or not (a step between
+        two ``log_every_n_steps``), as Lightning's do; the loggers get only what was sent.
+        """
+        unsent = store.step_values(strategy) if store.training and self.loggers else {}  # every rank: it may reduce
         values = store.finish_epoch(strategy, sync_all=sync_all)
+        if strategy.is_global_zero:
+            self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in unsent.items()})
         self._callback_metrics.update(values)
         if not store.training:
             self._eval_progress_bar_keys = store.progress_bar_keys()
@@ -120,8 +127,8 @@ class MetricLogger:
             return
         numbers = {k: float(v) for k, v in values.items()}
         numbers["epoch"] = float(epoch)  # every record: CSV rows group by it
-        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})  # read above: no new sync
-        self._logged["epoch"] = torch.tensor(numbers["epoch"])
+        # read above: no new sync; "epoch" goes to the loggers only, as Lightning's
+        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 

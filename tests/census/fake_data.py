@@ -1,0 +1,70 @@
+"""Offline stand-ins for the datasets census projects download, installed from the harness side.
+
+Each has its real dataset's constructor, length and item type (a PIL image and an int label), with
+images made from their index on demand, so a 60,000-image split costs nothing until a batch is read;
+the Trainer's ``limit_*_batches`` keep the reads few. The vendored scripts stay byte for byte.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import Dataset
+
+
+class FakeImages(Dataset):
+    """A torchvision-style image dataset: ``(PIL image, label)`` items made from their index."""
+
+    sizes = (60_000, 10_000)  # train, test
+    shape: tuple[int, ...] = (28, 28)
+    num_classes = 10
+
+    def __init__(self, root: Any = ".", train: bool = True, transform: Callable[..., Any] | None = None,
+                 target_transform: Callable[..., Any] | None = None, download: bool = False, **_: Any) -> None:
+        self.root, self.train = root, train
+        self.transform, self.target_transform = transform, target_transform
+        self.classes = [str(c) for c in range(self.num_classes)]
+        self.targets = [i % self.num_classes for i in range(len(self))]
+
+    def __len__(self) -> int:
+        return self.sizes[0 if self.train else 1]
+
+    def image(self, index: int) -> Image.Image:
+        """The index's image, the same in every process."""
+        rng = np.random.default_rng(index + (0 if self.train else 10_000_000))
+        return Image.fromarray(rng.integers(0, 256, self.shape, dtype=np.uint8))
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        image, target = self.image(index), self.targets[index]
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
+
+
+class FakeCIFAR10(FakeImages):
+    """CIFAR10's sizes: 50,000 / 10,000 RGB 32x32 images; ``data`` holds them all (N, 32, 32, 3), as CIFAR10's."""
+
+    sizes = (50_000, 10_000)
+    shape = (32, 32, 3)
+
+    @property
+    def data(self) -> np.ndarray:
+        """Every image as one uint8 array, made on first read (a notebook computes the mean and std from it)."""
+        if not hasattr(self, "_data"):
+            self._data = np.stack([np.asarray(self.image(i)) for i in range(len(self))])
+        return self._data
+
+
+def install_torchvision() -> None:
+    """Replace torchvision's downloading datasets with the stand-ins, before the script imports them."""
+    import torchvision.datasets as datasets
+    import torchvision.datasets.mnist as mnist
+
+    for module in (datasets, mnist):
+        module.MNIST = FakeImages  # type: ignore[attr-defined]
+        module.FashionMNIST = type("FashionMNIST", (FakeImages,), {})  # type: ignore[attr-defined]
+    datasets.CIFAR10 = FakeCIFAR10  # type: ignore[attr-defined]
+

@@ -1,0 +1,127 @@
+"""Harness-side shrinking: patches applied in the run's process before a vendored script starts.
+
+Each names what it changes; none edits a vendored file. `apply(names)` runs the named ones (a
+project's ``shrink``) and always `_no_worker_processes` (two frameworks side by side on a small
+machine: data-loading workers would only cost time, and both sides read the same items either way).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tests.census.fake_data import FakeImages, install_torchvision
+
+
+def _no_worker_processes() -> None:
+    import torch.utils.data
+
+    original = torch.utils.data.DataLoader.__init__
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs["num_workers"] = 0
+        kwargs.pop("persistent_workers", None)
+        kwargs.pop("prefetch_factor", None)
+        original(self, *args, **kwargs)
+
+    torch.utils.data.DataLoader.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _optuna_two_seeded_trials() -> None:
+    """``study.optimize(n_trials=100, timeout=600)`` -> 2 trials, sampled by a seeded sampler."""
+    import optuna
+
+    create_study, optimize = optuna.create_study, optuna.study.Study.optimize
+
+    def seeded_create_study(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("sampler", optuna.samplers.RandomSampler(seed=0))
+        return create_study(*args, **kwargs)
+
+    def two_trials(self: Any, func: Any, n_trials: int | None = None, timeout: float | None = None, **kwargs: Any) -> None:
+        optimize(self, func, n_trials=2, timeout=None, **kwargs)
+
+    optuna.create_study = seeded_create_study
+    optuna.study.Study.optimize = two_trials  # type: ignore[method-assign]
+
+
+def _batches_of_8() -> None:
+    """Every DataLoader's ``batch_size`` at most 8 (ResNet-18 pairs of views at 256 a batch take minutes on a CPU)."""
+    import torch.utils.data
+
+    original = torch.utils.data.DataLoader.__init__
+
+    def __init__(self: Any, dataset: Any, batch_size: int | None = 1, *args: Any, **kwargs: Any) -> None:
+        original(self, dataset, None if batch_size is None else min(batch_size, 8), *args, **kwargs)
+
+    torch.utils.data.DataLoader.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _lightning_demos_mnist() -> None:
+    """Lightning's demo MNIST (it downloads) -> the offline stand-in; under Lockstep the demos are not provided."""
+    try:
+        import lightning.pytorch.demos.mnist_datamodule as demo
+    except ImportError:
+        return  # Lockstep: the script's own import of the demos raises, and the census reports it
+    demo.MNIST = FakeImages  # type: ignore[attr-defined,misc]
+
+
+def _pyg_tudataset() -> None:
+    """PyG's ``TUDataset`` (it downloads) -> 200 small random graphs of 2 classes, the pre_transform applied."""
+    import torch
+    import torch_geometric.datasets
+    from torch_geometric.data import Data, InMemoryDataset
+
+    class TUDataset(InMemoryDataset):
+        def __init__(self, root: str, name: str, pre_transform: Any = None, **kwargs: Any) -> None:
+            super().__init__(None)
+            g = torch.Generator().manual_seed(0)
+            graphs = []
+            for i in range(200):
+                n = int(torch.randint(5, 15, (1,), generator=g))
+                edges = torch.randint(0, n, (2, 3 * n), generator=g)
+                graph = Data(edge_index=torch.cat([edges, edges.flip(0)], 1), y=torch.tensor([i % 2]), num_nodes=n)
+                graphs.append(pre_transform(graph) if pre_transform is not None else graph)
+            self.data, self.slices = self.collate(graphs)
+
+    torch_geometric.datasets.TUDataset = TUDataset  # type: ignore[misc]
+
+
+def _offline_downloads() -> None:
+    """``urllib.request.urlretrieve`` answers HTTP 503 at once: the machine is offline, and the notebooks
+    catch that error (and train instead of loading a pretrained file)."""
+    import urllib.error
+    import urllib.request
+
+    def unavailable(url: str, *args: Any, **kwargs: Any) -> Any:
+        raise urllib.error.HTTPError(url, 503, "offline (census)", None, None)  # type: ignore[arg-type]
+
+    urllib.request.urlretrieve = unavailable  # type: ignore[assignment]
+
+
+def _cart_pole_gym() -> None:
+    """A ``gym`` module (not installed here) whose ``make`` gives the cart-pole of tests/port's DQN example."""
+    import sys
+    import types
+
+    from tests.port.lightning_examples.dqn import CartPole
+
+    gym = types.ModuleType("gym")
+    gym.Env = CartPole  # type: ignore[attr-defined]
+    gym.make = lambda name, **kwargs: CartPole()  # type: ignore[attr-defined]
+    sys.modules["gym"] = gym
+
+
+SHRINKS: dict[str, Callable[[], None]] = {
+    "torchvision": install_torchvision,
+    "optuna": _optuna_two_seeded_trials,
+    "batches_of_8": _batches_of_8,
+    "lightning_demos_mnist": _lightning_demos_mnist,
+    "pyg_tudataset": _pyg_tudataset,
+    "offline_downloads": _offline_downloads,
+    "cart_pole_gym": _cart_pole_gym,
+}
+
+
+def apply(names: tuple[str, ...]) -> None:
+    """Run the shrinks ``names`` (keys of `SHRINKS`), after the data loaders' worker patch."""
+    _no_worker_processes()
+    for name in names:
+        SHRINKS[name]()

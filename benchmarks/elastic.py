@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.multinode.cluster import Cluster, unavailable
-from tests.multinode.elastic_launch import finish, first_step_after_restart, restart_line, start_agent, wait_for
+from tests.multinode.cluster import Cluster, finish, unavailable
+from tests.multinode.elastic_launch import RUN_TIMEOUT_S, first_step_after_restart, restart_line, start_agent, wait_for
 
 KILL_AFTER_STEP = 7
 _PORTS = itertools.count(29900)
@@ -35,7 +35,7 @@ def lose_a_node(cluster: Cluster, every: int, workdir: Path) -> tuple[float, int
     wait_for(root / "holding", procs)
     cluster.kill_node(2)
     killed = time.time()
-    results = finish(procs[:2])
+    results = finish(procs[:2], RUN_TIMEOUT_S)
     if any(code != 0 for code, _ in results):
         raise RuntimeError("the elastic run failed:\n" + "\n".join(o[-3000:] for _, o in results))
     again = re.search(r"(\d+) step\(s\) computed again", restart_line(results[0][1]))

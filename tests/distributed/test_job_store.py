@@ -66,3 +66,20 @@ def test_a_script_s_own_arguments_do_not_make_it_torchrun():
     assert torchrun_arguments(["python", "train.py", "--launcher", "torchrun"]) is None
     assert torchrun_arguments(["python", "-m", "mypkg.run", "-m", "torch.distributed.run"]) is None
     assert torchrun_arguments(["/opt/bin/torchrun", "--nnodes=2", "x.py"]) == ["--nnodes=2", "x.py"]
+
+
+def test_two_jobs_that_meet_at_one_endpoint_keep_their_own_keys(monkeypatch):
+    """Two torchrun jobs with other --rdzv-ids on one endpoint share its store: neither may read
+    the other's run token (it would take the other's identity) or restart count."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=datetime.timedelta(seconds=10))
+    launch = ElasticLaunch(("127.0.0.1", server.port), 2, 2)
+    monkeypatch.setattr(job_store, "parent_elastic_launch", lambda environ=None: launch)
+    monkeypatch.setattr(job_store, "_JOB_STORES", {})
+    monkeypatch.setattr(job_store, "_MINE", [])
+    tokens = []
+    for job in ("job-a", "job-b", "job-a"):
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", job)
+        store, address = job_store.job_store(None, ("unused", 1), datetime.timedelta(seconds=10))
+        assert address == f"127.0.0.1:{server.port}"
+        tokens.append(store.compare_set("lockstep/run_token", "", f"token of {job}").decode())
+    assert tokens == ["token of job-a", "token of job-b", "token of job-a"]

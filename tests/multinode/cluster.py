@@ -123,3 +123,19 @@ class Cluster:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def finish(procs: Sequence[subprocess.Popen], timeout: float) -> list[tuple[int, str]]:
+    """Each process's (exit code, output: stdout, then stderr if piped apart); one still running
+    after ``timeout`` s is killed."""
+    deadline = time.monotonic() + timeout
+    results = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate(timeout=10)
+            out = f"[killed after {timeout} s]\n{out}"
+        results.append((proc.returncode, (out or "") + (err or "")))
+    return results

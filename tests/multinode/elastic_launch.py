@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tests.helpers.distributed import REPO_ROOT, script_env
-from tests.multinode.cluster import Cluster
+from tests.multinode.cluster import Cluster, finish
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "elastic_fit.py")
 RUN_TIMEOUT_S = 240
@@ -34,21 +34,6 @@ def start_agent(cluster: Cluster, node: int, port: int, out: Path, root: Path, *
                "--rdzv-endpoint", f"{cluster.addresses[0]}:{port}", "--rdzv-id", f"elastic{port}",
                *torchrun_args, SCRIPT, "--root", str(root), *args]
     return cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def finish(procs: Sequence[subprocess.Popen], timeout: float = RUN_TIMEOUT_S) -> list[tuple[int, str]]:
-    """Each agent's (exit code, output); one still running after ``timeout`` is killed."""
-    deadline = time.monotonic() + timeout
-    results = []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate(timeout=10)
-            out = f"[killed after {timeout} s]\n{out}"
-        results.append((proc.returncode, out))
-    return results
 
 
 def wait_for(path: Path, procs: Sequence[subprocess.Popen], timeout: float = RUN_TIMEOUT_S) -> None:

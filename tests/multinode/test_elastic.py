@@ -22,11 +22,13 @@ import time
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from tests.helpers.distributed import read_rank_results, script_env
-from tests.multinode.cluster import Cluster, unavailable
+from tests.helpers.models import Regression, regression_data
+from tests.multinode.cluster import finish
 from tests.multinode.elastic_launch import (
-    RUN_TIMEOUT_S, SCRIPT, finish, first_step_after_restart, restart_line, start_agent, wait_for,
+    RUN_TIMEOUT_S, SCRIPT, first_step_after_restart, restart_line, start_agent, wait_for,
 )
 
 pytestmark = [pytest.mark.multinode, pytest.mark.distributed, pytest.mark.slow, pytest.mark.launches,
@@ -35,25 +37,30 @@ _PORTS = itertools.count(29700)  # a fresh network: any port is free, one per jo
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    nodes = Cluster(3)
-    try:
-        yield nodes
-    finally:
-        nodes.close()
-
-
-@pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """One process with the global batch 12: what every rank of an elastic run must end with."""
+    """One process with the global batch 12 (equal to a hand-written loop): what every rank of an
+    elastic run must end with."""
     out = tmp_path_factory.mktemp("reference")
     env = script_env({"LOCKSTEP_TEST_OUT": str(out)})
     subprocess.run([sys.executable, SCRIPT, "--root", str(out), "--reference"], env=env, check=True, timeout=120)
     (result,) = read_rank_results(out)
+    for a, b in zip(result["params"], _handwritten()):  # the reference is plain PyTorch's numbers
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     return result
+
+
+def _handwritten():
+    """elastic_fit.py's training as a hand-written loop: one process, batch 12, shuffle=True."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = Regression("sgd")
+        optimizer = model.configure_optimizers()
+        for _ in range(2):
+            for x, y in DataLoader(regression_data(45), batch_size=12, shuffle=True):
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+    return [p.detach() for p in model.parameters()]
 
 
 def _assert_equal_to_reference(out, reference, world_size, accumulate):
@@ -76,7 +83,7 @@ def test_a_lost_node_shrinks_the_run_which_ends_as_one_process_with_the_global_b
     wait_for(root / "holding", procs)  # node 2's rank is past step 3; the others wait for it
     cluster.kill_node(2)
     killed = time.time()
-    results = finish(procs[:2])
+    results = finish(procs[:2], RUN_TIMEOUT_S)
     assert all(code == 0 for code, _ in results), "\n".join(o[-4000:] for _, o in results)
     _assert_equal_to_reference(out, reference, world_size=2, accumulate=3)
     said = results[0][1]
@@ -95,7 +102,7 @@ def test_a_node_that_joins_grows_the_run_which_ends_as_one_process_with_the_glob
     wait_for(root / "ready", procs)  # the run on two nodes is past step 2; rank 0 waits for the change
     procs.append(start_agent(cluster, 2, port, out, root))
     joined = time.time()
-    results = finish(procs)
+    results = finish(procs, RUN_TIMEOUT_S)
     assert all(code == 0 for code, _ in results), "\n".join(o[-4000:] for _, o in results)
     _assert_equal_to_reference(out, reference, world_size=3, accumulate=2)
     said = results[0][1]
@@ -113,7 +120,7 @@ def test_a_global_batch_no_world_size_divides_is_refused_before_any_step(cluster
     # (no restarts: a global batch that does not divide fails the same way every time)
     procs = [start_agent(cluster, node, port, out, root, "--global-batch", "8", torchrun_args=["--max-restarts", "0"])
              for node in range(3)]
-    results = finish(procs)
+    results = finish(procs, RUN_TIMEOUT_S)
     assert all(code != 0 for code, _ in results)
     said = results[0][1]
     assert "world size 3 does not divide" in said and "The world sizes that work: 1, 2, 4" in said, said[-4000:]

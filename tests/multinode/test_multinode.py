@@ -28,25 +28,13 @@ import torch
 from tests.helpers.distributed import REPO_ROOT, read_rank_results, script_env
 from tests.helpers.models import one_process_regression
 from tests.helpers.references import fault_run_straight
-from tests.multinode.cluster import Cluster, unavailable
+from tests.multinode.cluster import finish
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
 FIT_SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "ddp_fit.py")  # 32 samples, micro batch 4, 2 epochs
 RUN_TIMEOUT_S = 150
 pytestmark = [pytest.mark.multinode, pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(2 * RUN_TIMEOUT_S + 60)]
 _PORTS = itertools.count(29400)  # a fresh network: any port is free, one per job
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    nodes = Cluster(3)
-    try:
-        yield nodes
-    finally:
-        nodes.close()
 
 
 def _start(cluster, tmp_path, name, *args, torchrun_args=()):
@@ -65,21 +53,6 @@ def _start(cluster, tmp_path, name, *args, torchrun_args=()):
     return procs, out
 
 
-def _finish(procs, timeout=RUN_TIMEOUT_S):
-    """Every agent's (exit code, stderr); an agent still running after ``timeout`` is killed."""
-    deadline = time.monotonic() + timeout
-    results = []
-    for proc in procs:
-        try:
-            _, err = proc.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate(timeout=10)
-            err = f"[killed after {timeout} s]\n{err}"
-        results.append((proc.returncode, err))
-    return results
-
-
 def _wait_for(path, timeout=RUN_TIMEOUT_S):
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -96,7 +69,7 @@ def straight(tmp_path_factory):
 
 def test_a_worker_killed_on_node_1_restarts_both_nodes_from_the_same_checkpoint(cluster, tmp_path, straight):
     procs, out = _start(cluster, tmp_path, "out", "--mode", "kill", "--rank", "1", torchrun_args=["--max-restarts", "1"])
-    results = _finish(procs)
+    results = finish(procs, RUN_TIMEOUT_S)
     assert all(code == 0 for code, _ in results), results[0][1][-3000:] + results[1][1][-3000:]
     restarted = read_rank_results(out)
     assert [r["start_step"] for r in restarted] == [6, 6]  # killed at step 7: both resume at step 6
@@ -111,7 +84,7 @@ def test_a_lost_node_is_named_with_its_host(cluster, tmp_path):
     _wait_for(tmp_path / "run" / "holding")  # rank 1 (node 1) is at step 3, rank 0 waits for it
     cluster.kill_node(1)
     killed = time.monotonic()
-    (code0, err0), _ = _finish(procs)
+    (code0, err0), _ = finish(procs, RUN_TIMEOUT_S)
     print(f"node 0 ended {time.monotonic() - killed:.1f} s after node 1 was lost")
     assert code0 != 0
     assert "Rank 1 on host lsnode1 (node 1) stopped answering at epoch 0, global step 3" in err0, err0[-4000:]
@@ -122,7 +95,7 @@ def test_a_lost_store_host_is_named_as_such(cluster, tmp_path):
     _wait_for(tmp_path / "run" / "holding")  # rank 0 (node 0, with the store) holds, rank 1 waits
     cluster.kill_node(0)
     killed = time.monotonic()
-    _, (code1, err1) = _finish(procs)
+    _, (code1, err1) = finish(procs, RUN_TIMEOUT_S)
     print(f"node 1 ended {time.monotonic() - killed:.1f} s after node 0 (the store host) was lost")
     assert code1 != 0
     assert "The rendezvous store at" in err1 and "stopped answering" in err1 and "store host, node 0" in err1, err1[-4000:]
@@ -144,7 +117,7 @@ def test_three_nodes_launched_by_lockstep_equal_one_process(cluster, tmp_path, o
                           "MASTER_PORT": str(port), "NODE_RANK": str(node)})
         command = [sys.executable, FIT_SCRIPT, "--devices", "1", "--num-nodes", "3", "--strategy", "ddp,fsdp"]
         procs.append(cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    results = _finish(procs)
+    results = finish(procs, RUN_TIMEOUT_S)
     assert all(code == 0 for code, _ in results), "\n".join(err[-2000:] for _, err in results)
     # prepare_data once per node (its local rank 0) and fit
     prepared = (tmp_path / "prepare_data.txt").read_text().splitlines()
@@ -169,6 +142,6 @@ def test_a_lost_node_is_named_under_lockstep_s_own_launcher(cluster, tmp_path):
         procs.append(cluster.popen(node, command, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     _wait_for(tmp_path / "run" / "holding")
     cluster.kill_node(1)
-    (code0, err0), _ = _finish(procs)
+    (code0, err0), _ = finish(procs, RUN_TIMEOUT_S)
     assert code0 != 0
     assert "Rank 1 on host lsnode1 (node 1) stopped answering at epoch 0, global step 3" in err0, err0[-4000:]

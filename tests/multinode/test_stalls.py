@@ -13,25 +13,13 @@ import time
 import pytest
 
 from tests.helpers.distributed import REPO_ROOT, script_env
-from tests.multinode.cluster import Cluster, unavailable
 
 SCRIPT = str(REPO_ROOT / "tests" / "scripts" / "fault_run.py")
 GROUP_TIMEOUT_S = 10
 RUN_TIMEOUT_S = 150
+CLUSTER_NODES = 2
 pytestmark = [pytest.mark.multinode, pytest.mark.distributed, pytest.mark.slow, pytest.mark.launches,
               pytest.mark.timeout(RUN_TIMEOUT_S + 60)]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(reason)
-    nodes = Cluster(2)
-    try:
-        yield nodes
-    finally:
-        nodes.close()
 
 
 def test_a_partitioned_node_is_named_and_the_survivor_prints_its_stack(cluster, tmp_path):

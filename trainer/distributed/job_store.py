@@ -94,7 +94,7 @@ def shared_store_warning(launch: ElasticLaunch | None, environ: Mapping[str, str
     )
 
 
-_JOB_STORES: dict[tuple[str, int], Any] = {}
+_JOB_STORES: dict[tuple[tuple[str, int], str], Any] = {}
 _MINE: list[Any] = []  # this process's job store, once it joined a group
 _REACHED_KEY = "lockstep/reached/rank{}"
 
@@ -109,11 +109,13 @@ def job_store(group_store: Any, group_address: tuple[str, int], timeout: datetim
     if launch is None:
         _MINE[:] = [group_store]
         return group_store, "{}:{}".format(*group_address)
-    store = _JOB_STORES.get(launch.endpoint)
+    # Several jobs may meet at one endpoint, told apart by their --rdzv-id: each keeps its own keys.
+    job = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    store = _JOB_STORES.get((launch.endpoint, job))
     if store is None:
         host, port = launch.endpoint
-        store = dist.TCPStore(host, port, is_master=False, timeout=timeout)
-        _JOB_STORES[launch.endpoint] = store
+        store = dist.PrefixStore(f"lockstep-job/{job}", dist.TCPStore(host, port, is_master=False, timeout=timeout))
+        _JOB_STORES[(launch.endpoint, job)] = store
     _MINE[:] = [store]
     return store, "{}:{}".format(*launch.endpoint)
 

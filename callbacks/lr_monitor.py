@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from callbacks.callback import Callback
+from trainer.contracts.arguments import check_bool
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -20,12 +23,16 @@ class LearningRateMonitor(Callback):
             optimizers without a scheduler).
 
     Values are logged at ``trainer.global_step``, the step the learning rate is about to be used
-    for. A second optimizer of the same class gets a ``-1`` suffix (``lr-Adam-1``). Global rank 0.
+    for. A second optimizer of the same class gets a ``-1`` suffix (``lr-Adam-1``). The loggers
+    get them from global rank 0; every rank also puts them into ``trainer.callback_metrics`` (as
+    Lightning's do), where a `ModelCheckpoint` or `EarlyStopping` may monitor them, unless
+    ``to_callback_metrics=False``: the Trainer's default monitor (one Lightning does not add) keeps
+    them out, so that ``callback_metrics`` holds what it holds under Lightning.
     """
 
     role = "lr_monitor"
 
-    def __init__(self, logging_interval: str | None = None) -> None:
+    def __init__(self, logging_interval: str | None = None, *, to_callback_metrics: bool = True) -> None:
         if logging_interval is not None and not isinstance(logging_interval, str):
             raise TypeError(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}): use None, 'step' or 'epoch'."
@@ -34,7 +41,9 @@ class LearningRateMonitor(Callback):
             raise ValueError(
                 f"LearningRateMonitor(logging_interval={logging_interval!r}): use None, 'step' or 'epoch'."
             )
+        check_bool("to_callback_metrics", to_callback_metrics)
         self.logging_interval = logging_interval
+        self.to_callback_metrics = to_callback_metrics
         self.lrs: dict[str, list[float]] = {}
         self._last_step_logged = -1
 
@@ -60,14 +69,17 @@ class LearningRateMonitor(Callback):
             self._log(trainer, interval="epoch")
 
     def _log(self, trainer: TrainerView, interval: str) -> None:
-        if not trainer.is_global_zero:
-            return
         stats: dict[str, float] = {}
         for name, group, sched_interval in self._groups(trainer):
             wanted = self.logging_interval or sched_interval
             if wanted == interval:
                 stats[name] = float(group["lr"])
         if not stats:
+            return
+        if self.to_callback_metrics:
+            device = trainer.strategy.root_device
+            trainer.callback_metrics.update({k: torch.tensor(v, device=device) for k, v in stats.items()})
+        if not trainer.is_global_zero:
             return
         for name, value in stats.items():
             self.lrs.setdefault(name, []).append(value)

@@ -34,5 +34,5 @@ class OnExceptionCheckpoint(Callback):
         return storage.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
     def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
-        if trainer.state.stage == "fit":  # only a fit has a run to resume
+        if trainer.state.fn == "fit":  # only a fit has a run to resume
             trainer.save_checkpoint(self.ckpt_path)

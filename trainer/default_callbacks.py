@@ -73,7 +73,7 @@ def _defaults(config: TrainerConfig, logging: bool) -> list[tuple[str, Callable[
     """The default callbacks the config asks for, by role; each is built only if none of its role was given."""
     defaults: list[tuple[str, Callable[[], Callback]]] = []
     if logging:  # learning rates belong in every log
-        defaults.append(("lr_monitor", LearningRateMonitor))
+        defaults.append(("lr_monitor", lambda: LearningRateMonitor(to_callback_metrics=False)))
     if config.logging.enable_progress_bar:
         defaults.append(("progress_bar", ProgressBar))
     if config.logging.enable_model_summary:

@@ -129,7 +129,7 @@ def _collect_init_args(frame: types.FrameType | None, class_name: str) -> dict[s
     collected: list[dict[str, Any]] = []
     caller = frame
     while frame is not None and frame.f_back is not None:
-        owner, args = _init_args(frame)
+        owner, args = init_frame_arguments(frame)
         if isinstance(owner, HyperparametersMixin):
             collected.append(args)
         elif collected:
@@ -155,7 +155,7 @@ def _code_args(frame: types.FrameType) -> dict[str, Any]:
     return args
 
 
-def _init_args(frame: types.FrameType) -> tuple[Any, dict[str, Any]]:
+def init_frame_arguments(frame: types.FrameType) -> tuple[Any, dict[str, Any]]:
     """The object an ``__init__`` frame initializes, and its arguments as they are now (None, {} otherwise)."""
     values = frame.f_locals
     if "__class__" not in values or frame.f_code.co_name != "__init__":

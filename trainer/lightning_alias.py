@@ -10,7 +10,8 @@ Lightning itself need not be installed; where it is, it is not imported.
 ``lightning.pytorch.__version__`` (and ``lightning.__version__``, ``pytorch_lightning.__version__``)
 is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
 compares against. A name Lightning has and Lockstep lacks raises an error naming it and what to
-use instead (`trainer.unsupported.NOT_PROVIDED_NAMES`); so does ``lightning.fabric``.
+use instead (`trainer.unsupported.NOT_PROVIDED_NAMES`); so does every name of ``lightning.fabric`` but
+the type names of ``lightning.fabric.utilities.types`` (`trainer.fabric_types`).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ LIGHTNING_API_VERSION = "2.6.6"
 # the names that alias Lockstep's `trainer` package, as Lightning's own packages alias each other
 _ROOTS = ("lightning.pytorch", "pytorch_lightning", "lightning")
 _FABRIC = ("lightning.fabric", "lightning_fabric")
+_FABRIC_TYPES = "utilities.types"  # the one Fabric module provided (`trainer.fabric_types`), and its packages
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {
     "callbacks": "trainer.callbacks",
@@ -41,6 +43,15 @@ _SUBMODULES = {
     "trainer": "trainer.trainer",
     "accelerators": "trainer.accelerators",
 }
+# deeper modules of Lightning's whose names are not in their package's namespace module
+_DEEPER = {"trainer.states": "trainer.stage"}
+# Lightning's packages below the first level: only in these can a name three levels down be a module
+# (`utilities.parsing.get_init_args` is a function; tests/project/test_as_lightning.py checks the list)
+SUBPACKAGES = frozenset({
+    "callbacks.progress", "core.mixins", "loops.optimization", "plugins.environments", "plugins.io",
+    "plugins.precision", "strategies.launchers", "trainer.connectors", "trainer.connectors.logger_connector",
+    "utilities.migration", "utilities.model_summary", "utilities.testing",
+})
 
 
 def lockstep_module_for(name: str) -> str | None:
@@ -55,15 +66,20 @@ def lockstep_module_for(name: str) -> str | None:
     rest = name[len(root) + 1:].split(".") if name != root else []
     if not rest:
         return "trainer"
-    if len(rest) > 1 and not _may_be_module(rest[0], rest[-1]):
+    if ".".join(rest) in _DEEPER:
+        return _DEEPER[".".join(rest)]
+    if len(rest) > 1 and not _may_be_module(rest):
         return None  # `from lightning.pytorch.callbacks import ModelPruning` looks for a module of that name first
     return _SUBMODULES.get(rest[0], "")  # "": a submodule of Lightning's that Lockstep lacks
 
 
-def _may_be_module(submodule: str, last: str) -> bool:
+def _may_be_module(rest: list[str]) -> bool:
     # Lightning's module names are lower case; its classes and constants are not, and a name it
-    # has that Lockstep lacks must reach the namespace module's error, not become a module
-    return last.islower() and f"{submodule}.{last}" not in NOT_PROVIDED_NAMES
+    # has that Lockstep lacks must reach the namespace module's error, not become a module; nor
+    # can a name inside a module (not a package) be one
+    last = rest[-1]
+    inside_package = len(rest) == 2 or ".".join(rest[:-1]) in SUBPACKAGES
+    return inside_package and last.islower() and f"{rest[0]}.{last}" not in NOT_PROVIDED_NAMES
 
 
 class _AliasModule(types.ModuleType):
@@ -90,15 +106,43 @@ class _AliasModule(types.ModuleType):
         return sorted({*super().__dir__(), *dir(self.__dict__["_lockstep_target"])})
 
 
+class _FabricPackage(types.ModuleType):
+    """``lightning.fabric`` or its ``utilities``: imported only on the way to their ``types`` module;
+    any other name read from them is not provided."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__path__: list[str] = []
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise _fabric_not_provided(f"{self.__name__}.{attr}")
+
+
+def _fabric_not_provided(name: str) -> NotProvidedError:
+    return NotProvidedError(
+        f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
+        "(docs/migration.md; of Fabric, only the type names of lightning.fabric.utilities.types are provided).",
+        name=name,
+    )
+
+
+def _fabric_module(name: str) -> types.ModuleType:
+    root = next(r for r in _FABRIC if name == r or name.startswith(r + "."))
+    rest = name[len(root) + 1:]
+    if rest == _FABRIC_TYPES:
+        return _AliasModule(name, importlib.import_module("trainer.fabric_types"))
+    if rest in ("", _FABRIC_TYPES.split(".")[0]):
+        return _FabricPackage(name)
+    raise _fabric_not_provided(name)
+
+
 class _AliasLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         name = spec.name
         if name.startswith(_FABRIC):
-            raise NotProvidedError(
-                f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
-                "(docs/migration.md).",
-                name=name,
-            )
+            return _fabric_module(name)
         target = lockstep_module_for(name)
         if not target:
             sub = name.split(".")[2 if name.startswith("lightning.pytorch.") else 1]

@@ -5,9 +5,10 @@ import dataclasses
 from typing import Any
 
 from trainer.contracts.hook_table import HOOKS_BY_NAME
-from trainer.contracts.stage import Stage, TrainerState
+from trainer.contracts.stage import RunningStage, Stage, TrainerFn, TrainerState
 
-__all__ = ["EVALUATION", "EvaluationSettings", "Stage", "StageFlags", "TrainerState"]
+# also Lightning's `lightning.pytorch.trainer.states` under `python -m trainer.as_lightning`
+__all__ = ["EVALUATION", "EvaluationSettings", "RunningStage", "Stage", "StageFlags", "TrainerFn", "TrainerState"]
 
 
 def _stage_flag(stage: Stage, doc: str) -> property:
@@ -28,7 +29,7 @@ class StageFlags:
 
     state: TrainerState
 
-    training = _stage_flag(Stage.FIT, "Whether training batches are running (a fit, outside its validation).")
+    training = _stage_flag(Stage.TRAIN, "Whether training batches are running (a fit, outside its validation).")
     validating = _stage_flag(Stage.VALIDATE, "Whether validation runs (``validate``, or inside a fit).")
     testing = _stage_flag(Stage.TEST, "Whether ``test`` runs.")
     predicting = _stage_flag(Stage.PREDICT, "Whether ``predict`` runs.")

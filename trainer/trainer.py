@@ -33,11 +33,12 @@ from trainer.profiler import Profiler, make_profiler
 from trainer.run_state import RunState, RunStateFields
 from trainer.seed import seed_everything, set_torch_flags  # noqa: F401 - lightning.pytorch.trainer has both names
 from trainer.stage import Stage, StageFlags, TrainerState
+from trainer.strategies.placement import JobPlacement
 from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, AcceleratorConnectorField):
+class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlacement, AcceleratorConnectorField):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
     every argument, checked before any work; each is then a read-only attribute of the same name)."""
 
@@ -110,7 +111,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, Accelera
         ))
         self.profiler = make_profiler(profiler)  # the argument as given; its section keeps it unbuilt
         self.precision = normalize_precision(self.config.precision.precision)
-        self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(accelerator), self.precision)
+        self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(self.config.distributed.accelerator), self.precision)
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
         self.precision = self.precision_plugin.precision  # "16-mixed" on CPU falls back to "bf16-mixed", as in Lightning
         set_torch_flags(self.config.precision.deterministic, self.config.precision.benchmark)
@@ -142,34 +143,9 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, Accelera
         return self._strategy.model if self._strategy.model is not None else self.module
 
     @property
-    def global_rank(self) -> int:
-        """Rank of this process among all processes."""
-        return self._strategy.global_rank
-
-    @property
-    def local_rank(self) -> int:
-        """Rank of this process on its node (selects its device)."""
-        return self._strategy.local_rank
-
-    @property
-    def node_rank(self) -> int:
-        """Rank of this node among the nodes."""
-        return self._strategy.node_rank
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes, W."""
-        return self._strategy.world_size
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of nodes."""
-        return self._strategy.num_nodes
-
-    @property
-    def is_global_zero(self) -> bool:
-        """Whether this is global rank 0 (the process that logs and writes files)."""
-        return self._strategy.is_global_zero
+    def lightning_module(self) -> TrainModule | None:
+        """Lightning's name for the module: None before the first run (where `module` raises)."""
+        return self._module
 
     @property
     def current_epoch(self) -> int:
@@ -323,7 +299,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, Accelera
             # spawned workers inherit the loggers: one version for every call of this Trainer
             share_log_versions(self)
             return self._strategy.launcher.launch(self, stage.value, args)
-        self.state.stage = stage
+        self.state.start(stage)
         self._module = model
         model.trainer = self
         self.should_stop = False
@@ -357,7 +333,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, Accelera
         """Where the run is, for error messages: epoch, global step, and the batch of the stage."""
         where = f"epoch {self.current_epoch}, global step {self.global_step}"
         stage, evaluation = self.state.stage, self.state.evaluation
-        if stage == Stage.FIT:
+        if stage == Stage.TRAIN:
             return where + self.fit_loop.position()
         batch = evaluation.position() if evaluation is not None and evaluation.stage == stage else ""
         return f"{where}, in {stage}{batch}"

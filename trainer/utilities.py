@@ -4,13 +4,14 @@ projects import (``rank_zero``, ``types``, ``seed``, ``grads``, ``exceptions``),
 Lightning's names that Lockstep lacks raise an error naming what to use instead."""
 from __future__ import annotations
 
+import types
 from typing import Any, ContextManager, Mapping, Optional, Union
 
 import torch
 
 from trainer.accelerators.accelerator import move_to_device
 from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
-from trainer.hyperparameters import AttributeDict
+from trainer.hyperparameters import AttributeDict, init_frame_arguments
 from trainer.rng import isolated_rng
 from trainer.unsupported import not_provided
 
@@ -21,6 +22,7 @@ __all__ = [
     "OptimizerLRScheduler",
     "STEP_OUTPUT",
     "TRAIN_DATALOADERS",
+    "get_init_args",
     "grad_norm",
     "isolate_rng",
     "move_data_to_device",
@@ -52,6 +54,13 @@ def rank_zero_deprecation(message: str, stacklevel: int = 4) -> None:
 def move_data_to_device(batch: Any, device: Union[str, torch.device]) -> Any:
     """Every tensor of ``batch`` (nested lists, tuples, dicts) moved to ``device``."""
     return move_to_device(batch, torch.device(device))
+
+
+def get_init_args(frame: types.FrameType) -> dict[str, Any]:
+    """The arguments of the ``__init__`` running in ``frame`` as they are now (``self``, ``*args``
+    left out, ``**kwargs`` merged in); ``{}`` for another frame. Lightning's ``utilities.parsing``
+    name (pytorch-forecasting saves its hyperparameters with it)."""
+    return init_frame_arguments(frame)[1]
 
 
 def isolate_rng(include_cuda: bool = True) -> ContextManager[None]:

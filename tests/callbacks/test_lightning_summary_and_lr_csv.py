@@ -88,3 +88,53 @@ def test_lr_monitor_with_csv_logger_writes_lightning_s_columns_and_rows(tmp_path
     import lightning.pytorch as pl
 
     assert _lr_rows(lockstep, tmp_path, interval) == _lr_rows(pl, tmp_path, interval)
+
+
+def _callback_metrics_seen(framework, tmp_path, interval):
+    """The learning-rate entries of ``trainer.callback_metrics`` at every training batch and epoch
+    end, and a callback's own entry written into it (as third-party callbacks write)."""
+    if framework is lockstep:
+        logger_cls, monitor_cls, base = CSVLogger, LearningRateMonitor, lockstep.Callback
+    else:
+        from lightning.pytorch.callbacks import LearningRateMonitor as monitor_cls
+        from lightning.pytorch.loggers import CSVLogger as logger_cls
+        base = framework.Callback
+
+    seen = []
+
+    class Writes(base):
+        def on_train_epoch_start(self, trainer, module):
+            trainer.callback_metrics["written"] = torch.tensor(float(trainer.current_epoch))
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            metrics = trainer.callback_metrics
+            seen.append(sorted((k, round(float(v), 8)) for k, v in metrics.items() if k.startswith(("lr-", "written"))))
+
+    class Module(framework.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            opt = torch.optim.AdamW(self.parameters(), lr=0.1)
+            return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, 0.5)}
+
+    t = framework.Trainer(max_epochs=2, log_every_n_steps=2, logger=logger_cls(str(tmp_path / framework.__name__)),
+                          callbacks=[monitor_cls(logging_interval=interval), Writes()], enable_model_summary=False,
+                          **QUIET)
+    t.fit(Module(), _loader())
+    final = sorted(k for k in t.callback_metrics if k.startswith(("lr-", "written")))
+    return seen, final
+
+
+@pytest.mark.parametrize("interval", [None, "step"])
+def test_lr_monitor_puts_the_rates_into_callback_metrics_as_lightning(tmp_path, interval):
+    pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+    import lightning.pytorch as pl
+
+    ours, theirs = _callback_metrics_seen(lockstep, tmp_path, interval), _callback_metrics_seen(pl, tmp_path, interval)
+    assert ours == theirs
+    assert ours[1] == ["lr-AdamW", "written"]

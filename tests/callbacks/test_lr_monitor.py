@@ -98,3 +98,14 @@ def test_bad_interval():
         ValueError, match=r"LearningRateMonitor\(logging_interval='batch'\): use None, 'step' or 'epoch'"
     ):
         LearningRateMonitor("batch")
+
+
+def test_the_default_monitor_keeps_the_rates_out_of_callback_metrics():
+    # Lightning adds no monitor by default, so its callback_metrics hold no learning rates
+    trainer = Trainer(accelerator="cpu", max_epochs=1, logger=_MemoryLogger(), enable_progress_bar=False,
+                      enable_checkpointing=False, log_every_n_steps=1)
+    trainer.fit(Scripted(lr=0.1), loader(16, 8))
+    assert any(isinstance(cb, LearningRateMonitor) for cb in trainer.callbacks)
+    assert not [k for k in trainer.callback_metrics if k.startswith("lr-")]
+    with pytest.raises(TypeError, match="to_callback_metrics"):
+        LearningRateMonitor(to_callback_metrics="no")

@@ -76,7 +76,7 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
                shrink=("torchvision", "batches_of_8"), integration="lightly")
       for name in ("simclr", "byol", "moco", "simsiam", "barlowtwins", "vicreg", "nnclr", "dcl", "tico", "fastsiam")],
     _project("pyg_gin", _PYG, "examples/pytorch_lightning/gin.py", trainer={"strategy": "auto"},
-             shrink=("pyg_tudataset",), integration="torch_geometric (LightningDataset), torchmetrics"),
+             shrink=("pytorch_lightning_only", "pyg_tudataset"), integration="torch_geometric (LightningDataset), torchmetrics"),
     _project("hydra_template_mnist", _HYDRA, "src/models/mnist_module.py",
              helpers=("src/models/components/simple_dense_net.py", "src/data/mnist_datamodule.py"),
              entry="hydra_template_mnist.py", trainer={"max_epochs": 2}, shrink=("torchvision",), integration="torchmetrics"),

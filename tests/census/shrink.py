@@ -63,6 +63,15 @@ def _lightning_demos_mnist() -> None:
     demo.MNIST = FakeImages  # type: ignore[attr-defined,misc]
 
 
+def _pytorch_lightning_only() -> None:
+    """An environment with ``pytorch_lightning`` and not the ``lightning`` package, the one a script
+    written for ``pytorch_lightning`` is run in: a library that prefers ``lightning.pytorch`` (PyG's
+    `LightningDataset`) then takes ``pytorch_lightning`` too. Under the runner both names are Lockstep's."""
+    import sys
+
+    sys.modules["lightning"] = None  # type: ignore[assignment]  # `import lightning...` raises ImportError
+
+
 def _pyg_tudataset() -> None:
     """PyG's ``TUDataset`` (it downloads) -> 200 small random graphs of 2 classes, the pre_transform applied."""
     import torch
@@ -114,6 +123,7 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "optuna": _optuna_two_seeded_trials,
     "batches_of_8": _batches_of_8,
     "lightning_demos_mnist": _lightning_demos_mnist,
+    "pytorch_lightning_only": _pytorch_lightning_only,
     "pyg_tudataset": _pyg_tudataset,
     "offline_downloads": _offline_downloads,
     "cart_pole_gym": _cart_pole_gym,

@@ -115,6 +115,12 @@ IN_PROCESS = textwrap.dedent('''
     from lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
     from lightning.pytorch.utilities.types import STEP_OUTPUT
+    from lightning.fabric.utilities.types import _MAP_LOCATION_TYPE, _PATH  # pytorch-forecasting's annotations
+    import trainer.fabric_types
+    from lightning.pytorch.trainer.states import RunningStage, TrainerFn  # pytorch-forecasting's stage names
+    import trainer.stage
+    assert RunningStage is trainer.stage.RunningStage and TrainerFn.FITTING == "fit"
+    assert _PATH is trainer.fabric_types._PATH and _MAP_LOCATION_TYPE is trainer.fabric_types._MAP_LOCATION_TYPE
     from lightning.pytorch.callbacks import *  # noqa: F403
     assert EarlyStopping is callbacks.EarlyStopping
     assert L.Trainer is pl.Trainer is pytorch_lightning.Trainer is trainer.Trainer
@@ -127,7 +133,9 @@ IN_PROCESS = textwrap.dedent('''
     for statement, named in [
         ("from lightning.pytorch.callbacks import ModelPruning", "ModelPruning"),
         ("from lightning import Fabric", "Fabric"),
-        ("import lightning.fabric", "Lightning Fabric"),
+        ("from lightning.fabric import Fabric", "Lightning Fabric"),
+        ("import lightning.fabric.strategies", "Lightning Fabric"),
+        ("from lightning_fabric.utilities import rank_zero_only", "Lightning Fabric"),
         ("from lightning.pytorch.demos import Transformer", "demos"),
         ("from lightning.pytorch.strategies import DeepSpeedStrategy", "DeepSpeedStrategy"),
         ("from lightning.pytorch.utilities import is_picklable", "is_picklable"),
@@ -168,5 +176,38 @@ def test_lightning_s_module_names_map_to_lockstep_s():
     assert lockstep_module_for("lightning.pytorch.callbacks.model_checkpoint") == "trainer.callbacks"
     assert lockstep_module_for("pytorch_lightning.loggers") == "trainer.loggers"
     assert lockstep_module_for("lightning.pytorch.demos") == ""  # Lightning's, not provided
+    assert lockstep_module_for("lightning.pytorch.callbacks.progress.tqdm_progress") == "trainer.callbacks"
+    # a name inside a module is not a module: `from ...parsing import get_init_args` reads the attribute
+    assert lockstep_module_for("lightning.pytorch.utilities.parsing.get_init_args") is None
     assert lockstep_module_for("lightning_utilities") is None  # not an alias: found as usual
     assert lockstep_module_for("torchmetrics") is None
+
+
+def test_the_list_of_lightning_s_subpackages_is_the_installed_lightning_s():
+    pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+    import importlib.util
+    from pathlib import Path
+
+    from trainer.lightning_alias import SUBPACKAGES
+
+    root = Path(importlib.util.find_spec("lightning.pytorch").origin).parent
+    found = {".".join(p.parent.relative_to(root).parts) for p in root.glob("*/*/**/__init__.py")}
+    assert SUBPACKAGES == found
+
+
+def test_get_init_args_reads_an_init_frame_as_lightning_s():
+    pl_parsing = pytest.importorskip("lightning.pytorch.utilities.parsing", reason="needs `lightning` (the dev extra)")
+    import inspect
+
+    from trainer.utilities import get_init_args
+
+    frames = []
+
+    class Base:
+        def __init__(self, a, b=2, *args, **kwargs):
+            frames.append(inspect.currentframe())
+            super().__init__()
+
+    Base(1, 3, 4, c=5)
+    assert get_init_args(frames[0]) == pl_parsing.get_init_args(frames[0]) == {"a": 1, "b": 3, "c": 5}
+    assert get_init_args(inspect.currentframe()) == {}

@@ -128,3 +128,22 @@ def test_lightnings_find_unused_parameters_strategy_names(name, find_unused):
     strategy = Trainer(accelerator="cpu", devices=2, strategy=name, **QUIET).strategy
     assert isinstance(strategy, DDPStrategy)
     assert strategy.ddp_kwargs["find_unused_parameters"] is find_unused
+
+
+@pytest.mark.parametrize("cls", ["DDPStrategy", "FSDPStrategy"])
+def test_the_strategy_s_accelerator_is_the_trainer_s_as_in_lightning(cls):
+    # Lightning's `DDPStrategy(accelerator=...)` (PyG's examples build one): the Trainer's "auto" takes it
+    import trainer
+
+    strategy = getattr(trainer, cls)(accelerator="cpu")
+    assert Trainer(accelerator="auto", devices=2, strategy=strategy, **QUIET).strategy.accelerator.kind == "cpu"
+    with pytest.raises(ValueError, match=rf"set twice: {cls}\(accelerator='cpu'\) and Trainer\(accelerator='cpu'\)"):
+        Trainer(accelerator="cpu", strategy=getattr(trainer, cls)(accelerator="cpu"), **QUIET)
+    with pytest.raises(TypeError, match="accelerator must be a str"):
+        getattr(trainer, cls)(accelerator=3)
+
+
+def test_lightning_also_refuses_the_accelerator_set_twice():
+    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra)")
+    with pytest.raises(Exception, match="accelerator set through both strategy class and accelerator flag"):
+        pl.Trainer(accelerator="cpu", strategy=pl.strategies.DDPStrategy(accelerator="cpu"))

@@ -209,6 +209,14 @@ class DistributedConfig:
             raise ValueError(
                 f"Unknown strategy {self.strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy."
             )
+        requested = getattr(self.strategy, "requested_accelerator", None)  # DDPStrategy(accelerator="gpu")
+        if requested is not None:
+            if self.accelerator != "auto":
+                raise ValueError(
+                    f"The accelerator is set twice: {type(self.strategy).__name__}(accelerator={requested!r}) and "
+                    f"Trainer(accelerator={self.accelerator!r}); choose one (as Lightning refuses both)."
+                )
+            _set(self, "accelerator", requested)
 
 
 @dataclasses.dataclass(frozen=True)

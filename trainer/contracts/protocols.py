@@ -79,16 +79,20 @@ class FitPosition(Protocol):
 
 
 class StageView(Protocol):
-    """`trainer.state`: which stage runs (a `Stage`, equal to "fit", "validate", ...)."""
+    """`trainer.state`: the call (``fn``: "fit", "validate", ...) and the part of it that runs
+    (``stage``: "train", "sanity_check", "validate", ...), as Lightning's."""
 
+    @property
+    def fn(self) -> str | None: ...
     @property
     def stage(self) -> str | None: ...
 
 
 class TrainerView(Protocol):
-    """What a callback may read on the Trainer, and the two things it may do: set
-    ``should_stop`` / call `request_stop`, and `save_checkpoint`. ``accumulate_grad_batches``
-    may be set between epochs."""
+    """What a callback may read on the Trainer, and the three things it may do: set
+    ``should_stop`` / call `request_stop`, `save_checkpoint`, and write into
+    ``callback_metrics`` (a value there lasts until the next run, as in Lightning).
+    ``accumulate_grad_batches`` may be set between epochs."""
 
     should_stop: bool
     accumulate_grad_batches: int
@@ -112,7 +116,7 @@ class TrainerView(Protocol):
     @property
     def sanity_checking(self) -> bool: ...
     @property
-    def callback_metrics(self) -> Mapping[str, torch.Tensor]: ...
+    def callback_metrics(self) -> dict[str, torch.Tensor]: ...
     @property
     def logged_metrics(self) -> Mapping[str, torch.Tensor]: ...
     @property

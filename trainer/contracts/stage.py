@@ -1,4 +1,6 @@
-"""What the Trainer is running: the `Stage` enum and `TrainerState` (``trainer.state``)."""
+"""What the Trainer is running: the `Stage` enum and `TrainerState` (``trainer.state``), and
+Lightning's names for the same values (`TrainerFn`, `RunningStage`), which libraries compare with
+``trainer.state.fn`` and ``trainer.state.stage``."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,9 +12,11 @@ if TYPE_CHECKING:
 
 
 class Stage(str, enum.Enum):
-    """A Trainer run's stage. A ``str`` enum: ``trainer.state.stage == "fit"`` keeps working."""
+    """A Trainer call (``fit``, ``validate``, ``test``, ``predict``) or a part of one (``train``,
+    ``sanity_check``, a fit's ``validate``). A ``str`` enum: ``trainer.state.fn == "fit"`` works."""
 
     FIT = "fit"
+    TRAIN = "train"
     VALIDATE = "validate"
     TEST = "test"
     PREDICT = "predict"
@@ -22,10 +26,43 @@ class Stage(str, enum.Enum):
         return self.value
 
 
+class TrainerFn(str, enum.Enum):
+    """Lightning's names for ``trainer.state.fn`` (equal to the `Stage` of the same value)."""
+
+    FITTING = "fit"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+
+class RunningStage(str, enum.Enum):
+    """Lightning's names for ``trainer.state.stage`` (equal to the `Stage` of the same value)."""
+
+    TRAINING = "train"
+    SANITY_CHECKING = "sanity_check"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+    @property
+    def evaluating(self) -> bool:
+        """Whether this is a stage of evaluation (sanity check, validation, test), as Lightning's."""
+        return self in (RunningStage.SANITY_CHECKING, RunningStage.VALIDATING, RunningStage.TESTING)
+
+
 @dataclasses.dataclass
 class TrainerState:
-    """What the Trainer is doing: ``stage`` is a `Stage` (a str: "fit", "validate", ...) or None."""
+    """What the Trainer is doing, as Lightning's ``trainer.state``: ``fn`` is the call (`Stage.FIT`,
+    ``VALIDATE``, ``TEST``, ``PREDICT``; kept after it ends), ``stage`` the part running now
+    (`Stage.TRAIN`, ``SANITY_CHECK`` or ``VALIDATE`` in a fit; the call's own stage otherwise;
+    None between calls)."""
 
+    fn: Stage | None = None
     stage: Stage | None = None
     failing: bool = False  # the run raised (set before on_exception, kept until the next run)
     evaluation: EvaluationLoop | None = None  # the latest EvaluationLoop (errors name its batch)
+
+    def start(self, fn: Stage) -> None:
+        """A call begins: a fit starts in its training stage, as Lightning's."""
+        self.fn = fn
+        self.stage = Stage.TRAIN if fn == Stage.FIT else fn

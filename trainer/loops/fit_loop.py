@@ -353,7 +353,7 @@ class FitLoop:
                 hooks.call("on_sanity_check_start")
                 EvaluationLoop(t, Stage.SANITY_CHECK, within_fit=True).run(t.val_dataloaders)
                 hooks.call("on_sanity_check_end")
-                t.state.stage = Stage.FIT
+                t.state.stage = Stage.TRAIN
         fresh = self._plan is None and self.progress.global_step == 0 and self.progress.current_epoch == 0
         # Lightning creates the first epoch's iterator here: its draws are made here (iterator_draws.py)
         self._ahead = draw_ahead(t.train_dataloader) if fresh else None
@@ -597,7 +597,7 @@ class FitLoop:
         t.state.stage = Stage.VALIDATE
         EvaluationLoop(t, Stage.VALIDATE, within_fit=True).run(t.val_dataloaders)
         self._validated = True
-        t.state.stage = Stage.FIT
+        t.state.stage = Stage.TRAIN
         t.metric_logger.end_evaluation()
         self.agree_on_stop()
 

@@ -26,14 +26,21 @@ class MetricLogger:
         self.active = self.train  # where `self.log` records now: training, or the running evaluation
         self.last_loss: torch.Tensor | None = None  # the latest training loss (the progress bar's `loss`)
         self._callback_metrics: dict[str, torch.Tensor] = {}
+        self._callback_view: dict[str, torch.Tensor] = {}  # what `callback_metrics` returns, for the run
         self._logged: dict[str, torch.Tensor] = {}
         self._eval_progress_bar_keys: list[str] = []
 
     # -- what the Trainer's properties return ---------------------------------------------------
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """Latest training step values and every published aggregate (tensors)."""
-        return {**self.train.current_values(), **self._callback_metrics}
+        """Latest training step values and every published aggregate (tensors).
+
+        One dict for the whole run, as Lightning's: what a callback writes into it stays until the
+        next run (Lightning's `LearningRateMonitor` writes its learning rates there, and so may users).
+        """
+        self._callback_view.update(self.train.current_values())
+        self._callback_view.update(self._callback_metrics)
+        return self._callback_view
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
@@ -68,6 +75,7 @@ class MetricLogger:
         self.train.reset()
         self.active = self.train
         self._callback_metrics, self._logged, self._eval_progress_bar_keys = {}, {}, []
+        self._callback_view = {}
 
     def start_training_epoch(self) -> None:
         """A new training epoch: forget the last epoch's step values."""
@@ -120,6 +128,7 @@ class MetricLogger:
     def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, torch.Tensor]) -> None:
         """Take another process's published metrics (rank 0's, after a spawned run)."""
         self._callback_metrics = dict(callback_metrics)
+        self._callback_view = {}
         self._logged = dict(logged)
 
     def _send(self, values: Mapping[str, torch.Tensor], strategy: Strategy, step: int, epoch: int) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Callable, ContextManager
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.arguments import check_bool, check_number
 from trainer.strategies.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
 from trainer.strategies.strategy import NO_CONTEXT
@@ -128,6 +129,7 @@ class DDPStrategy(ProcessGroupStrategy):
         process_group_backend: str | None = None,
         ddp_comm_hook: str | Callable[..., Any] | None = None,
         ddp_comm_state: Any = None,
+        accelerator: str | Accelerator | None = None,
     ) -> None:
         if ddp_comm_hook is not None and not callable(ddp_comm_hook):
             bad_hook = f"ddp_comm_hook must be one of {COMM_HOOKS} or a callable, got {ddp_comm_hook!r}"
@@ -143,7 +145,7 @@ class DDPStrategy(ProcessGroupStrategy):
         check_bool("static_graph", static_graph)
         check_bool("broadcast_buffers", broadcast_buffers)
         check_number("bucket_cap_mb", bucket_cap_mb, minimum=0)
-        super().__init__(timeout=timeout, process_group_backend=process_group_backend)
+        super().__init__(timeout=timeout, process_group_backend=process_group_backend, accelerator=accelerator)
         self.ddp_kwargs: dict[str, Any] = {
             "bucket_cap_mb": bucket_cap_mb,
             "gradient_as_bucket_view": gradient_as_bucket_view,

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.arguments import check_bool
 from trainer.checkpoint_io import fsdp_state
 from trainer.checkpoint_io.sharded_layout import is_sharded_checkpoint
@@ -156,13 +157,14 @@ class FSDPStrategy(ProcessGroupStrategy):
         timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
         process_group_backend: str | None = None,
         async_checkpoint: bool = False,
+        accelerator: str | Accelerator | None = None,
     ) -> None:
         check_bool("reshard_after_forward", reshard_after_forward)
         check_bool("cpu_offload", cpu_offload)
         check_bool("async_checkpoint", async_checkpoint)
         _check_mesh(device_mesh)
         self.async_checkpoint = async_checkpoint
-        super().__init__(timeout=timeout, process_group_backend=process_group_backend)
+        super().__init__(timeout=timeout, process_group_backend=process_group_backend, accelerator=accelerator)
         self._should_shard = _shard_predicate("auto_wrap_policy", auto_wrap_policy)
         if activation_checkpointing_policy is True:
             if auto_wrap_policy is None:

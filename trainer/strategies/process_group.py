@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.arguments import check_str
 from trainer.contracts.loader import ShardingLoader
 from trainer.seed import global_seed
@@ -43,8 +44,9 @@ class ProcessGroupStrategy(Strategy):
         self,
         timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
         process_group_backend: str | None = None,
+        accelerator: str | Accelerator | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(accelerator)
         bad_timeout = f"timeout must be a positive number of seconds or a timedelta, got {timeout!r}"
         if not isinstance(timeout, datetime.timedelta):
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):

@@ -31,7 +31,9 @@ class Strategy:
 
     name = "base"
 
-    def __init__(self) -> None:
+    def __init__(self, accelerator: str | Accelerator | None = None) -> None:
+        # Lightning's ``DDPStrategy(accelerator="gpu")``: the Trainer's ``accelerator="auto"`` takes it
+        self.requested_accelerator = _accelerator_name(accelerator)
         self._accelerator: Accelerator | None = None
         self._cluster_environment: ClusterEnvironment | None = None
         self.sync_batchnorm = False
@@ -288,3 +290,11 @@ class SingleDeviceStrategy(Strategy):
     """One process on one device."""
 
     name = "single_device"
+
+
+def _accelerator_name(accelerator: str | Accelerator | None) -> str | None:
+    if accelerator is None or isinstance(accelerator, str):
+        return accelerator
+    if isinstance(accelerator, Accelerator):
+        return accelerator.kind
+    raise TypeError(f"accelerator must be a str such as 'cpu' or 'gpu', or None; got {accelerator!r}")

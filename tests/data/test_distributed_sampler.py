@@ -292,3 +292,22 @@ def test_set_epoch_reaches_sampler_batch_sampler_and_inner_sampler():
     set_epoch(DataLoader(_Range(4), sampler=shared, batch_size=2), 2)  # sampler is batch_sampler.sampler
     assert shared.epoch == 2
     set_epoch([1, 2, 3], 1)  # anything without samplers is ignored
+
+
+def test_the_rebuilt_loader_keeps_collate_fn_when_a_library_wrapped_dataloader_init(monkeypatch):
+    # libraries (and the census harness) wrap DataLoader.__init__ as (*args, **kwargs): the rebuilt
+    # loader must still keep the user's collate_fn, workers and the rest
+    original = DataLoader.__init__
+
+    def wrapped(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DataLoader, "__init__", wrapped)
+
+    def collate(items):
+        return ("collated", len(items))
+
+    loader = DataLoader(list(range(10)), batch_size=4, shuffle=True, collate_fn=collate)
+    rebuilt = distribute_dataloader(loader, num_replicas=1, rank=0)
+    assert rebuilt is not loader and rebuilt.collate_fn is collate
+    assert [b for b in rebuilt] == [("collated", 4), ("collated", 4), ("collated", 2)]

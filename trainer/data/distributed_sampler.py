@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import inspect
 import warnings
 from typing import Any, Callable, Iterator
 
@@ -264,6 +263,7 @@ def _custom_part(dataloader: DataLoader, sampler: Any, batch_sampler: Any) -> st
 
 def rebuild_kwargs(dataloader: DataLoader) -> dict[str, Any]:
     """The arguments to build an equivalent DataLoader, except dataset, sampler and batching."""
-    # Only arguments this torch version's DataLoader accepts (in_order is recent).
-    accepted = inspect.signature(DataLoader.__init__).parameters
-    return {name: getattr(dataloader, name) for name in _KEPT_LOADER_ARGS if name in accepted}
+    # Only arguments this torch version's DataLoader keeps (in_order is recent): read from the
+    # loader itself, not from the signature of ``DataLoader.__init__``, which a library may have
+    # wrapped as ``(*args, **kwargs)`` (then every argument, ``collate_fn`` too, would be lost)
+    return {name: getattr(dataloader, name) for name in _KEPT_LOADER_ARGS if hasattr(dataloader, name)}

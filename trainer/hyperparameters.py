@@ -32,6 +32,7 @@ class HyperparametersMixin:
 
     _hparams: AttributeDict | None = None  # a class default, so a subclass need not call our __init__
     _log_hyperparams = True  # save_hyperparameters(logger=False): the loggers do not get them
+    _hparams_name: str | None = None
 
     @property
     def hparams(self) -> AttributeDict:
@@ -43,6 +44,13 @@ class HyperparametersMixin:
     @hparams.setter
     def hparams(self, value: Mapping[str, Any]) -> None:
         self._hparams = AttributeDict(value)
+
+    @property
+    def hparams_name(self) -> str | None:
+        """Lightning's ``hparams_name`` checkpoint entry: the ``__init__`` argument that was the one
+        object given to ``save_hyperparameters`` (``"hparams"``), else ``"kwargs"``; loading gives
+        that argument the saved hyperparameters as its one value."""
+        return self._hparams_name
 
     @property
     def hparams_initial(self) -> AttributeDict:
@@ -72,7 +80,9 @@ class HyperparametersMixin:
             frame = current.f_back if current is not None else None
         ignored = [ignore] if isinstance(ignore, str) else [n for n in ignore or () if isinstance(n, str)]
         init_args = {k: v for k, v in self._init_arguments(frame).items() if k not in ignored}
-        self._merge_hparams(_chosen(args, init_args))
+        chosen = _chosen(args, init_args)
+        self._hparams_name = _argument_named(args, chosen, init_args)
+        self._merge_hparams(chosen)
         for name in ignored:  # a subclass may drop what its base class saved
             self.hparams.pop(name, None)
         self._keep_initial()
@@ -117,6 +127,13 @@ def _chosen(args: tuple[Any, ...], init_args: dict[str, Any]) -> Any:
     if unknown:
         raise ValueError(f"save_hyperparameters: {unknown} are not arguments of __init__ ({list(init_args)})")
     return {n: init_args[n] for n in args if isinstance(n, str)}
+
+
+def _argument_named(args: tuple[Any, ...], chosen: Any, init_args: dict[str, Any]) -> str | None:
+    """Lightning's ``hparams_name``: the argument holding the one object given, else ``"kwargs"``."""
+    if any(not isinstance(a, str) for a in args):
+        return next((name for name, value in init_args.items() if value is chosen), None)
+    return "kwargs" if chosen else None
 
 
 def _collect_init_args(frame: types.FrameType | None, class_name: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 import torch
 from torch import nn
 
-from trainer.checkpointing.from_checkpoint import load_module
+from trainer.checkpointing.from_checkpoint import check_weights_only, load_module
 from trainer.contracts.protocols import ProgressBarView
 from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
@@ -36,6 +36,10 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
     automatic_optimization: bool = True
     #: an input for the model summary's output shapes, ``to_torchscript(method="trace")`` and ``to_onnx``
     example_input_array: Any = None
+    #: Lightning's names of the checkpoint's hyperparameter keys (libraries edit them in ``on_save_checkpoint``)
+    CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "hparams_type"
 
     # -- required ---------------------------------------------------------------------------
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | Mapping[str, Any]:
@@ -337,12 +341,15 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
         checkpoint_path: str | os.PathLike[str],
         map_location: torch.device | str | None = None,
         strict: bool = True,
+        weights_only: bool | None = None,
         **hparam_overrides: Any,
     ) -> _M:
         """A module rebuilt from a checkpoint: ``cls(**saved hparams, **hparam_overrides)`` with the
-        saved weights (loaded with ``weights_only=True``), in eval mode on ``map_location`` (CPU by
-        default). ``strict`` is ``load_state_dict``'s."""
-        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides)
+        saved weights, in eval mode on ``map_location`` (CPU by default). ``strict`` is
+        ``load_state_dict``'s. The file is read with ``weights_only=True`` unless
+        ``weights_only=False`` (it then unpickles anything: only for files you trust)."""
+        safe = check_weights_only(weights_only)
+        return load_module(cls, checkpoint_path, map_location, strict, hparam_overrides, weights_only=safe)
 
     # -- optimizers (manual optimization: docs/train-module.md) ---------------------------------
     def optimizers(self) -> Any:

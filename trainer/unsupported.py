@@ -26,9 +26,6 @@ UNSUPPORTED_MODULE_ATTRIBUTES: dict[str, str] = {
     "to_tensorrt": "export with to_onnx and build the engine with TensorRT's own tools",
     "strict_loading": "load_from_checkpoint(strict=False); fit resumes load strictly",
     "remove_ignored_hparams": "save_hyperparameters(ignore=...)",
-    "CHECKPOINT_HYPER_PARAMS_KEY": "checkpoints keep hyperparameters under 'hyper_parameters' (docs/checkpointing.md)",
-    "CHECKPOINT_HYPER_PARAMS_NAME": "checkpoints keep hyperparameters under 'hyper_parameters' (docs/checkpointing.md)",
-    "CHECKPOINT_HYPER_PARAMS_TYPE": "checkpoints keep hyperparameters under 'hyper_parameters' (docs/checkpointing.md)",
 }
 
 

@@ -51,6 +51,7 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
         # the loop's state (position, lr_scaled); a weights-only file keeps the position alone
         **(loop.progress.state_dict() if weights_only else loop.state_dict()),
         MODULE_HPARAMS_KEY: weights_only_loadable(dict(module.hparams)),
+        **({"hparams_name": module.hparams_name} if module.hparams_name else {}),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
         RUN_ID_KEY: run_id(),
@@ -64,6 +65,7 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
     if datamodule is not None:
         checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
         checkpoint[DATAMODULE_HPARAMS_KEY] = weights_only_loadable(dict(datamodule.hparams))
+        checkpoint.update({"datamodule_hparams_name": datamodule.hparams_name} if datamodule.hparams_name else {})
     if not weights_only:  # as Lightning: the callbacks add nothing to a weights-only file
         trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning

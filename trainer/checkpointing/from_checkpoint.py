@@ -3,10 +3,12 @@ a sharded checkpoint directory, read whole in this process).
 
 The object is made from the hyperparameters the checkpoint saved (``save_hyperparameters``),
 overridden by the caller's keyword arguments; then the saved state is loaded. The file is read
-with ``weights_only=True``: a checkpoint cannot run code when it is loaded.
+with ``weights_only=True`` (a checkpoint cannot run code when it is loaded) unless the caller
+passes ``weights_only=False``, for a file it trusts.
 """
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any, Mapping, TypeVar
 
@@ -30,29 +32,48 @@ def load_module(
     map_location: torch.device | str | None,
     strict: bool,
     overrides: Mapping[str, Any],
+    weights_only: bool = True,
 ) -> _M:
     """`TrainModule.load_from_checkpoint`: rebuilt, weights loaded, in eval mode on ``map_location``."""
     device = _device(map_location)
-    checkpoint = load_full(path, weights_only=True)
-    module = instantiate(cls, checkpoint.get(MODULE_HPARAMS_KEY) or {}, overrides, os.fspath(path))
+    checkpoint = load_full(path, weights_only=weights_only)
+    module = instantiate(cls, _saved_hparams(cls, checkpoint, MODULE_HPARAMS_KEY, "hparams_name"), overrides,
+                         os.fspath(path))
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=strict)
     return module.to(device).eval()
 
 
 def load_datamodule(
-    cls: type[_D], path: str | os.PathLike[str], map_location: torch.device | str | None, overrides: Mapping[str, Any]
+    cls: type[_D],
+    path: str | os.PathLike[str],
+    map_location: torch.device | str | None,
+    overrides: Mapping[str, Any],
+    weights_only: bool = True,
 ) -> _D:
     """`DataModule.load_from_checkpoint`: rebuilt, its saved ``state_dict`` (if any) loaded.
 
     Tensors in that state are put on ``map_location`` (the CPU by default).
     """
     device = _device(map_location)
-    checkpoint = load_full(path, weights_only=True)
-    datamodule = instantiate(cls, checkpoint.get(DATAMODULE_HPARAMS_KEY) or {}, overrides, os.fspath(path))
+    checkpoint = load_full(path, weights_only=weights_only)
+    saved = _saved_hparams(cls, checkpoint, DATAMODULE_HPARAMS_KEY, "datamodule_hparams_name")
+    datamodule = instantiate(cls, saved, overrides, os.fspath(path))
     if DATAMODULE_STATE_KEY in checkpoint:
         datamodule.load_state_dict(move_to_device(checkpoint[DATAMODULE_STATE_KEY], device))
     return datamodule
+
+
+def _saved_hparams(cls: type[Any], checkpoint: Mapping[str, Any], key: str, name_key: str) -> Mapping[str, Any]:
+    """The saved hyperparameters, as ``__init__`` takes them: Lightning's rule for a checkpoint that
+    names them (``hparams_name``, a library's or Lightning's own for ``save_hyperparameters(hparams)``):
+    when ``__init__`` has an argument of that name, they are its one value."""
+    saved = checkpoint.get(key) or {}
+    name = checkpoint.get(name_key)
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # not self, *args, **kwargs
+    if isinstance(name, str) and name in [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]:
+        return {name: saved}
+    return saved
 
 
 def _device(map_location: Any) -> torch.device:
@@ -64,3 +85,10 @@ def _device(map_location: Any) -> torch.device:
         f"load_from_checkpoint(map_location=...) takes a torch.device, a device string ('cpu', "
         f"'cuda:0') or None (the CPU); got {type(map_location).__name__}."
     )
+
+
+def check_weights_only(weights_only: Any) -> bool:
+    """``load_from_checkpoint(weights_only=...)``: None (the default) or True reads safely; False unpickles."""
+    if weights_only is not None and not isinstance(weights_only, bool):
+        raise TypeError(f"load_from_checkpoint(weights_only={weights_only!r}): use True, False or None.")
+    return weights_only is not False

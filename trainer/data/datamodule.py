@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from trainer.checkpointing.from_checkpoint import load_datamodule
+from trainer.checkpointing.from_checkpoint import check_weights_only, load_datamodule
 from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
 from trainer.stage import Stage
@@ -36,6 +36,10 @@ class DataModule(DataHooks, HyperparametersMixin):
     prepare_data_per_node: bool = True  # False: prepare_data runs on global rank 0 only (a shared disk)
     trainer: Trainer | None = None  # the Trainer running it (set at every run)
     name: str | None = None  # Lightning's attribute (a label of your own; Lockstep never reads it)
+    # Lightning's names of the checkpoint's keys for a DataModule's hyperparameters
+    CHECKPOINT_HYPER_PARAMS_KEY = "datamodule_hyper_parameters"
+    CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
+    CHECKPOINT_HYPER_PARAMS_TYPE = "datamodule_hparams_type"
 
     def on_exception(self, exception: BaseException) -> None:
         """A run raised: called after the callbacks' ``on_exception``, before ``teardown``."""
@@ -92,11 +96,14 @@ class DataModule(DataHooks, HyperparametersMixin):
         cls: type[_D],
         checkpoint_path: str | os.PathLike[str],
         map_location: torch.device | str | None = None,
+        weights_only: bool | None = None,
         **hparam_overrides: Any,
     ) -> _D:
         """A DataModule rebuilt from a checkpoint's ``datamodule_hyper_parameters``, overridden by
-        ``hparam_overrides``, with its saved ``state_dict`` loaded (tensors on ``map_location``)."""
-        return load_datamodule(cls, checkpoint_path, map_location, hparam_overrides)
+        ``hparam_overrides``, with its saved ``state_dict`` loaded (tensors on ``map_location``).
+        ``weights_only=False`` unpickles anything (only for files you trust); the default is safe."""
+        safe = check_weights_only(weights_only)
+        return load_datamodule(cls, checkpoint_path, map_location, hparam_overrides, weights_only=safe)
 
 
 def attach_datamodule(

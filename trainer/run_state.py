@@ -41,5 +41,6 @@ class RunStateFields:
     val_dataloaders = ForwardedField()
     datamodule = ForwardedField()
     num_test_batches = ForwardedField()
+    test_dataloaders = ForwardedField()
     num_predict_batches = ForwardedField()
     predict_dataloaders = ForwardedField()

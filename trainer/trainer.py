@@ -24,6 +24,7 @@ from trainer.hooks import HookDispatcher
 from trainer.metrics.results_table import print_results
 from trainer.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
+from trainer.lightning_attributes import LightningAttributes
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
 from trainer.contracts.progress import FitProgress
@@ -38,7 +39,8 @@ from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlacement, AcceleratorConnectorField):
+class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlacement, LightningAttributes,
+              AcceleratorConnectorField):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
     every argument, checked before any work; each is then a read-only attribute of the same name)."""
 
@@ -314,7 +316,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
             self.metric_logger.start_run()
             result = body()
         except BaseException as exc:
-            self.state.failing = True  # from here on nothing may wait in a collective (save_checkpoint)
+            self.state.fail(exc)  # from here on nothing may wait in a collective (save_checkpoint)
             clearer = self._strategy.on_failure(exc, self._position(), self.global_step)
             record_for_elastic_agent(clearer or exc, self.global_rank)
             try:

@@ -276,6 +276,7 @@ class TrainerInternals(TrainerView, Protocol):
     train_dataloader: Iterable[Any] | None
     val_dataloaders: list[Iterable[Any]]
     predict_dataloaders: list[Iterable[Any]]
+    test_dataloaders: list[Iterable[Any]]
     datamodule: DataModule | None
     num_test_batches: list[int | None]
     num_predict_batches: list[int | None]

@@ -25,5 +25,6 @@ class RunState:
     val_dataloaders: list[Any] = dataclasses.field(default_factory=list)
     datamodule: Any = None  # the current (or last) run's DataModule
     num_test_batches: list[int | None] = dataclasses.field(default_factory=list)
+    test_dataloaders: list[Any] = dataclasses.field(default_factory=list)  # the last test's
     num_predict_batches: list[int | None] = dataclasses.field(default_factory=list)
     predict_dataloaders: list[Any] = dataclasses.field(default_factory=list)  # read by a prediction writer

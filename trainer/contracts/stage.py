@@ -60,7 +60,13 @@ class TrainerState:
     fn: Stage | None = None
     stage: Stage | None = None
     failing: bool = False  # the run raised (set before on_exception, kept until the next run)
+    interrupted: bool = False  # ... by a KeyboardInterrupt (Lightning's ``trainer.interrupted``)
     evaluation: EvaluationLoop | None = None  # the latest EvaluationLoop (errors name its batch)
+
+    def fail(self, exc: BaseException) -> None:
+        """The run raised ``exc``: from here on nothing may wait in a collective."""
+        self.failing = True
+        self.interrupted = isinstance(exc, KeyboardInterrupt)
 
     def start(self, fn: Stage) -> None:
         """A call begins: a fit starts in its training stage, as Lightning's."""

@@ -56,6 +56,7 @@ class EvaluationLoop:
             t.val_dataloaders = dataloaders
         elif self.stage == Stage.TEST:
             t.num_test_batches = counts
+            t.test_dataloaders = dataloaders
         else:
             t.num_predict_batches = counts
             t.predict_dataloaders = dataloaders  # a prediction writer reads each batch's indices

@@ -70,6 +70,7 @@ class FitLoop:
         self.epoch_state: dict[str, Any] | None = None  # RNG states that decide this epoch's order
         self.rank_states_at_end: list[dict[str, Any] | None] | None = None  # every rank's, after a DDP fit
         self._preemption = PreemptionWatch()
+        self.is_last_batch = False
         self._grad_check_params: list[tuple[str, torch.Tensor]] | None = None
         self._agree_each_batch = False  # some rank's loader has no length: agree on the last batch
         self._train_length_known = True
@@ -391,6 +392,7 @@ class FitLoop:
             if self._agree_each_batch:  # some rank's loader has no length: stop when the first rank runs out
                 is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
             self.progress = self.progress.at_batch(batch_idx)
+            self.is_last_batch = is_last  # Lightning's `trainer.is_last_batch`, during the batch's hooks
             window_end = windows.is_window_end(batch_idx, is_last)
             with t.profiler.profile("run_training_batch"):
                 self._train_batch(batch, batch_idx, is_last, window_end, windows)

@@ -45,6 +45,24 @@ def test_the_list_names_only_what_lightning_has_and_lockstep_lacks():
     assert set(NOT_PROVIDED_TRAINER_ATTRIBUTES) <= set(_public_attributes())
 
 
+def _module(framework):
+    class Module(framework.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.net(batch[0]).sum()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val", self.net(batch[0]).sum())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Module
+
+
 def _record(framework, early_stopping):
     seen = []
 
@@ -63,23 +81,9 @@ def _record(framework, early_stopping):
         def on_train_start(self, trainer, module):
             seen.append(("train", trainer.enable_validation, trainer.num_sanity_val_batches))
 
-    class Module(framework.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Linear(2, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.net(batch[0]).sum()
-
-        def validation_step(self, batch, batch_idx):
-            self.log("val", self.net(batch[0]).sum())
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     loader = DataLoader(TensorDataset(torch.randn(6, 2)), batch_size=2)
     t = framework.Trainer(max_epochs=1, num_sanity_val_steps=5, callbacks=[Reads(), early_stopping("val")], **QUIET)
-    t.fit(Module(), loader, loader)
+    t.fit(_module(framework)(), loader, loader)
     return seen
 
 
@@ -95,21 +99,10 @@ def test_interrupted_and_init_module():
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
             raise KeyboardInterrupt
 
-    class Module(lockstep.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Linear(2, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.net(batch[0]).sum()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
     t = lockstep.Trainer(max_epochs=1, callbacks=[Interrupts()], **QUIET)
     assert t.interrupted is False and t.accelerator.kind == "cpu"
     with pytest.raises(KeyboardInterrupt):
-        t.fit(Module(), DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
+        t.fit(_module(lockstep)(), DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2))
     assert t.interrupted is True
     t = lockstep.Trainer(accelerator="cpu", precision="bf16-true", logger=False)
     with t.init_module():

@@ -89,7 +89,7 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
              shrink=("torchvision", "batches_of_8", "offline_downloads")),
     # pytorch-forecasting is not in `dev`: its wheel installs a top-level `tests` package (docs/migration.md)
     _project("forecasting_deepar_ar", _FORECASTING, "examples/ar.py", integration="pytorch_forecasting",
-             requires=("pytorch_forecasting",)),
+             shrink=("pandas_2_names",), requires=("pytorch_forecasting",)),
     _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting",
              requires=("pytorch_forecasting",)),
 ]}

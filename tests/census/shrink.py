@@ -63,6 +63,15 @@ def _lightning_demos_mnist() -> None:
     demo.MNIST = FakeImages  # type: ignore[attr-defined,misc]
 
 
+def _pandas_setting_with_copy_warning() -> None:
+    """``pandas.errors.SettingWithCopyWarning``, which pandas 3 removed (copy-on-write made it
+    moot): the name a script written for pandas 2 imports and turns into an error; nothing raises it."""
+    import pandas.errors
+
+    if not hasattr(pandas.errors, "SettingWithCopyWarning"):
+        pandas.errors.SettingWithCopyWarning = type("SettingWithCopyWarning", (Warning,), {})  # type: ignore[attr-defined]
+
+
 def _pytorch_lightning_only() -> None:
     """An environment with ``pytorch_lightning`` and not the ``lightning`` package, the one a script
     written for ``pytorch_lightning`` is run in: a library that prefers ``lightning.pytorch`` (PyG's
@@ -124,6 +133,7 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "batches_of_8": _batches_of_8,
     "lightning_demos_mnist": _lightning_demos_mnist,
     "pytorch_lightning_only": _pytorch_lightning_only,
+    "pandas_2_names": _pandas_setting_with_copy_warning,
     "pyg_tudataset": _pyg_tudataset,
     "offline_downloads": _offline_downloads,
     "cart_pole_gym": _cart_pole_gym,

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.demos.test_transformer import write_corpus
-from tests.helpers.demos_parity import demos, fit_both, max_parameter_difference
+from tests.helpers.demos_parity import demos, fit_both, max_parameter_difference, write_corpus
 
 pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
 

@@ -4,29 +4,14 @@ the same ids, vocabulary and blocks; `Transformer` the same weights and outputs 
 real HTTP server on this machine (a thread), as the demo reaches the internet's."""
 from __future__ import annotations
 
-import functools
-import http.server
-import threading
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers.demos_parity import demos, fit_both, max_parameter_difference
+from tests.helpers.demos_parity import demos, fit_both, max_parameter_difference, write_corpus
 
 pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
-
-
-def write_corpus(folder: Path, lines: int = 300, words_per_line: int = 8) -> Path:
-    """A WikiText-2-shaped text of ``lines`` lines over a 40-word vocabulary (blank lines among them)."""
-    g = torch.Generator().manual_seed(0)
-    words = [f"w{i}" for i in range(40)]
-    text = [" ".join(words[int(j)] for j in torch.randint(0, 40, (words_per_line,), generator=g)) if i % 25 else ""
-            for i in range(lines)]
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "wikitext-2.txt"
-    path.write_text(" \n".join(text) + "\n", encoding="utf8")
-    return path
 
 
 @pytest.fixture
@@ -69,23 +54,6 @@ def test_lightning_transformer_fits_to_lightning_s_parameters(corpus):
     (theirs, t_trainer), (ours, o_trainer) = runs["lightning"], runs["lockstep"]
     assert o_trainer.global_step == t_trainer.global_step == 4
     assert max_parameter_difference(theirs, ours) < 1e-6
-
-
-class _Corpus(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # the test's output stays the test's
-        pass
-
-
-@pytest.fixture
-def server(tmp_path):
-    served = tmp_path / "served"
-    served.mkdir()
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Corpus, directory=str(served)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    thread.join()
 
 
 @pytest.mark.timeout(60)

@@ -2,12 +2,14 @@
 
 `demos(name)` gives Lightning's ``lightning.pytorch.demos`` or Lockstep's `trainer.demos` package
 (submodules imported); `fit_both` builds one demo module on each (from the same seed) and fits it
-with the framework's own Trainer, returning both modules and both trainers.
+with the framework's own Trainer, returning both modules and both trainers; `write_corpus` writes a
+small WikiText-2-shaped text file.
 """
 from __future__ import annotations
 
 import importlib
 import types
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -47,3 +49,15 @@ def max_parameter_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa) if sa else 0.0
+
+
+def write_corpus(folder: Path, lines: int = 300, words_per_line: int = 8) -> Path:
+    """A WikiText-2-shaped text of ``lines`` lines over a 40-word vocabulary (blank lines among them)."""
+    g = torch.Generator().manual_seed(0)
+    words = [f"w{i}" for i in range(40)]
+    text = [" ".join(words[int(j)] for j in torch.randint(0, 40, (words_per_line,), generator=g)) if i % 25 else ""
+            for i in range(lines)]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "wikitext-2.txt"
+    path.write_text(" \n".join(text) + "\n", encoding="utf8")
+    return path

@@ -55,12 +55,14 @@ def _batches_of_8() -> None:
 
 
 def _lightning_demos_mnist() -> None:
-    """Lightning's demo MNIST (it downloads) -> the offline stand-in; under Lockstep the demos are not provided."""
-    try:
-        import lightning.pytorch.demos.mnist_datamodule as demo
-    except ImportError:
-        return  # Lockstep: the script's own import of the demos raises, and the census reports it
-    demo.MNIST = FakeImages  # type: ignore[attr-defined,misc]
+    """The demo MNIST (it downloads) -> the offline stand-in: Lightning's, or under Lockstep, Lockstep's
+    (the script's ``lightning.pytorch.demos`` reads from it)."""
+    import importlib
+    import sys
+
+    lockstep = any(getattr(finder, "_lockstep_alias", False) for finder in sys.meta_path)
+    demo = importlib.import_module("trainer.demos.mnist_datamodule" if lockstep else "lightning.pytorch.demos.mnist_datamodule")
+    demo.MNIST = FakeImages  # type: ignore[attr-defined]
 
 
 def _pyg_tudataset() -> None:

@@ -92,3 +92,21 @@ def test_net_gives_lightning_s_weights_and_outputs():
     assert max_parameter_difference(outputs["lightning"][0], outputs["lockstep"][0]) == 0
     assert torch.allclose(outputs["lightning"][1], outputs["lockstep"][1], atol=1e-6)
     assert torch.equal(outputs["lightning"][2], outputs["lockstep"][2])
+
+
+def test_demo_model_without_a_validation_step_skips_validation_as_lightning():
+    # a validation pass would draw from the global generator (the iterable set) before the second
+    # epoch's shuffle; Lightning asks for no validation data and runs none without a validation_step
+    requested = []
+
+    def build(d):
+        class WithValData(d.boring_classes.DemoModel):
+            def val_dataloader(self):
+                requested.append(type(self).__module__)
+                return DataLoader(d.boring_classes.RandomIterableDataset(32, 8))
+
+        return WithValData(), {"train_dataloaders": DataLoader(d.boring_classes.RandomDataset(32, 24), batch_size=8, shuffle=True)}
+
+    runs = fit_both(build, max_epochs=2)
+    assert max_parameter_difference(runs["lightning"][0], runs["lockstep"][0]) < 1e-6
+    assert requested == [] and runs["lockstep"][1].val_dataloaders == []

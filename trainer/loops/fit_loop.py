@@ -49,6 +49,7 @@ from trainer.hyperparameters import hparams_for_loggers
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.contracts.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
+from trainer.module import TrainModule
 from trainer.rng import isolated_rng, restore_rng_state
 from trainer.data.iterator_draws import draw_ahead, iterate_from
 from trainer.seed import install_worker_seeding
@@ -56,7 +57,6 @@ from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.loops.optimization import Optimization
-    from trainer.module import TrainModule
     from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
@@ -222,7 +222,10 @@ class FitLoop:
         self._take_accumulation(at_setup=True)
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
-        val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
+        if type(model).validation_step is TrainModule.validation_step:
+            val_loaders = []  # as Lightning: no validation_step, no validation data asked for nor run
+        else:
+            val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
         if t.overfit_batches:
             val_loaders = [without_shuffling(dl) for dl in val_loaders]
         t.val_dataloaders = [strategy.process_dataloader(dl, "validate") for dl in val_loaders]

@@ -110,3 +110,24 @@ def test_demo_model_without_a_validation_step_skips_validation_as_lightning():
     runs = fit_both(build, max_epochs=2)
     assert max_parameter_difference(runs["lightning"][0], runs["lockstep"][0]) < 1e-6
     assert requested == [] and runs["lockstep"][1].val_dataloaders == []
+
+
+@pytest.mark.parametrize("sanity_steps", [2, 0])
+def test_boring_model_validates_on_lightning_s_data(sanity_steps):
+    # its val_dataloader draws a new RandomDataset: Lightning asks for it inside the sanity check
+    # (RNG isolated, before the train loader); without a sanity check Lockstep asks at fit's start,
+    # Lightning at the first validation, so only the parameters are compared then
+    def build(d):
+        class Logged(d.boring_classes.BoringModel):
+            def validation_step(self, batch, batch_idx):
+                loss = self.step(batch)
+                self.log("val_loss", loss)
+                return loss
+
+        return Logged()
+
+    runs = fit_both(build, max_epochs=2, limit_train_batches=3, limit_val_batches=4, num_sanity_val_steps=sanity_steps)
+    (theirs, t_trainer), (ours, o_trainer) = runs["lightning"], runs["lockstep"]
+    assert max_parameter_difference(theirs, ours) < 1e-6
+    if sanity_steps:
+        assert float(o_trainer.callback_metrics["val_loss"]) == pytest.approx(float(t_trainer.callback_metrics["val_loss"]), abs=1e-6)

@@ -91,11 +91,15 @@ class MetricLogger:
 
     def publish_eval_step(self, store: MetricStore, strategy: Strategy, dataloader_idx: int) -> None:
         """An evaluation batch's on-step values: into ``logged_metrics`` and to the loggers, at the
-        loader's count of batches so far in this fit / validate / test (Lightning's evaluation step)."""
-        values = store.step_values(strategy)  # every rank: it may reduce
+        loader's count of batches so far in this fit / validate / test (Lightning's evaluation step).
+
+        Global rank 0's own values, unreduced: ranks may see different numbers of evaluation batches,
+        so a collective per batch could wait forever (the run's aggregates are reduced exactly).
+        """
         step = self._eval_steps.get(dataloader_idx, 0)
         self._eval_steps[dataloader_idx] = step + 1
-        if not values or not strategy.is_global_zero:
+        values = store.step_values(strategy, local=True) if strategy.is_global_zero else {}
+        if not values:
             return
         self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})
         numbers = {k: float(v) for k, v in values.items()}

@@ -66,7 +66,7 @@ _PUBLIC = {
 }
 
 # Lightning's submodules, read as attributes the way Lightning projects do (`pl.callbacks.X`)
-_SUBMODULES = ("callbacks", "loggers", "strategies", "utilities", "cli", "tuner", "core")
+_SUBMODULES = ("callbacks", "loggers", "strategies", "utilities", "cli", "tuner", "core", "demos")
 
 __version__ = "0.1.0"  # Lockstep's own; `python -m trainer.as_lightning` shows Lightning's API version
 __all__ = list(_PUBLIC)

@@ -42,6 +42,7 @@ _SUBMODULES = {
     "core": "trainer.core",
     "trainer": "trainer.trainer",
     "accelerators": "trainer.accelerators",
+    "demos": "trainer.demos",
 }
 # deeper modules of Lightning's whose names are not in their package's namespace module
 _DEEPER = {"trainer.states": "trainer.stage"}
@@ -52,13 +53,16 @@ SUBPACKAGES = frozenset({
     "plugins.precision", "strategies.launchers", "trainer.connectors", "trainer.connectors.logger_connector",
     "utilities.migration", "utilities.model_summary", "utilities.testing",
 })
+# those whose modules Lockstep mirrors one for one (``demos.boring_classes`` -> ``trainer.demos.boring_classes``)
+_MIRRORED = ("demos",)
 
 
 def lockstep_module_for(name: str) -> str | None:
     """The Lockstep module that Lightning's module ``name`` resolves to; None if not an aliased name.
 
     A deeper module (``lightning.pytorch.callbacks.model_checkpoint``) resolves to its Lightning
-    package's namespace module (``trainer.callbacks``), which exports the same names.
+    package's namespace module (``trainer.callbacks``), which exports the same names; under a
+    mirrored package (``demos``) to Lockstep's module of the same name (``trainer.demos.boring_classes``).
     """
     root = next((r for r in _ROOTS if name == r or name.startswith(r + ".")), None)
     if root is None:
@@ -70,6 +74,8 @@ def lockstep_module_for(name: str) -> str | None:
         return _DEEPER[".".join(rest)]
     if len(rest) > 1 and not _may_be_module(rest):
         return None  # `from lightning.pytorch.callbacks import ModelPruning` looks for a module of that name first
+    if rest[0] in _MIRRORED:
+        return ".".join(["trainer", *rest])
     return _SUBMODULES.get(rest[0], "")  # "": a submodule of Lightning's that Lockstep lacks
 
 

@@ -99,7 +99,6 @@ NOT_PROVIDED_NAMES: dict[str, str] = {
     "utilities.is_picklable": "pickle.dumps inside try/except",
     "cli.instantiate_class": "the class's constructor (LightningCLI builds class_path / init_args itself)",
     "cli.instantiate_module": "the class's constructor (LightningCLI builds class_path / init_args itself)",
-    "demos": "plain torch modules of your own (Lightning's demos are Lightning's code)",
     "plugins": "precision=... for a precision, a Strategy object for strategy=...; checkpoint I/O is Lockstep's own",
     "profilers": "Trainer(profiler='simple') or Trainer(profiler='pytorch')",
     "loops": "the Trainer's hooks and callbacks (Lockstep's loops are its own: trainer.loops)",

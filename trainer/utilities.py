@@ -4,6 +4,7 @@ projects import (``rank_zero``, ``types``, ``seed``, ``grads``, ``exceptions``),
 Lightning's names that Lockstep lacks raise an error naming what to use instead."""
 from __future__ import annotations
 
+import importlib.util
 import types
 from typing import Any, ContextManager, Mapping, Optional, Union
 
@@ -37,6 +38,9 @@ STEP_OUTPUT = Optional[Union[torch.Tensor, Mapping[str, Any]]]
 TRAIN_DATALOADERS = Any
 EVAL_DATALOADERS = Any
 OptimizerLRScheduler = Any
+
+# lightning.pytorch.utilities.imports: Lightning's own examples branch on it (private there too)
+_TORCHVISION_AVAILABLE = importlib.util.find_spec("torchvision") is not None
 
 
 class MisconfigurationException(Exception):

@@ -92,4 +92,11 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
              shrink=("pandas_2_names",), requires=("pytorch_forecasting",)),
     _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting",
              requires=("pytorch_forecasting",)),
+    # Lightning's basic examples on its demos (lightning.pytorch.demos: Lockstep's trainer.demos)
+    _project("lightning_basics_transformer", _LIGHTNING, "examples/pytorch/basics/transformer.py",
+             shrink=("wikitext2_local",)),
+    _project("lightning_basics_autoencoder", _LIGHTNING, "examples/pytorch/basics/autoencoder.py",
+             shrink=("torchvision",)),
+    _project("lightning_basics_backbone", _LIGHTNING, "examples/pytorch/basics/backbone_image_classifier.py",
+             shrink=("torchvision",)),
 ]}

@@ -10,6 +10,7 @@ The record goes to OUT (`torch.save`), with the script's error, if any, as text.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -72,6 +73,7 @@ def _instrument(trainer_class: type, project: Project, calls: list[dict[str, Any
     init = trainer_class.__init__
     overrides = project.trainer_overrides()
 
+    @functools.wraps(init)  # LightningCLI reads the Trainer's arguments off its signature
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **{**kwargs, **overrides})
 

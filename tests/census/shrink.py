@@ -12,10 +12,15 @@ from tests.census.fake_data import FakeImages, install_torchvision
 
 
 def _no_worker_processes() -> None:
+    import functools
+
     import torch.utils.data
 
     original = torch.utils.data.DataLoader.__init__
 
+    # the loader's own signature stays visible: Lightning re-creates a loader from the arguments it
+    # records by name (predict, a sampler injected)
+    @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         kwargs["num_workers"] = 0
         kwargs.pop("persistent_workers", None)
@@ -55,12 +60,28 @@ def _batches_of_8() -> None:
 
 
 def _lightning_demos_mnist() -> None:
-    """Lightning's demo MNIST (it downloads) -> the offline stand-in; under Lockstep the demos are not provided."""
-    try:
-        import lightning.pytorch.demos.mnist_datamodule as demo
-    except ImportError:
-        return  # Lockstep: the script's own import of the demos raises, and the census reports it
-    demo.MNIST = FakeImages  # type: ignore[attr-defined,misc]
+    """The demo MNIST (it downloads) -> the offline stand-in: Lightning's, or under Lockstep, Lockstep's
+    (the script's ``lightning.pytorch.demos`` reads from it)."""
+    import importlib
+    import sys
+
+    lockstep = any(getattr(finder, "_lockstep_alias", False) for finder in sys.meta_path)
+    demo = importlib.import_module("trainer.demos.mnist_datamodule" if lockstep else "lightning.pytorch.demos.mnist_datamodule")
+    demo.MNIST = FakeImages  # type: ignore[attr-defined]
+
+
+def _wikitext2_local() -> None:
+    """The demo WikiText2's file (it downloads) laid out where the demo looks, ``./data/wikitext-2.txt``:
+    5,000 lines of 30 words over a 2,000-word vocabulary, the same in every run (the demo reads a
+    file already there and fetches nothing)."""
+    import random
+    from pathlib import Path
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(2000)]
+    Path("data").mkdir(exist_ok=True)
+    lines = (" ".join(rng.choice(words) for _ in range(30)) for _ in range(5000))
+    Path("data/wikitext-2.txt").write_text("\n".join(lines) + "\n", encoding="utf8")
 
 
 def _pandas_setting_with_copy_warning() -> None:
@@ -132,6 +153,7 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "optuna": _optuna_two_seeded_trials,
     "batches_of_8": _batches_of_8,
     "lightning_demos_mnist": _lightning_demos_mnist,
+    "wikitext2_local": _wikitext2_local,
     "pytorch_lightning_only": _pytorch_lightning_only,
     "pandas_2_names": _pandas_setting_with_copy_warning,
     "pyg_tudataset": _pyg_tudataset,

@@ -1,6 +1,7 @@
 """Issue 32 build item 6: ``python -m trainer.as_lightning SCRIPT`` runs an unmodified Lightning
 script on Lockstep, the script and the libraries it imports alike, and ends with Lightning's
-parameters; Lightning's names that Lockstep lacks (Fabric, the demos) raise errors naming them."""
+parameters; Lightning's names that Lockstep lacks (Fabric, the profilers) raise errors naming them, and
+Lightning's demos are Lockstep's, module for module."""
 from __future__ import annotations
 
 import os
@@ -128,6 +129,13 @@ IN_PROCESS = textwrap.dedent('''
     assert ModelCheckpoint is callbacks.ModelCheckpoint and rank_zero_only is trainer.rank_zero_only
     assert pl.__version__ == L.__version__ == trainer.as_lightning.LIGHTNING_API_VERSION
     assert not hasattr(pl.callbacks, "ModelPruning") and not hasattr(L, "Fabric")
+    import trainer.demos.boring_classes, trainer.demos.mnist_datamodule
+    from lightning.pytorch.demos import BoringModel, Transformer
+    from lightning.pytorch.demos.boring_classes import RandomDataset
+    from lightning.pytorch.demos.mnist_datamodule import MNISTDataModule
+    assert BoringModel is trainer.demos.BoringModel and Transformer is trainer.demos.Transformer
+    assert RandomDataset is trainer.demos.boring_classes.RandomDataset
+    assert MNISTDataModule is trainer.demos.mnist_datamodule.MNISTDataModule
     assert "lightning" not in {m.split(".")[0] for m in sys.modules if m.startswith("lightning.") and
                                getattr(sys.modules[m], "__file__", None)}, "the real Lightning was imported"
     for statement, named in [
@@ -136,7 +144,7 @@ IN_PROCESS = textwrap.dedent('''
         ("from lightning.fabric import Fabric", "Lightning Fabric"),
         ("import lightning.fabric.strategies", "Lightning Fabric"),
         ("from lightning_fabric.utilities import rank_zero_only", "Lightning Fabric"),
-        ("from lightning.pytorch.demos import Transformer", "demos"),
+        ("from lightning.pytorch.profilers import SimpleProfiler", "profilers"),
         ("from lightning.pytorch.strategies import DeepSpeedStrategy", "DeepSpeedStrategy"),
         ("from lightning.pytorch.utilities import is_picklable", "is_picklable"),
     ]:
@@ -175,10 +183,12 @@ def test_lightning_s_module_names_map_to_lockstep_s():
     assert lockstep_module_for("pytorch_lightning") == "trainer"
     assert lockstep_module_for("lightning.pytorch.callbacks.model_checkpoint") == "trainer.callbacks"
     assert lockstep_module_for("pytorch_lightning.loggers") == "trainer.loggers"
-    assert lockstep_module_for("lightning.pytorch.demos") == ""  # Lightning's, not provided
     assert lockstep_module_for("lightning.pytorch.callbacks.progress.tqdm_progress") == "trainer.callbacks"
     # a name inside a module is not a module: `from ...parsing import get_init_args` reads the attribute
     assert lockstep_module_for("lightning.pytorch.utilities.parsing.get_init_args") is None
+    assert lockstep_module_for("lightning.pytorch.plugins") == ""  # Lightning's, not provided
+    assert lockstep_module_for("lightning.pytorch.demos") == "trainer.demos"
+    assert lockstep_module_for("lightning.pytorch.demos.boring_classes") == "trainer.demos.boring_classes"  # module for module
     assert lockstep_module_for("lightning_utilities") is None  # not an alias: found as usual
     assert lockstep_module_for("torchmetrics") is None
 

@@ -20,9 +20,11 @@ lightning = pytest.importorskip("lightning", reason="needs `lightning` (the dev 
 pl = importlib.import_module("lightning.pytorch")
 
 # lightning.pytorch's public submodules that Lightning projects import from
-SUBMODULES = ["callbacks", "loggers", "strategies", "utilities", "cli", "tuner", "core", "accelerators", "trainer"]
+SUBMODULES = ["callbacks", "loggers", "strategies", "utilities", "cli", "tuner", "core", "accelerators", "trainer", "demos"]
+# lightning.pytorch.demos' own modules: trainer.demos mirrors each (`from ...demos.boring_classes import RandomDataset`)
+DEMOS_SUBMODULES = ["boring_classes", "mnist_datamodule", "transformer", "lstm"]
 # submodules Lockstep has no counterpart of: reading one names what to use instead
-ABSENT_SUBMODULES = ["demos", "plugins", "profilers", "serve"]
+ABSENT_SUBMODULES = ["plugins", "profilers", "serve"]
 # what projects import from lightning.pytorch.utilities' own submodules; trainer.utilities has them flat
 UTILITIES_SUBMODULES = {
     "rank_zero": ["rank_zero_only", "rank_zero_info", "rank_zero_warn", "rank_zero_deprecation"],
@@ -50,6 +52,8 @@ def _lightning_names() -> list[tuple[str, str]]:
     for sub, members in UTILITIES_SUBMODULES.items():
         module = importlib.import_module(f"lightning.pytorch.utilities.{sub}")
         names += [("utilities", n) for n in members if hasattr(module, n)]
+    for sub in DEMOS_SUBMODULES:
+        names += [(f"demos.{sub}", n) for n in _public(importlib.import_module(f"lightning.pytorch.demos.{sub}"))]
     return sorted(set(names))
 
 
@@ -122,3 +126,11 @@ def test_cli_lightning_logo_resolves_though_lightning_s_all_lacks_it():
     assert trainer.cli_lightning_logo is trainer.cli.cli_lightning_logo
     lightning = pytest.importorskip("lightning.pytorch", reason="the comparison needs `lightning` (the dev extra)")
     assert callable(lightning.cli_lightning_logo)
+
+
+def test_every_module_of_lightning_s_demos_is_mirrored():
+    import pkgutil
+
+    import lightning.pytorch.demos as demos
+
+    assert sorted(m.name for m in pkgutil.iter_modules(demos.__path__)) == sorted(DEMOS_SUBMODULES)

@@ -135,6 +135,8 @@ class EvaluationLoop:
             if self.stage == Stage.PREDICT:
                 predictions.append(output)
             hooks.call(batch_end, output, batch, batch_idx, *extra)
+            if self.stage in (Stage.VALIDATE, Stage.TEST):  # not the sanity check's, as Lightning
+                t.metric_logger.publish_eval_step(self.metrics, t.strategy, dl_idx)
             self.batch_idx = batch_idx + 1  # loading the next one
         if t.world_size > 1 and limit_n is not None and seen < limit_n and has_length(loader):
             # Samples would be missing from the metrics unnoticed, and a step that runs

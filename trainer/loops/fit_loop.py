@@ -49,14 +49,14 @@ from trainer.hyperparameters import hparams_for_loggers
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.contracts.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
-from trainer.rng import isolated_rng, restore_rng_state
+from trainer.module import TrainModule
+from trainer.rng import capture_rng_state, isolated_rng, restore_rng_state
 from trainer.data.iterator_draws import draw_ahead, iterate_from
 from trainer.seed import install_worker_seeding
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.loops.optimization import Optimization
-    from trainer.module import TrainModule
     from trainer.contracts.protocols import TrainerInternals as Trainer
 
 
@@ -208,6 +208,7 @@ class FitLoop:
         t, strategy = self.trainer, self.trainer.strategy
         self._data_sources, self._loaded_epoch = (train, val), self.progress.current_epoch
         source = data_source(t, model)
+        before_train = capture_rng_state()  # a sanity check's validation data are drawn from here (`_val_loaders`)
         loader = train if train is not None else source.train_dataloader()
         if loader is None:
             raise ValueError(
@@ -223,13 +224,32 @@ class FitLoop:
         self._take_accumulation(at_setup=True)
         install_worker_seeding(t.train_dataloader, t.global_rank)
         self.count_training_batches()
-        val_loaders = as_loader_list(val if val is not None else source.val_dataloader(), "fit(val_dataloaders=...)")
+        val_loaders = self._val_loaders(model, source, val, before_train)
         if t.overfit_batches:
             val_loaders = [without_shuffling(dl) for dl in val_loaders]
         t.val_dataloaders = [strategy.process_dataloader(dl, "validate") for dl in val_loaders]
         if t.pin_memory:  # CUDA: pinned host batches are what make non-blocking copies asynchronous
             for dl in (t.train_dataloader, *t.val_dataloaders):
                 strategy.accelerator.pin_loader_memory(dl)
+
+    def _val_loaders(self, model: TrainModule, source: Any, val: Any, before_train: dict[str, Any]) -> list[Any]:
+        """Fit's validation loaders, asked for as Lightning asks: not at all without a ``validation_step``;
+        for a sanity check, inside it, so before the train loader and with the RNG isolated (a hook that
+        draws, as ``BoringModel``'s datasets do, draws from the state the train loader's drew from)."""
+        t = self.trainer
+        if type(model).validation_step is TrainModule.validation_step:
+            return []
+        if val is not None:
+            return as_loader_list(val, "fit(val_dataloaders=...)")
+        if self.in_training or t.num_sanity_val_steps == 0 or t.limit_val_batches in (0, 0.0):
+            return as_loader_list(source.val_dataloader(), "fit(val_dataloaders=...)")
+        after_train = capture_rng_state()
+        restore_rng_state(before_train)
+        try:
+            loaders = source.val_dataloader()
+        finally:
+            restore_rng_state(after_train)
+        return as_loader_list(loaders, "fit(val_dataloaders=...)")
 
     def scale_learning_rates(self) -> None:
         """``scale_lr``: multiply the fresh optimizers' rates for W (for G / b with ``global_batch_size``),

@@ -29,6 +29,7 @@ class MetricLogger:
         self._callback_view: dict[str, torch.Tensor] = {}  # what `callback_metrics` returns, for the run
         self._logged: dict[str, torch.Tensor] = {}
         self._eval_progress_bar_keys: list[str] = []
+        self._eval_steps: dict[int, int] = {}  # evaluation batches published per loader this run (the loggers' step)
 
     # -- what the Trainer's properties return ---------------------------------------------------
     @property
@@ -76,6 +77,7 @@ class MetricLogger:
         self.active = self.train
         self._callback_metrics, self._logged, self._eval_progress_bar_keys = {}, {}, []
         self._callback_view = {}
+        self._eval_steps = {}
 
     def start_training_epoch(self) -> None:
         """A new training epoch: forget the last epoch's step values."""
@@ -95,6 +97,23 @@ class MetricLogger:
         if self.loggers:
             self._send(self.train.step_values(strategy), strategy, step, epoch)
 
+    def publish_eval_step(self, store: MetricStore, strategy: Strategy, dataloader_idx: int) -> None:
+        """An evaluation batch's on-step values: into ``logged_metrics`` and to the loggers, at the
+        loader's count of batches so far in this fit / validate / test (Lightning's evaluation step).
+
+        Global rank 0's own values, unreduced: ranks may see different numbers of evaluation batches,
+        so a collective per batch could wait forever (the run's aggregates are reduced exactly).
+        """
+        step = self._eval_steps.get(dataloader_idx, 0)
+        self._eval_steps[dataloader_idx] = step + 1
+        values = store.step_values(strategy, local=True) if strategy.is_global_zero else {}
+        if not values:
+            return
+        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})
+        numbers = {k: float(v) for k, v in values.items()}
+        for lg in self.loggers:
+            lg.log_metrics(numbers, step=step)
+
     def preview_epoch(self, store: MetricStore, strategy: Strategy, sync_all: bool = False) -> None:
         """Put ``store``'s epoch aggregates so far into the callback metrics (for the epoch-end hooks).
 
@@ -106,7 +125,8 @@ class MetricLogger:
     def publish_epoch(
         self, store: MetricStore, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
     ) -> dict[str, torch.Tensor]:
-        """Publish ``store``'s epoch aggregates (callback metrics and loggers); return them.
+        """Publish ``store``'s epoch aggregates (callback metrics and loggers); return what the loggers
+        get (Lightning's ``validate`` / ``test`` results: no ``logger=False`` value, no bare forked name).
 
         A training epoch's last step values join ``logged_metrics`` too, sent or not (a step between
         two ``log_every_n_steps``), as Lightning's do; the loggers get only what was sent.
@@ -119,11 +139,14 @@ class MetricLogger:
         if not store.training:
             self._eval_progress_bar_keys = store.progress_bar_keys()
         hidden = store.hidden_from_loggers()
-        self._send({k: v for k, v in values.items() if k not in hidden}, strategy, step, epoch)
+        logged = {k: v for k, v in values.items() if k not in hidden}
+        if not store.training and strategy.is_global_zero:  # with or without loggers, as Lightning's evaluation
+            self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in logged.items()})
+        self._send(logged, strategy, step, epoch)
         if self.loggers and strategy.is_global_zero:  # the epoch's records are on disk when its hooks end
             for lg in self.loggers:
                 lg.save()
-        return values
+        return logged
 
     def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, torch.Tensor]) -> None:
         """Take another process's published metrics (rank 0's, after a spawned run)."""

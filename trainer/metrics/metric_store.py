@@ -120,12 +120,13 @@ class MetricStore:
             raise ValueError(f"self.log({name!r}): at least one of on_step / on_epoch must be True")
         return on_step, on_epoch
 
-    def step_values(self, strategy: Strategy) -> dict[str, torch.Tensor]:
-        """Latest on-step values, reduced across ranks where ``sync_dist`` asked for it."""
+    def step_values(self, strategy: Strategy, local: bool = False) -> dict[str, torch.Tensor]:
+        """Latest on-step values, reduced across ranks where ``sync_dist`` asked for it (``local``: this
+        rank's own, no communication)."""
         out = {}
         for key, e in self._entries.items():
             if e.on_step and e.logger and e.last is not None:
-                value = strategy.reduce(e.last, e.reduce) if e.sync_dist else e.last
+                value = strategy.reduce(e.last, e.reduce) if e.sync_dist and not local else e.last
                 out[key + "_step" if e.on_epoch else key] = value
         return out
 

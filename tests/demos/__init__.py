@@ -1,0 +1,1 @@
+"""Lockstep's `trainer.demos` against the installed Lightning's ``lightning.pytorch.demos``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Any, Sequence
 
 from callbacks.callback import Callback
@@ -10,6 +11,24 @@ if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
 
 _INTERVALS = ("batch", "epoch", "batch_and_epoch")
+
+
+class WriteInterval(str, enum.Enum):
+    """When a `BasePredictionWriter` writes (its ``interval``), as Lightning's: equal to the strings."""
+
+    BATCH = "batch"
+    EPOCH = "epoch"
+    BATCH_AND_EPOCH = "batch_and_epoch"
+
+    @property
+    def on_batch(self) -> bool:
+        """Whether each batch is written."""
+        return self in (WriteInterval.BATCH, WriteInterval.BATCH_AND_EPOCH)
+
+    @property
+    def on_epoch(self) -> bool:
+        """Whether the whole run's predictions are written at its end."""
+        return self in (WriteInterval.EPOCH, WriteInterval.BATCH_AND_EPOCH)
 
 
 class BasePredictionWriter(Callback):
@@ -26,7 +45,7 @@ class BasePredictionWriter(Callback):
     def __init__(self, write_interval: str = "batch") -> None:
         if write_interval not in _INTERVALS:
             raise ValueError(f"BasePredictionWriter(write_interval={write_interval!r}): use one of {_INTERVALS}.")
-        self.interval = write_interval
+        self.interval = WriteInterval(write_interval)
         self._predictions: dict[int, list[Any]] = {}
         self._indices: dict[int, list[Any]] = {}
         self._planned: dict[int, list[list[int]] | None] = {}

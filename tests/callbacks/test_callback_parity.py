@@ -95,3 +95,14 @@ def test_on_exception_checkpoint_writes_a_resumable_file(tmp_path):
     trainer = L.Trainer(max_epochs=3, accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False)
     trainer.fit(make_module(L)(), ckpt_path=saver.ckpt_path)
     assert trainer.global_step == 12
+
+
+@pytest.mark.parametrize("interval", ["batch", "epoch", "batch_and_epoch"])
+def test_prediction_writer_interval_is_lightning_s_write_interval(interval):
+    # pytorch-forecasting's writer reads `self.interval.on_epoch`
+    from lightning.pytorch.callbacks import BasePredictionWriter as Theirs
+
+    from callbacks import BasePredictionWriter as Ours
+
+    ours, theirs = Ours(interval).interval, Theirs(interval).interval
+    assert (ours == interval, ours.on_batch, ours.on_epoch) == (theirs == interval, theirs.on_batch, theirs.on_epoch)

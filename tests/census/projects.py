@@ -88,8 +88,9 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
              "docs/tutorial_notebooks/tutorial5/Inception_ResNet_DenseNet.ipynb",
              shrink=("torchvision", "batches_of_8", "offline_downloads")),
     # pytorch-forecasting is not in `dev`: its wheel installs a top-level `tests` package (docs/migration.md)
+    # every prediction batch: the script compares the predictions with the whole validation set's targets
     _project("forecasting_deepar_ar", _FORECASTING, "examples/ar.py", integration="pytorch_forecasting",
-             shrink=("pandas_2_names",), requires=("pytorch_forecasting",)),
+             trainer={"limit_predict_batches": 1.0}, shrink=("pandas_2_names",), requires=("pytorch_forecasting",)),
     _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting",
              requires=("pytorch_forecasting",)),
     # Lightning's basic examples on its demos (lightning.pytorch.demos: Lockstep's trainer.demos)

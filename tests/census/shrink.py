@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tests.census.fake_data import FakeImages, install_torchvision
+from tests.census.fake_data import FakeImages, install_torchvision, write_oxford_pet
 
 
 def _no_worker_processes() -> None:
@@ -109,6 +109,38 @@ def _cart_pole_gym() -> None:
     sys.modules["gym"] = gym
 
 
+_IMAGENET_PREPROCESSING = {"input_space": "RGB", "input_range": [0, 1], "mean": [0.485, 0.456, 0.406],
+                           "std": [0.229, 0.224, 0.225]}
+
+
+def _without_weights(get_encoder: Callable[..., Any]) -> Callable[..., Any]:
+    def randomly_initialized(name: str, *args: Any, weights: Any = None, **kwargs: Any) -> Any:
+        return get_encoder(name, *args, **kwargs)
+
+    return randomly_initialized
+
+
+def _smp_offline() -> None:
+    """segmentation_models_pytorch offline: ``OxfordPetDataset.download`` writes the small stand-in
+    tree (`write_oxford_pet`) instead of fetching 800 MB, and every model's encoder starts from its
+    own (seeded) initialization instead of ImageNet weights from the Hugging Face Hub, with the
+    ImageNet mean and std the weights' Hub config gives as their preprocessing parameters."""
+    import importlib
+    import pkgutil
+
+    import segmentation_models_pytorch.datasets.oxford_pet as oxford_pet
+    import segmentation_models_pytorch.decoders as decoders
+    import segmentation_models_pytorch.encoders as encoders
+
+    oxford_pet.OxfordPetDataset.download = staticmethod(write_oxford_pet)  # type: ignore[method-assign]
+    encoders.get_preprocessing_params = lambda name, pretrained="imagenet": dict(_IMAGENET_PREPROCESSING)
+    for info in pkgutil.iter_modules(decoders.__path__):
+        model = importlib.import_module(f"{decoders.__name__}.{info.name}.model")
+        # each decoder module imported `get_encoder` by name: the patch goes where it is called
+        if hasattr(model, "get_encoder"):
+            model.get_encoder = _without_weights(model.get_encoder)
+
+
 SHRINKS: dict[str, Callable[[], None]] = {
     "torchvision": install_torchvision,
     "optuna": _optuna_two_seeded_trials,
@@ -117,6 +149,7 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "pyg_tudataset": _pyg_tudataset,
     "offline_downloads": _offline_downloads,
     "cart_pole_gym": _cart_pole_gym,
+    "smp_offline": _smp_offline,
 }
 
 

@@ -3,7 +3,8 @@
 Each has its real dataset's constructor, length and item type (a PIL image and an int label), with
 images made from their index on demand, so a 60,000-image split costs nothing until a batch is read;
 the Trainer's ``limit_*_batches`` keep the reads few. The vendored scripts stay byte for byte.
-A dataset read from files (the Oxford-IIIT Pet tree) is written instead, small, in its real layout.
+A dataset read from files (the Oxford-IIIT Pet tree, the Decathlon's spleen CT volumes) is written
+instead, small, in its real layout.
 """
 from __future__ import annotations
 
@@ -95,3 +96,25 @@ def write_oxford_pet(root: str, trainval: int = 60, test: int = 20) -> None:
     for split, chosen in (("trainval", names[:trainval]), ("test", names[trainval:])):
         with open(os.path.join(root, "annotations", f"{split}.txt"), "w") as listing:
             listing.write("".join(f"{name} {i % 37 + 1} 1 1\n" for i, name in enumerate(chosen)))
+
+
+def write_decathlon_spleen(output_dir: str, volumes: int = 13, size: int = 96) -> None:
+    """The Medical Segmentation Decathlon's ``Task09_Spleen`` tree its archive unpacks into ``output_dir``,
+    small: ``imagesTr/*.nii.gz`` (CT in Hounsfield units, 1.5 x 1.5 x 2 mm voxels, the spacing the
+    tutorial resamples to) and ``labelsTr/*.nii.gz`` (an ellipsoid "spleen", brighter than around it)."""
+    import nibabel
+
+    task = os.path.join(output_dir, "Task09_Spleen")
+    affine = np.diag([1.5, 1.5, 2.0, 1.0])
+    for folder in ("imagesTr", "labelsTr"):
+        os.makedirs(os.path.join(task, folder), exist_ok=True)
+    grid = np.ogrid[:size, :size, :size]
+    for index in range(volumes):
+        rng = np.random.default_rng(index)
+        centre, radius = rng.uniform(0.35, 0.65, 3) * size, rng.uniform(0.12, 0.2, 3) * size
+        label = (sum(((axis - c) / r) ** 2 for axis, c, r in zip(grid, centre, radius)) <= 1).astype(np.uint8)
+        # above the tutorial's window floor (-57 HU) everywhere: its foreground crop keeps the whole volume
+        image = rng.integers(-40, 120, (size, size, size)).astype(np.int16) + 60 * label
+        name = f"spleen_{index}.nii.gz"
+        nibabel.save(nibabel.Nifti1Image(image, affine), os.path.join(task, "imagesTr", name))
+        nibabel.save(nibabel.Nifti1Image(label, affine), os.path.join(task, "labelsTr", name))

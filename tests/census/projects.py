@@ -51,6 +51,7 @@ _FORECASTING = ("sktime/pytorch-forecasting", "062aeb47b75d589dcce621c04572181e3
 _HYDRA = ("ashleve/lightning-hydra-template", "bddbc24b82ab6ccfa6243e815a49dc5bfe8d4144", "README.md", "MIT (README.md)")
 _UVADLC = ("phlippe/uvadlc_notebooks", "0da8037c7abc32f478ff6142acceb72dbcf088ee", "LICENSE.md", "MIT")
 _OPTUNA = ("optuna/optuna-examples", "2e0b10bc54501e801687e114de3cbe1b6d2407dc", "LICENSE", "MIT")
+_MONAI = ("Project-MONAI/tutorials", "b3c6c998c931d78b61c4d32b37f962a987400f8a", "LICENSE", "Apache-2.0")
 _SMP = ("qubvel-org/segmentation_models.pytorch", "5006616357631a48c7c8e11977cf5abb00803590", "LICENSE", "MIT")
 
 
@@ -92,4 +93,7 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
     # segmentation; its first 12 code cells: train, validate, test (the rest pushes to and pulls from the Hub)
     _project("smp_binary_segmentation_intro", _SMP, "examples/binary_segmentation_intro.ipynb", cells=12,
              shrink=("smp_offline", "batches_of_8"), integration="segmentation_models_pytorch"),
+    # segmentation (3D); its first 7 code cells: the training (the rest plots on a CUDA device)
+    _project("monai_spleen_segmentation_3d", _MONAI, "3d_segmentation/spleen_segmentation_3d_lightning.ipynb", cells=7,
+             shrink=("monai_offline",), integration="monai"),
 ]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tests.census.fake_data import FakeImages, install_torchvision, write_oxford_pet
+from tests.census.fake_data import FakeImages, install_torchvision, write_decathlon_spleen, write_oxford_pet
 
 
 def _no_worker_processes() -> None:
@@ -141,6 +141,17 @@ def _smp_offline() -> None:
             model.get_encoder = _without_weights(model.get_encoder)
 
 
+def _monai_offline() -> None:
+    """MONAI's ``download_and_extract`` (the 1.5 GB Decathlon archive) writes the small stand-in
+    spleen tree (`write_decathlon_spleen`) into its output folder instead."""
+    import monai.apps
+
+    def write_instead(url: str, filepath: str = "", output_dir: str = ".", *args: Any, **kwargs: Any) -> None:
+        write_decathlon_spleen(output_dir)
+
+    monai.apps.download_and_extract = write_instead
+
+
 SHRINKS: dict[str, Callable[[], None]] = {
     "torchvision": install_torchvision,
     "optuna": _optuna_two_seeded_trials,
@@ -150,6 +161,7 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "offline_downloads": _offline_downloads,
     "cart_pole_gym": _cart_pole_gym,
     "smp_offline": _smp_offline,
+    "monai_offline": _monai_offline,
 }
 
 

@@ -98,7 +98,7 @@ def write_oxford_pet(root: str, trainval: int = 60, test: int = 20) -> None:
             listing.write("".join(f"{name} {i % 37 + 1} 1 1\n" for i, name in enumerate(chosen)))
 
 
-def write_decathlon_spleen(output_dir: str, volumes: int = 13, size: int = 96) -> None:
+def write_decathlon_spleen(output_dir: str, volumes: int = 17, size: int = 96) -> None:
     """The Medical Segmentation Decathlon's ``Task09_Spleen`` tree its archive unpacks into ``output_dir``,
     small: ``imagesTr/*.nii.gz`` (CT in Hounsfield units, 1.5 x 1.5 x 2 mm voxels, the spacing the
     tutorial resamples to) and ``labelsTr/*.nii.gz`` (an ellipsoid "spleen", brighter than around it)."""

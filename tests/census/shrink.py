@@ -6,9 +6,11 @@ machine: data-loading workers would only cost time, and both sides read the same
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
-from tests.census.fake_data import FakeImages, install_torchvision, write_decathlon_spleen, write_oxford_pet
+from tests.census.fake_data import (FakeImages, FakeLibriMix, install_torchvision, write_decathlon_spleen,
+                                    write_oxford_pet)
 
 
 def _no_worker_processes() -> None:
@@ -16,6 +18,8 @@ def _no_worker_processes() -> None:
 
     original = torch.utils.data.DataLoader.__init__
 
+    # `wraps` keeps the signature: both frameworks rebuild a loader from it (to add a distributed sampler)
+    @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         kwargs["num_workers"] = 0
         kwargs.pop("persistent_workers", None)
@@ -48,6 +52,7 @@ def _batches_of_8() -> None:
 
     original = torch.utils.data.DataLoader.__init__
 
+    @functools.wraps(original)
     def __init__(self: Any, dataset: Any, batch_size: int | None = 1, *args: Any, **kwargs: Any) -> None:
         original(self, dataset, None if batch_size is None else min(batch_size, 8), *args, **kwargs)
 
@@ -152,6 +157,13 @@ def _monai_offline() -> None:
     monai.apps.download_and_extract = write_instead
 
 
+def _torchaudio_librimix() -> None:
+    """torchaudio's ``LibriMix`` (LibriSpeech mixtures, built from 60 GB) -> the offline stand-in."""
+    import torchaudio.datasets
+
+    torchaudio.datasets.LibriMix = FakeLibriMix  # type: ignore[misc,assignment]
+
+
 SHRINKS: dict[str, Callable[[], None]] = {
     "torchvision": install_torchvision,
     "optuna": _optuna_two_seeded_trials,
@@ -162,6 +174,7 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "cart_pole_gym": _cart_pole_gym,
     "smp_offline": _smp_offline,
     "monai_offline": _monai_offline,
+    "torchaudio_librimix": _torchaudio_librimix,
 }
 
 

@@ -22,6 +22,7 @@ from trainer.contracts.run_identity import attempt, run_id
 from trainer.checkpoint_io.file_format import (
     FORMAT_VERSION,
     check_compatible,
+    stored_as_text,
     weights_only_loadable,
 )
 from trainer.checkpointing.checkpoint_paths import RUN_ID_KEY, read_checkpoint
@@ -29,6 +30,7 @@ from trainer.checkpointing.from_checkpoint import (
     DATAMODULE_HPARAMS_KEY,
     DATAMODULE_STATE_KEY,
     MODULE_HPARAMS_KEY,
+    TEXT_ONLY_SUFFIX,
 )
 from trainer.checkpointing.resume import gather_rank_states
 from trainer.checkpointing.stateful import OPTIMIZER_STATES, load_states, save_states, stateful_objects
@@ -56,6 +58,7 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
         RUN_ID_KEY: run_id(),
         "run_attempt": attempt(),
     }
+    _note_text_only(checkpoint, MODULE_HPARAMS_KEY, module.hparams)
     if not weights_only:
         checkpoint.update(save_states(stateful_objects(trainer)))
         checkpoint["optimizer_classes"] = [type(opt).__qualname__ for opt in trainer.optimizers]
@@ -64,10 +67,18 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
     if datamodule is not None:
         checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
         checkpoint[DATAMODULE_HPARAMS_KEY] = weights_only_loadable(dict(datamodule.hparams))
+        _note_text_only(checkpoint, DATAMODULE_HPARAMS_KEY, datamodule.hparams)
     if not weights_only:  # as Lightning: the callbacks add nothing to a weights-only file
         trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning
     return checkpoint
+
+
+def _note_text_only(checkpoint: dict[str, Any], key: str, hparams: Any) -> None:
+    # load_from_checkpoint must not hand __init__ an object's repr in place of the object
+    text_only = stored_as_text(hparams)
+    if text_only:
+        checkpoint[key + TEXT_ONLY_SUFFIX] = text_only
 
 
 def save_checkpoint(trainer: Trainer, filepath: str | os.PathLike[str], weights_only: bool = False) -> None:

@@ -22,6 +22,8 @@ _D = TypeVar("_D")  # a DataModule
 MODULE_HPARAMS_KEY = "hyper_parameters"
 DATAMODULE_HPARAMS_KEY = "datamodule_hyper_parameters"  # Lightning's name for them
 DATAMODULE_STATE_KEY = "datamodule"
+# appended to a hyperparameters key: the names stored only as text (`file_format.stored_as_text`)
+TEXT_ONLY_SUFFIX = "_as_text"
 
 
 def load_module(
@@ -34,7 +36,7 @@ def load_module(
     """`TrainModule.load_from_checkpoint`: rebuilt, weights loaded, in eval mode on ``map_location``."""
     device = _device(map_location)
     checkpoint = load_full(path, weights_only=True)
-    module = instantiate(cls, checkpoint.get(MODULE_HPARAMS_KEY) or {}, overrides, os.fspath(path))
+    module = instantiate(cls, *_saved(checkpoint, MODULE_HPARAMS_KEY), overrides, os.fspath(path))
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=strict)
     return module.to(device).eval()
@@ -49,10 +51,15 @@ def load_datamodule(
     """
     device = _device(map_location)
     checkpoint = load_full(path, weights_only=True)
-    datamodule = instantiate(cls, checkpoint.get(DATAMODULE_HPARAMS_KEY) or {}, overrides, os.fspath(path))
+    datamodule = instantiate(cls, *_saved(checkpoint, DATAMODULE_HPARAMS_KEY), overrides, os.fspath(path))
     if DATAMODULE_STATE_KEY in checkpoint:
         datamodule.load_state_dict(move_to_device(checkpoint[DATAMODULE_STATE_KEY], device))
     return datamodule
+
+
+def _saved(checkpoint: Mapping[str, Any], key: str) -> tuple[dict[str, Any], list[str]]:
+    """The hyperparameters saved under ``key``, and the names among them stored only as text."""
+    return dict(checkpoint.get(key) or {}), list(checkpoint.get(key + TEXT_ONLY_SUFFIX) or [])
 
 
 def _device(map_location: Any) -> torch.device:

@@ -189,16 +189,28 @@ def init_frame_arguments(frame: types.FrameType) -> tuple[Any, dict[str, Any]]:
     return owner, {k: v for k, v in args.items() if k not in excluded}
 
 
-def instantiate(cls: type[Any], saved: Mapping[str, Any], overrides: Mapping[str, Any], path: str) -> Any:
+def instantiate(
+    cls: type[Any], saved: Mapping[str, Any], text_only: Sequence[str], overrides: Mapping[str, Any], path: str
+) -> Any:
     """``cls(**saved, **overrides)``, the saved hyperparameters limited to what ``cls.__init__`` takes.
 
-    Arguments ``__init__`` requires that neither provides are a `TypeError` naming them.
+    Arguments ``__init__`` requires that neither provides are a `TypeError` naming them, and so are
+    the arguments it takes that the checkpoint holds only as text (``text_only``: an object's repr
+    cannot stand in for the object) unless ``overrides`` gives them.
     """
     params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
     named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     kwargs = {k: v for k, v in saved.items() if takes_any or k in named}
+    _refuse_text_only(cls, sorted(n for n in text_only if n in kwargs and n not in overrides), path)
     kwargs.update(overrides)
+    _refuse_missing(cls, params, kwargs, saved, path)
+    return cls(**kwargs)
+
+
+def _refuse_missing(
+    cls: type[Any], params: Mapping[str, inspect.Parameter], kwargs: Mapping[str, Any], saved: Mapping[str, Any], path: str
+) -> None:
     required = [
         n
         for i, (n, p) in enumerate(params.items())
@@ -212,7 +224,16 @@ def instantiate(cls: type[Any], saved: Mapping[str, Any], overrides: Mapping[str
             f"{', '.join(f'{n}=...' for n in missing)} to load_from_checkpoint, or record them with "
             "self.save_hyperparameters() in __init__."
         )
-    return cls(**kwargs)
+
+
+def _refuse_text_only(cls: type[Any], as_text: list[str], path: str) -> None:
+    if as_text:
+        raise TypeError(
+            f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds {as_text} only as text "
+            "(their repr: objects torch.load(weights_only=True) cannot read back), which __init__ cannot "
+            f"take in their place. Pass {', '.join(f'{n}=...' for n in as_text)} to load_from_checkpoint, "
+            "or keep them out with self.save_hyperparameters(ignore=[...])."
+        )
 
 
 def hparams_for_loggers(module: HyperparametersMixin, datamodule: HyperparametersMixin | None) -> dict[str, Any]:

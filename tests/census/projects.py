@@ -38,6 +38,7 @@ class Project:
     cells: int = 0  # a notebook: how many of its code cells run (0: all)
     entry: str = ""  # a harness entry (tests/census/entries/) run instead of ``script``, for a project of modules
     requires: tuple[str, ...] = ()  # modules it imports that the `dev` extra does not install
+    tree: bool = False  # helpers keep their folders under the script's (a script that imports its own packages)
 
     def trainer_overrides(self) -> dict[str, Any]:
         """The `Trainer` arguments the harness sets: `TRAINER_BASE`, then the project's own."""
@@ -52,6 +53,10 @@ _FORECASTING = ("sktime/pytorch-forecasting", "062aeb47b75d589dcce621c04572181e3
 _HYDRA = ("ashleve/lightning-hydra-template", "bddbc24b82ab6ccfa6243e815a49dc5bfe8d4144", "README.md", "MIT (README.md)")
 _UVADLC = ("phlippe/uvadlc_notebooks", "0da8037c7abc32f478ff6142acceb72dbcf088ee", "LICENSE.md", "MIT")
 _OPTUNA = ("optuna/optuna-examples", "2e0b10bc54501e801687e114de3cbe1b6d2407dc", "LICENSE", "MIT")
+# a fork's snapshot of pytorch/audio (whose own is too large to bring here) at upstream commit f1a9f79 (2023-09-23)
+_TORCHAUDIO = ("RuneBlaze/audioio", "f1a9f79d198722e3cea0b7759773441aaa6f9303", "LICENSE", "BSD-2-Clause")
+_MONAI = ("Project-MONAI/tutorials", "b3c6c998c931d78b61c4d32b37f962a987400f8a", "LICENSE", "Apache-2.0")
+_SMP = ("qubvel-org/segmentation_models.pytorch", "5006616357631a48c7c8e11977cf5abb00803590", "LICENSE", "MIT")
 
 
 def _project(name: str, source: tuple[str, str, str, str], script: str, **kwargs: Any) -> Project:
@@ -100,4 +105,16 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
              shrink=("torchvision",)),
     _project("lightning_basics_backbone", _LIGHTNING, "examples/pytorch/basics/backbone_image_classifier.py",
              shrink=("torchvision",)),
+    # segmentation; its first 12 code cells: train, validate, test (the rest pushes to and pulls from the Hub)
+    _project("smp_binary_segmentation_intro", _SMP, "examples/binary_segmentation_intro.ipynb", cells=12,
+             shrink=("smp_offline", "batches_of_8"), integration="segmentation_models_pytorch"),
+    # segmentation (3D); its first 7 code cells: the training (the rest plots on a CUDA device)
+    _project("monai_spleen_segmentation_3d", _MONAI, "3d_segmentation/spleen_segmentation_3d_lightning.ipynb", cells=7,
+             shrink=("monai_offline",), integration="monai"),
+    # audio: speech separation (Conv-TasNet on LibriMix mixtures), torchaudio's own Lightning example
+    _project("torchaudio_convtasnet_librimix", _TORCHAUDIO, "examples/source_separation/lightning_train.py",
+             helpers=tuple(f"examples/source_separation/utils/{name}.py" for name in
+                           ("__init__", "dist_utils", "metrics", "dataset/__init__", "dataset/utils", "dataset/wsj0mix")),
+             tree=True, argv=("--root-dir", ".", "--batch-size", "2"), shrink=("torchaudio_librimix",),
+             integration="torchaudio (ConvTasNet, LibriMix)"),
 ]}

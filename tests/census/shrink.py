@@ -6,14 +6,14 @@ machine: data-loading workers would only cost time, and both sides read the same
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
-from tests.census.fake_data import FakeImages, install_torchvision
+from tests.census.fake_data import (FakeImages, FakeLibriMix, install_torchvision, write_decathlon_spleen,
+                                    write_oxford_pet)
 
 
 def _no_worker_processes() -> None:
-    import functools
-
     import torch.utils.data
 
     original = torch.utils.data.DataLoader.__init__
@@ -53,6 +53,7 @@ def _batches_of_8() -> None:
 
     original = torch.utils.data.DataLoader.__init__
 
+    @functools.wraps(original)
     def __init__(self: Any, dataset: Any, batch_size: int | None = 1, *args: Any, **kwargs: Any) -> None:
         original(self, dataset, None if batch_size is None else min(batch_size, 8), *args, **kwargs)
 
@@ -148,6 +149,56 @@ def _cart_pole_gym() -> None:
     sys.modules["gym"] = gym
 
 
+_IMAGENET_PREPROCESSING = {"input_space": "RGB", "input_range": [0, 1], "mean": [0.485, 0.456, 0.406],
+                           "std": [0.229, 0.224, 0.225]}
+
+
+def _without_weights(get_encoder: Callable[..., Any]) -> Callable[..., Any]:
+    def randomly_initialized(name: str, *args: Any, weights: Any = None, **kwargs: Any) -> Any:
+        return get_encoder(name, *args, **kwargs)
+
+    return randomly_initialized
+
+
+def _smp_offline() -> None:
+    """segmentation_models_pytorch offline: ``OxfordPetDataset.download`` writes the small stand-in
+    tree (`write_oxford_pet`) instead of fetching 800 MB, and every model's encoder starts from its
+    own (seeded) initialization instead of ImageNet weights from the Hugging Face Hub, with the
+    ImageNet mean and std the weights' Hub config gives as their preprocessing parameters."""
+    import importlib
+    import pkgutil
+
+    import segmentation_models_pytorch.datasets.oxford_pet as oxford_pet
+    import segmentation_models_pytorch.decoders as decoders
+    import segmentation_models_pytorch.encoders as encoders
+
+    oxford_pet.OxfordPetDataset.download = staticmethod(write_oxford_pet)  # type: ignore[method-assign]
+    encoders.get_preprocessing_params = lambda name, pretrained="imagenet": dict(_IMAGENET_PREPROCESSING)
+    for info in pkgutil.iter_modules(decoders.__path__):
+        model = importlib.import_module(f"{decoders.__name__}.{info.name}.model")
+        # each decoder module imported `get_encoder` by name: the patch goes where it is called
+        if hasattr(model, "get_encoder"):
+            model.get_encoder = _without_weights(model.get_encoder)
+
+
+def _monai_offline() -> None:
+    """MONAI's ``download_and_extract`` (the 1.5 GB Decathlon archive) writes the small stand-in
+    spleen tree (`write_decathlon_spleen`) into its output folder instead."""
+    import monai.apps
+
+    def write_instead(url: str, filepath: str = "", output_dir: str = ".", *args: Any, **kwargs: Any) -> None:
+        write_decathlon_spleen(output_dir)
+
+    monai.apps.download_and_extract = write_instead
+
+
+def _torchaudio_librimix() -> None:
+    """torchaudio's ``LibriMix`` (LibriSpeech mixtures, built from 60 GB) -> the offline stand-in."""
+    import torchaudio.datasets
+
+    torchaudio.datasets.LibriMix = FakeLibriMix  # type: ignore[misc,assignment]
+
+
 SHRINKS: dict[str, Callable[[], None]] = {
     "torchvision": install_torchvision,
     "optuna": _optuna_two_seeded_trials,
@@ -159,6 +210,9 @@ SHRINKS: dict[str, Callable[[], None]] = {
     "pyg_tudataset": _pyg_tudataset,
     "offline_downloads": _offline_downloads,
     "cart_pole_gym": _cart_pole_gym,
+    "smp_offline": _smp_offline,
+    "monai_offline": _monai_offline,
+    "torchaudio_librimix": _torchaudio_librimix,
 }
 
 

@@ -40,6 +40,14 @@ def _git_show(project: Project, path: str) -> bytes:
                           check=True, capture_output=True).stdout
 
 
+def _vendored_path(project: Project, path: str) -> Path:
+    """Where ``path`` goes under `project_dir`: by name, or for a ``tree`` project's helper, at its place
+    under the script's folder (the script imports it as a package)."""
+    if project.tree and path in project.helpers:
+        return Path(path).relative_to(Path(project.script).parent)
+    return Path(Path(path).name)
+
+
 def vendor(project: Project) -> None:
     """Write ``project``'s files and manifest under `project_dir`."""
     target = project_dir(project)
@@ -47,7 +55,9 @@ def vendor(project: Project) -> None:
     files = {}
     for path in (project.script, *project.helpers, project.license_file):
         data = _git_show(project, path)
-        (target / Path(path).name).write_bytes(data)
+        destination = target / _vendored_path(project, path)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_bytes(data)
         files[path] = hashlib.sha256(data).hexdigest()
     manifest = {"repo": project.repo, "commit": project.commit, "script": project.script,
                 "license": project.license, "license_file": project.license_file, "sha256": files}

@@ -89,6 +89,33 @@ def test_arguments_that_were_not_saved_are_named(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(params_of(module), params_of(loaded)))
 
 
+class WithSavedBackbone(Regression):
+    """torchaudio's Conv-TasNet example: the model object saved as a hyperparameter too."""
+
+    def __init__(self, backbone: nn.Module, width: int = 3) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.backbone = backbone
+
+
+def test_an_object_the_checkpoint_holds_only_as_text_is_not_passed_to_init(tmp_path):
+    module = WithSavedBackbone(nn.Linear(4, 4))
+    _fit_and_save(module, tmp_path / "model.ckpt")
+    checkpoint = torch.load(tmp_path / "model.ckpt", weights_only=True)
+    assert checkpoint["hyper_parameters"]["backbone"] == "Linear(in_features=4, out_features=4, bias=True)"
+    assert checkpoint["hyper_parameters_as_text"] == ["backbone"]
+    # its repr in place of the module would build a module without the backbone's weights
+    with pytest.raises(
+        TypeError,
+        match=r"WithSavedBackbone.load_from_checkpoint\(.*\): the checkpoint holds \['backbone'\] only as text "
+        r"\(their repr: .*\), which __init__ cannot take in their place. Pass backbone=\.\.\.",
+    ):
+        WithSavedBackbone.load_from_checkpoint(tmp_path / "model.ckpt")
+    loaded = WithSavedBackbone.load_from_checkpoint(tmp_path / "model.ckpt", backbone=nn.Linear(4, 4))
+    assert loaded.hparams.width == 3
+    assert all(torch.equal(a, b) for a, b in zip(params_of(module), params_of(loaded)))
+
+
 class Wider(Regression):
     """The saved module plus one layer the checkpoint does not have."""
 

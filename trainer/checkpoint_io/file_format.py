@@ -200,6 +200,24 @@ def weights_only_loadable(value: Any) -> Any:
 _KEPT = (bool, int, float, complex, str, bytes, torch.dtype, torch.Size)
 
 
+def stored_as_text(hparams: Mapping[str, Any]) -> list[str]:
+    """The names in ``hparams`` whose values `weights_only_loadable` keeps only as text: an object's
+    ``repr``, a class's or function's qualified name, an enum's name (or a container holding one).
+    ``__init__`` cannot be given such a value back in place of the object it stands for."""
+    return sorted(str(name) for name, value in hparams.items() if not _reads_back(value))
+
+
+def _reads_back(value: Any) -> bool:
+    """Whether ``value`` is stored as itself or as plain data that stands for it (a path's string, a
+    NumPy number's Python number, a set's sorted list, a device's name)."""
+    if isinstance(value, Mapping):
+        return all(_reads_back(k) and _reads_back(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(_reads_back(v) for v in value)
+    plain = (str, bytes, numbers.Number, torch.Tensor, torch.device, torch.dtype, torch.Size, os.PathLike)
+    return value is None or (isinstance(value, plain) and not isinstance(value, enum.Enum))
+
+
 def _as_plain_data(value: Any) -> Any:
     """A value that is not a container: as a string or a Python number."""
     if isinstance(value, torch.device):

@@ -19,17 +19,10 @@ from typing import TYPE_CHECKING, Any
 from trainer.contracts import storage
 from trainer.contracts.run_identity import attempt, run_id
 
-from trainer.checkpoint_io.file_format import (
-    FORMAT_VERSION,
-    check_compatible,
-    weights_only_loadable,
-)
+from trainer.checkpoint_io.file_format import FORMAT_VERSION, check_compatible
 from trainer.checkpointing.checkpoint_paths import RUN_ID_KEY, read_checkpoint
-from trainer.checkpointing.from_checkpoint import (
-    DATAMODULE_HPARAMS_KEY,
-    DATAMODULE_STATE_KEY,
-    MODULE_HPARAMS_KEY,
-)
+from trainer.checkpointing.from_checkpoint import DATAMODULE_HPARAMS_KEY, DATAMODULE_STATE_KEY, MODULE_HPARAMS_KEY
+from trainer.checkpointing.from_checkpoint import hparams_entries
 from trainer.checkpointing.resume import gather_rank_states
 from trainer.checkpointing.stateful import OPTIMIZER_STATES, load_states, save_states, stateful_objects
 
@@ -50,8 +43,7 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
         "state_dict": strategy.module_state(module),
         # the loop's state (position, lr_scaled); a weights-only file keeps the position alone
         **(loop.progress.state_dict() if weights_only else loop.state_dict()),
-        MODULE_HPARAMS_KEY: weights_only_loadable(dict(module.hparams)),
-        **({"hparams_name": module.hparams_name} if module.hparams_name else {}),
+        **hparams_entries(module, MODULE_HPARAMS_KEY, "hparams_name"),
         "world_size": trainer.world_size,
         "accumulate_grad_batches": trainer.accumulate_grad_batches,
         RUN_ID_KEY: run_id(),
@@ -64,8 +56,7 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
     datamodule = trainer.datamodule
     if datamodule is not None:
         checkpoint[DATAMODULE_STATE_KEY] = datamodule.state_dict()
-        checkpoint[DATAMODULE_HPARAMS_KEY] = weights_only_loadable(dict(datamodule.hparams))
-        checkpoint.update({"datamodule_hparams_name": datamodule.hparams_name} if datamodule.hparams_name else {})
+        checkpoint.update(hparams_entries(datamodule, DATAMODULE_HPARAMS_KEY, "datamodule_hparams_name"))
     if not weights_only:  # as Lightning: the callbacks add nothing to a weights-only file
         trainer.hooks.call_callbacks("on_save_checkpoint", checkpoint)
     module.on_save_checkpoint(checkpoint)  # after the callbacks, as in Lightning

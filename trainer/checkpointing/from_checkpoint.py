@@ -16,6 +16,7 @@ import torch
 
 from trainer.accelerators.accelerator import move_to_device
 from trainer.checkpoint_io.sharded_read import load_full
+from trainer.checkpoint_io.file_format import stored_as_text, weights_only_loadable
 from trainer.hyperparameters import instantiate
 
 _M = TypeVar("_M", bound=torch.nn.Module)  # a TrainModule
@@ -24,6 +25,8 @@ _D = TypeVar("_D")  # a DataModule
 MODULE_HPARAMS_KEY = "hyper_parameters"
 DATAMODULE_HPARAMS_KEY = "datamodule_hyper_parameters"  # Lightning's name for them
 DATAMODULE_STATE_KEY = "datamodule"
+# appended to a hyperparameters key: the names stored only as text (`file_format.stored_as_text`)
+TEXT_ONLY_SUFFIX = "_as_text"
 
 
 def load_module(
@@ -37,7 +40,7 @@ def load_module(
     """`TrainModule.load_from_checkpoint`: rebuilt, weights loaded, in eval mode on ``map_location``."""
     device = _device(map_location)
     checkpoint = load_full(path, weights_only=weights_only)
-    module = instantiate(cls, _saved_hparams(cls, checkpoint, MODULE_HPARAMS_KEY, "hparams_name"), overrides,
+    module = instantiate(cls, *_saved_hparams(cls, checkpoint, MODULE_HPARAMS_KEY, "hparams_name"), overrides,
                          os.fspath(path))
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=strict)
@@ -58,22 +61,40 @@ def load_datamodule(
     device = _device(map_location)
     checkpoint = load_full(path, weights_only=weights_only)
     saved = _saved_hparams(cls, checkpoint, DATAMODULE_HPARAMS_KEY, "datamodule_hparams_name")
-    datamodule = instantiate(cls, saved, overrides, os.fspath(path))
+    datamodule = instantiate(cls, *saved, overrides, os.fspath(path))
     if DATAMODULE_STATE_KEY in checkpoint:
         datamodule.load_state_dict(move_to_device(checkpoint[DATAMODULE_STATE_KEY], device))
     return datamodule
 
 
-def _saved_hparams(cls: type[Any], checkpoint: Mapping[str, Any], key: str, name_key: str) -> Mapping[str, Any]:
-    """The saved hyperparameters, as ``__init__`` takes them: Lightning's rule for a checkpoint that
-    names them (``hparams_name``, a library's or Lightning's own for ``save_hyperparameters(hparams)``):
-    when ``__init__`` has an argument of that name, they are its one value."""
-    saved = checkpoint.get(key) or {}
+def hparams_entries(owner: Any, key: str, name_key: str) -> dict[str, Any]:
+    """A module's or DataModule's hyperparameters as the checkpoint keeps them under ``key``
+    (loadable with ``weights_only=True``), the names among them kept only as text (an object's
+    ``repr``: `load_from_checkpoint` must not hand that to ``__init__`` in the object's place), and
+    Lightning's ``hparams_name`` under ``name_key``."""
+    entries: dict[str, Any] = {key: weights_only_loadable(dict(owner.hparams))}
+    text_only = stored_as_text(owner.hparams)
+    if text_only:
+        entries[key + TEXT_ONLY_SUFFIX] = text_only
+    if owner.hparams_name:
+        entries[name_key] = owner.hparams_name
+    return entries
+
+
+def _saved_hparams(
+    cls: type[Any], checkpoint: Mapping[str, Any], key: str, name_key: str
+) -> tuple[dict[str, Any], list[str]]:
+    """The saved hyperparameters as ``__init__`` takes them, and the names among them stored only
+    as text. Lightning's rule for a checkpoint that names them (``hparams_name``, a library's or
+    Lightning's own for ``save_hyperparameters(hparams)``): when ``__init__`` has an argument of
+    that name, they are its one value."""
+    saved = dict(checkpoint.get(key) or {})
+    text_only = list(checkpoint.get(key + TEXT_ONLY_SUFFIX) or [])
     name = checkpoint.get(name_key)
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # not self, *args, **kwargs
     if isinstance(name, str) and name in [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]:
-        return {name: saved}
-    return saved
+        return {name: saved}, []
+    return saved, text_only
 
 
 def _device(map_location: Any) -> torch.device:

@@ -115,8 +115,7 @@ def _callback_metrics_seen(framework, tmp_path, interval):
             super().__init__()
             self.net = nn.Linear(4, 1)
 
-        def training_step(self, batch, batch_idx):
-            return nn.functional.mse_loss(self.net(batch[0]), batch[1])
+        training_step = _Net.training_step
 
         def configure_optimizers(self):
             opt = torch.optim.AdamW(self.parameters(), lr=0.1)

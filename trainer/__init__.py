@@ -13,6 +13,13 @@ from trainer.launch.worker_process import adopt_launcher_from_env
 
 check_not_shadowed("callbacks")  # before anything imports it: a user's callbacks.py would break that
 
+from trainer.contracts.missing_names import explain_missing_names  # noqa: E402 - after the shadowing check
+from trainer.lightning import old_names  # noqa: E402
+from trainer.lightning.unsupported import not_provided  # noqa: E402 - stdlib only: `import trainer` stays light
+
+explain_missing_names(not_provided)  # `pl.strategies.DeepSpeedStrategy` names what to use instead
+old_names.install()  # `trainer.demos`, and the Lightning face's paths before `trainer.lightning`
+
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.checkpoint_io.file_format import CheckpointError
     from trainer.cli import cli_lightning_logo
@@ -76,8 +83,6 @@ def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f"trainer.{name}")  # binds trainer.<name> too
     if name not in _PUBLIC:
-        from trainer.unsupported import not_provided  # stdlib only; here so `import trainer` stays light
-
         raise not_provided("trainer", name)
     module, attr = _PUBLIC[name]
     value = getattr(importlib.import_module(module), attr)

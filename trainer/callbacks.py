@@ -9,7 +9,7 @@ from __future__ import annotations
 import callbacks as _callbacks
 from callbacks import *  # noqa: F401,F403 - the re-export is the point
 from callbacks import __all__  # noqa: F401
-from trainer.unsupported import not_provided
+from trainer.lightning.unsupported import not_provided
 
 
 def __getattr__(name: str) -> object:

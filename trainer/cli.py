@@ -25,7 +25,7 @@ from trainer.contracts import storage
 from trainer.default_callbacks import Callback
 from trainer.seed import seed_everything
 from trainer.trainer import Trainer
-from trainer.unsupported import not_provided
+from trainer.lightning.unsupported import not_provided
 
 SUBCOMMANDS = {
     "fit": "Train the model (and validate it, if there is validation data).",

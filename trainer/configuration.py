@@ -14,7 +14,7 @@ from typing import Any
 from trainer.contracts.config import TrainerConfig
 from trainer.distributed.rank_zero import rank_zero_info
 from trainer.run_state import ForwardedField
-from trainer.unsupported import check_trainer_supported
+from trainer.lightning.unsupported import check_trainer_supported
 
 
 def configure(config: TrainerConfig) -> TrainerConfig:

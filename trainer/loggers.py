@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import callbacks as _callbacks
 from callbacks import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
-from trainer.unsupported import not_provided
+from trainer.lightning.unsupported import not_provided
 
 __all__ = ["CSVLogger", "Logger", "MLFlowLogger", "TensorBoardLogger", "WandbLogger"]
 

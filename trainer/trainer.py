@@ -10,7 +10,6 @@ import torch
 
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
-from trainer.accelerator_connector import AcceleratorConnectorField
 from trainer.checkpointing.connector import save_checkpoint
 from trainer.checks import check_call, hint_misspelled_arguments
 from trainer.configuration import TrainerSettings, configure
@@ -22,9 +21,9 @@ from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpo
 from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher
 from trainer.metrics.results_table import print_results
-from trainer.unsupported import check_supported
+from trainer.lightning.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
-from trainer.lightning_attributes import LightningAttributes
+from trainer.lightning.attributes import lightning_attribute
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
 from trainer.contracts.progress import FitProgress
@@ -39,8 +38,7 @@ from trainer.strategies.selection import select_strategy
 from trainer.strategies.strategy import Strategy
 
 
-class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlacement, LightningAttributes,
-              AcceleratorConnectorField):
+class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlacement):
     """Runs a `TrainModule`: the loops, the devices, the processes, the callbacks (``docs/trainer.md``:
     every argument, checked before any work; each is then a read-only attribute of the same name)."""
 
@@ -205,6 +203,11 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         return checkpoint_callbacks(self.callbacks)
 
     # -- entry points -------------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        # only for names the class lacks: Lightning's other Trainer attributes, answered by a view of
+        # this Trainer in the Lightning layer (`trainer.lightning.attributes`), not by a base class
+        return lightning_attribute(self, name)
+
     def fit(
         self,
         model: TrainModule,

@@ -14,7 +14,7 @@ from trainer.accelerators.accelerator import move_to_device
 from trainer.distributed.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from trainer.hyperparameters import AttributeDict, init_frame_arguments
 from trainer.rng import isolated_rng
-from trainer.unsupported import not_provided
+from trainer.lightning.unsupported import not_provided
 
 __all__ = [
     "AttributeDict",

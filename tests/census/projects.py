@@ -98,7 +98,7 @@ PROJECTS: dict[str, Project] = {p.name: p for p in [
              trainer={"limit_predict_batches": 1.0}, shrink=("pandas_2_names",), requires=("pytorch_forecasting",)),
     _project("forecasting_nbeats", _FORECASTING, "examples/nbeats.py", integration="pytorch_forecasting",
              requires=("pytorch_forecasting",)),
-    # Lightning's basic examples on its demos (lightning.pytorch.demos: Lockstep's trainer.demos)
+    # Lightning's basic examples on its demos (lightning.pytorch.demos: Lockstep's trainer.lightning.demos)
     _project("lightning_basics_transformer", _LIGHTNING, "examples/pytorch/basics/transformer.py",
              shrink=("wikitext2_local",)),
     _project("lightning_basics_autoencoder", _LIGHTNING, "examples/pytorch/basics/autoencoder.py",

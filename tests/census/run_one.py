@@ -1,7 +1,7 @@
 """One run of one census project: ``python -m tests.census.run_one FRAMEWORK PROJECT OUT``.
 
 FRAMEWORK is ``lightning`` (the installed Lightning) or ``lockstep`` (the script started through
-`trainer.lightning_alias.main`, as ``python -m trainer.as_lightning SCRIPT`` starts it). Before the
+`trainer.lightning.alias.main`, as ``python -m trainer.as_lightning SCRIPT`` starts it). Before the
 script runs, the harness seeds every generator with 0, applies the project's shrinks, and wraps the
 `Trainer` class the script imports: every `Trainer` gets the project's `Trainer` arguments, and
 every ``fit``/``validate``/``test``/``predict`` call is recorded (the model's parameters, the
@@ -96,7 +96,7 @@ def _notebook_as_script(notebook: Path, cells: int) -> Path:
 
 def _trainer_classes(framework: str, source: str) -> list[type]:
     if framework == "lockstep":
-        from trainer.lightning_alias import install
+        from trainer.lightning.alias import install
 
         install()
         import trainer
@@ -122,7 +122,7 @@ def run(framework: str, project: Project, calls: list[dict[str, Any]]) -> None:
     np.random.seed(0)
     torch.manual_seed(0)
     if framework == "lockstep":
-        from trainer.lightning_alias import main
+        from trainer.lightning.alias import main
 
         main([str(script), *project.argv])
     else:

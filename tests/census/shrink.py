@@ -67,7 +67,7 @@ def _lightning_demos_mnist() -> None:
     import sys
 
     lockstep = any(getattr(finder, "_lockstep_alias", False) for finder in sys.meta_path)
-    demo = importlib.import_module("trainer.demos.mnist_datamodule" if lockstep else "lightning.pytorch.demos.mnist_datamodule")
+    demo = importlib.import_module("trainer.lightning.demos.mnist_datamodule" if lockstep else "lightning.pytorch.demos.mnist_datamodule")
     demo.MNIST = FakeImages  # type: ignore[attr-defined]
 
 

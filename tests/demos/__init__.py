@@ -1,1 +1,1 @@
-"""Lockstep's `trainer.demos` against the installed Lightning's ``lightning.pytorch.demos``."""
+"""Lockstep's `trainer.lightning.demos` against the installed Lightning's ``lightning.pytorch.demos``."""

@@ -1,4 +1,4 @@
-"""`trainer.demos.boring_classes` against Lightning's: the same seed gives the same items, and each
+"""`trainer.lightning.demos.boring_classes` against Lightning's: the same seed gives the same items, and each
 demo module fitted a few steps on either framework ends with the same parameters (1e-6)."""
 from __future__ import annotations
 

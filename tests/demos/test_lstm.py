@@ -1,4 +1,4 @@
-"""`trainer.demos.lstm` against Lightning's: `SequenceSampler`'s batches, `SimpleLSTM`'s weights
+"""`trainer.lightning.demos.lstm` against Lightning's: `SequenceSampler`'s batches, `SimpleLSTM`'s weights
 and outputs, and `LightningLSTM` fitted a few steps on a small local WikiText-2 file (its hidden
 state carried from batch to batch): the same parameters (1e-6) and the same logged loss."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`trainer.demos.mnist_datamodule` against Lightning's, offline: the files laid out as each download
+"""`trainer.lightning.demos.mnist_datamodule` against Lightning's, offline: the files laid out as each download
 leaves them (Lightning's hosted ``<root>/MNIST/complete/*.pt``, torchvision's ``<root>/MNIST/raw``)
 give the same items, split and batches; the hosted copy's download runs against a real HTTP server
 on this machine (a thread), and torchvision's fails the same way on both frameworks."""

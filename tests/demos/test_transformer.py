@@ -1,4 +1,4 @@
-"""`trainer.demos.transformer` against Lightning's: `WikiText2` read from a small local file gives
+"""`trainer.lightning.demos.transformer` against Lightning's: `WikiText2` read from a small local file gives
 the same ids, vocabulary and blocks; `Transformer` the same weights and outputs from the same seed;
 `LightningTransformer` fitted a few steps the same parameters (1e-6). The download runs against a
 real HTTP server on this machine (a thread), as the demo reaches the internet's."""
@@ -58,7 +58,7 @@ def test_lightning_transformer_fits_to_lightning_s_parameters(corpus):
 
 @pytest.mark.timeout(60)
 def test_wikitext2_downloads_once_and_an_error_page_writes_nothing(server, monkeypatch):
-    import trainer.demos.transformer as transformer
+    import trainer.lightning.demos.transformer as transformer
 
     served, url = server
     text = write_corpus(served, lines=60).read_text(encoding="utf8")

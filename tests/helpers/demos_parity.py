@@ -1,6 +1,6 @@
 """Fit the same demo on Lightning and on Lockstep from the same seed, for tests/demos.
 
-`demos(name)` gives Lightning's ``lightning.pytorch.demos`` or Lockstep's `trainer.demos` package
+`demos(name)` gives Lightning's ``lightning.pytorch.demos`` or Lockstep's `trainer.lightning.demos` package
 (submodules imported); `fit_both` builds one demo module on each (from the same seed) and fits it
 with the framework's own Trainer, returning both modules and both trainers; `write_corpus` writes a
 small WikiText-2-shaped text file.
@@ -20,7 +20,7 @@ SUBMODULES = ("boring_classes", "mnist_datamodule", "transformer", "lstm")
 
 def demos(name: str) -> types.SimpleNamespace:
     """The demos of ``"lightning"`` or ``"lockstep"``: its package, submodules and Trainer as one namespace."""
-    package = "lightning.pytorch.demos" if name == "lightning" else "trainer.demos"
+    package = "lightning.pytorch.demos" if name == "lightning" else "trainer.lightning.demos"
     framework = importlib.import_module("lightning.pytorch" if name == "lightning" else "trainer")
     modules = {sub: importlib.import_module(f"{package}.{sub}") for sub in SUBMODULES}
     return types.SimpleNamespace(Trainer=framework.Trainer, **modules)

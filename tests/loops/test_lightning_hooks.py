@@ -112,7 +112,7 @@ def _lightning_hooks() -> list[str]:
 
 
 def test_every_lightning_hook_is_called_or_refused(runs):
-    from trainer.unsupported import REFUSED_MODULE_HOOKS
+    from trainer.lightning.unsupported import REFUSED_MODULE_HOOKS
     from tests.loops.test_hook_order import EXPECTED_FIT, EXPECTED_PREDICT, EXPECTED_TEST, EXPECTED_VALIDATE
 
     seen = {e[0] for stage in ("fit", "validate", "test", "predict") for e in runs["lockstep"][0][stage]}
@@ -126,7 +126,7 @@ def test_every_lightning_hook_is_called_or_refused(runs):
     assert not missing, f"Lightning hooks neither called nor refused: {missing}"
 
 
-@pytest.mark.parametrize("name", sorted(__import__("trainer.unsupported", fromlist=["x"]).REFUSED_MODULE_HOOKS))
+@pytest.mark.parametrize("name", sorted(__import__("trainer.lightning.unsupported", fromlist=["x"]).REFUSED_MODULE_HOOKS))
 def test_an_unsupported_override_is_refused_at_fit_start_naming_it(name, tmp_path):
     def hook(self, *args, **kwargs):
         raise AssertionError("must not run")
@@ -139,8 +139,8 @@ def test_an_unsupported_override_is_refused_at_fit_start_naming_it(name, tmp_pat
 
 def test_lightning_module_attributes_are_all_known():
     """Every public attribute of Lightning's LightningModule exists on TrainModule or is listed, with
-    what to use instead, in trainer.unsupported (and docs/migration.md)."""
-    from trainer.unsupported import REFUSED_MODULE_HOOKS, UNSUPPORTED_MODULE_ATTRIBUTES
+    what to use instead, in trainer.lightning.unsupported (and docs/migration.md)."""
+    from trainer.lightning.unsupported import REFUSED_MODULE_HOOKS, UNSUPPORTED_MODULE_ATTRIBUTES
 
     names = {n for cls in pl.LightningModule.__mro__ if cls not in (nn.Module, object)
              for n in vars(cls) if not n.startswith("_")}

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks.logger import Logger
 from trainer import Trainer, TrainModule
-from trainer.unsupported import REFUSED_TRAINER_ARGUMENTS
+from trainer.lightning.unsupported import REFUSED_TRAINER_ARGUMENTS
 
 pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
 

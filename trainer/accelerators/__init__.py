@@ -5,8 +5,8 @@ Lightning's accelerator classes (``lightning.pytorch.accelerators``) are not pro
 """
 from __future__ import annotations
 
-from trainer.unsupported import not_provided
+from trainer.contracts.missing_names import missing_name
 
 
 def __getattr__(name: str) -> object:
-    raise not_provided(__name__, name)
+    raise missing_name(__name__, name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from trainer.unsupported import not_provided
+from trainer.contracts.missing_names import missing_name
 
 _PUBLIC = {
     "Strategy": "trainer.strategies.strategy",
@@ -24,5 +24,5 @@ __all__ = list(_PUBLIC)
 
 def __getattr__(name: str) -> Any:
     if name not in _PUBLIC:
-        raise not_provided(__name__, name)
+        raise missing_name(__name__, name)
     return getattr(importlib.import_module(_PUBLIC[name]), "ProcessGroupStrategy" if name == "ParallelStrategy" else name)

@@ -10,8 +10,8 @@ Lightning itself need not be installed; where it is, it is not imported.
 ``lightning.pytorch.__version__`` (and ``lightning.__version__``, ``pytorch_lightning.__version__``)
 is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
 compares against. A name Lightning has and Lockstep lacks raises an error naming it and what to
-use instead (`trainer.unsupported.NOT_PROVIDED_NAMES`); so does every name of ``lightning.fabric`` but
-the type names of ``lightning.fabric.utilities.types`` (`trainer.fabric_types`).
+use instead (`trainer.lightning.unsupported.NOT_PROVIDED_NAMES`); so does every name of ``lightning.fabric`` but
+the type names of ``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`).
 """
 from __future__ import annotations
 
@@ -23,14 +23,14 @@ import sys
 import types
 from typing import Any, Sequence
 
-from trainer.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
+from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
 
 LIGHTNING_API_VERSION = "2.6.6"
 
 # the names that alias Lockstep's `trainer` package, as Lightning's own packages alias each other
 _ROOTS = ("lightning.pytorch", "pytorch_lightning", "lightning")
 _FABRIC = ("lightning.fabric", "lightning_fabric")
-_FABRIC_TYPES = "utilities.types"  # the one Fabric module provided (`trainer.fabric_types`), and its packages
+_FABRIC_TYPES = "utilities.types"  # the one Fabric module provided (`trainer.lightning.fabric_types`), and its packages
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {
     "callbacks": "trainer.callbacks",
@@ -138,7 +138,7 @@ def _fabric_module(name: str) -> types.ModuleType:
     root = next(r for r in _FABRIC if name == r or name.startswith(r + "."))
     rest = name[len(root) + 1:]
     if rest == _FABRIC_TYPES:
-        return _AliasModule(name, importlib.import_module("trainer.fabric_types"))
+        return _AliasModule(name, importlib.import_module("trainer.lightning.fabric_types"))
     if rest in ("", _FABRIC_TYPES.split(".")[0]):
         return _FabricPackage(name)
     raise _fabric_not_provided(name)

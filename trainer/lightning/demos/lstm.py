@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Sampler
 
-from trainer.demos.transformer import WikiText2
+from trainer.lightning.demos.transformer import WikiText2
 from trainer.module import TrainModule
 
 

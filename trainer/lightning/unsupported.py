@@ -142,7 +142,7 @@ def _in_from_import() -> bool:
     # `from m import x` turns an AttributeError from m.__getattr__ into a bare "cannot import name":
     # raise ImportError there, so the message survives; a plain read keeps hasattr() working.
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None and (frame.f_code.co_name == "__getattr__" or frame.f_code.co_filename.startswith("<frozen")):
+    while frame is not None and (frame.f_code.co_name in _FORWARDERS or frame.f_code.co_filename.startswith("<frozen")):
         frame = frame.f_back  # the namespace modules' __getattr__ (a proxy may forward to another) and importlib
     if frame is None:
         return False
@@ -151,3 +151,5 @@ def _in_from_import() -> bool:
 
 
 _IMPORT_FROM = dis.opmap["IMPORT_FROM"]
+# the functions between a namespace module's ``__getattr__`` and `not_provided` (`trainer.contracts.missing_names`)
+_FORWARDERS = frozenset({"__getattr__", "missing_name"})

@@ -3,9 +3,9 @@ modules and datasets for examples, bug reports and tests, giving Lightning 2.6's
 seed. One module per Lightning submodule: `boring_classes`, `mnist_datamodule`, `transformer`,
 `lstm`; this package exports what Lightning's ``demos`` package exports.
 """
-from trainer.demos.boring_classes import BoringDataModule, BoringModel, DemoModel
-from trainer.demos.lstm import LightningLSTM, SequenceSampler, SimpleLSTM
-from trainer.demos.transformer import LightningTransformer, Transformer, WikiText2
+from trainer.lightning.demos.boring_classes import BoringDataModule, BoringModel, DemoModel
+from trainer.lightning.demos.lstm import LightningLSTM, SequenceSampler, SimpleLSTM
+from trainer.lightning.demos.transformer import LightningTransformer, Transformer, WikiText2
 
 __all__ = [
     "LightningLSTM",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 from trainer.contracts.arguments import check_bool, check_path
 from trainer.module import TrainModule
@@ -41,15 +41,20 @@ def _explicit_parameters(init: Callable[..., Any]) -> list[str]:
     ]
 
 
-def hint_misspelled_arguments(init: Callable[..., Any]) -> Callable[..., Any]:
+_P = ParamSpec("_P")
+_Self = TypeVar("_Self")
+
+
+def hint_misspelled_arguments(init: Callable[Concatenate[_Self, _P], None]) -> Callable[Concatenate[_Self, _P], None]:
     """``init`` refusing an unknown keyword with the closest argument's name (``max_epoch``: did you
     mean ``max_epochs``?). Python's own error names none. ``functools.wraps`` keeps ``init``'s
-    signature for `inspect`, jsonargparse (the CLI) and the docs; a subclass that passes its
-    ``**kwargs`` on gets the hint too, its own arguments included."""
+    signature for `inspect`, jsonargparse (the CLI) and the docs, and the ParamSpec keeps it for type
+    checkers and editors; a subclass that passes its ``**kwargs`` on gets the hint too, its own
+    arguments included."""
     own = _explicit_parameters(init)
 
     @functools.wraps(init)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+    def checked(self: _Self, *args: _P.args, **kwargs: _P.kwargs) -> None:
         unknown = [name for name in kwargs if name not in own]
         if unknown:
             known = own + [n for n in _explicit_parameters(type(self).__init__) if n not in own]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, Callable, Generic, NoReturn, TypeVar, overload
 
 from trainer.contracts.config import TrainerConfig
 from trainer.distributed.rank_zero import rank_zero_info
-from trainer.run_state import ForwardedField
+from trainer.run_state import check_reads
 from trainer.lightning.unsupported import check_trainer_supported
 
 
@@ -40,17 +40,32 @@ _SECTION_OF = {
 }
 
 
-class _Setting(ForwardedField):
-    """A read-only attribute of the Trainer that reads the setting of the same name (in its section)."""
+_T = TypeVar("_T")
+
+
+class _Setting(Generic[_T]):
+    """A read-only attribute of the Trainer: the setting of the same name, which ``read`` reads from
+    the config (``lambda c: c.limits.max_epochs``), so the attribute has the field's type."""
+
+    def __init__(self, read: Callable[[TrainerConfig], _T]) -> None:
+        self._read = read
 
     def __set_name__(self, owner: type, name: str) -> None:
-        super().__set_name__(owner, name)
-        self.section = _SECTION_OF[name]
+        check_reads(self._read, (_SECTION_OF[name], name), f"{owner.__name__}.{name}")
+        self.name = name
 
-    def _holder(self, trainer: Any) -> Any:
-        return getattr(trainer.config, self.section)
+    @overload
+    def __get__(self, trainer: None, owner: type | None = None) -> _Setting[_T]: ...
 
-    def __set__(self, trainer: Any, value: Any) -> None:
+    @overload
+    def __get__(self, trainer: TrainerSettings, owner: type | None = None) -> _T: ...
+
+    def __get__(self, trainer: TrainerSettings | None, owner: type | None = None) -> _Setting[_T] | _T:
+        if trainer is None:
+            return self
+        return self._read(trainer.config)
+
+    def __set__(self, trainer: TrainerSettings, value: NoReturn) -> None:
         raise AttributeError(f"trainer.{self.name} is a setting, fixed when the Trainer is built: pass it as an argument")
 
 
@@ -58,31 +73,35 @@ class TrainerSettings:
     """The Trainer's settings as read-only attributes (``trainer.max_epochs``...), from ``self.config``."""
 
     config: TrainerConfig
-    max_epochs = _Setting()
-    max_steps = _Setting()
-    min_epochs = _Setting()
-    min_steps = _Setting()
-    limit_train_batches = _Setting()
-    limit_val_batches = _Setting()
-    limit_test_batches = _Setting()
-    limit_predict_batches = _Setting()
-    scale_lr = _Setting()
-    gradient_clip_val = _Setting()
-    gradient_clip_algorithm = _Setting()
-    val_check_interval = _Setting()
-    check_val_every_n_epoch = _Setting()
-    num_sanity_val_steps = _Setting()
-    reload_dataloaders_every_n_epochs = _Setting()
-    compile = _Setting()
-    channels_last = _Setting()
-    pin_memory = _Setting()
-    default_root_dir = _Setting()
-    allow_global_batch_change = _Setting()
-    allow_dataset_change = _Setting()
-    log_every_n_steps = _Setting()
-    enable_autolog_hparams = _Setting()
-    fast_dev_run = _Setting()
-    overfit_batches = _Setting()
-    detect_non_finite_grads = _Setting()
-    sync_batchnorm = _Setting()
-    use_distributed_sampler = _Setting()
+    max_epochs = _Setting(lambda c: c.limits.max_epochs)
+    max_steps = _Setting(lambda c: c.limits.max_steps)
+    min_epochs = _Setting(lambda c: c.limits.min_epochs)
+    min_steps = _Setting(lambda c: c.limits.min_steps)
+    limit_train_batches = _Setting(lambda c: c.limits.limit_train_batches)
+    limit_val_batches = _Setting(lambda c: c.limits.limit_val_batches)
+    limit_test_batches = _Setting(lambda c: c.limits.limit_test_batches)
+    limit_predict_batches = _Setting(lambda c: c.limits.limit_predict_batches)
+    scale_lr = _Setting(lambda c: c.loop.scale_lr)
+    gradient_clip_val = _Setting(lambda c: c.loop.gradient_clip_val)
+    gradient_clip_algorithm = _Setting(lambda c: c.loop.gradient_clip_algorithm)
+    val_check_interval = _Setting(lambda c: c.loop.val_check_interval)
+    check_val_every_n_epoch = _Setting(lambda c: c.loop.check_val_every_n_epoch)
+    num_sanity_val_steps = _Setting(lambda c: c.loop.num_sanity_val_steps)
+    reload_dataloaders_every_n_epochs = _Setting(lambda c: c.loop.reload_dataloaders_every_n_epochs)
+    compile = _Setting(lambda c: c.loop.compile)
+    channels_last = _Setting(lambda c: c.loop.channels_last)
+    pin_memory = _Setting(lambda c: c.loop.pin_memory)
+    allow_global_batch_change = _Setting(lambda c: c.checkpointing.allow_global_batch_change)
+    allow_dataset_change = _Setting(lambda c: c.checkpointing.allow_dataset_change)
+    log_every_n_steps = _Setting(lambda c: c.logging.log_every_n_steps)
+    enable_autolog_hparams = _Setting(lambda c: c.logging.enable_autolog_hparams)
+    fast_dev_run = _Setting(lambda c: c.debug.fast_dev_run)
+    overfit_batches = _Setting(lambda c: c.debug.overfit_batches)
+    detect_non_finite_grads = _Setting(lambda c: c.debug.detect_non_finite_grads)
+    sync_batchnorm = _Setting(lambda c: c.distributed.sync_batchnorm)
+    use_distributed_sampler = _Setting(lambda c: c.distributed.use_distributed_sampler)
+
+    @property
+    def default_root_dir(self) -> str:
+        """Where the run writes: a local path or a URL (the argument as normalized when built)."""
+        return self.config.checkpointing.root

@@ -16,7 +16,7 @@ from trainer.configuration import TrainerSettings, configure
 from trainer.contracts.config import CheckpointingConfig, DebugConfig, DistributedConfig, Limits, LoggingConfig, LoopConfig
 from trainer.contracts.config import PrecisionConfig, TrainerConfig
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
-from trainer.data.batch_counts import BatchCounts
+from trainer.batch_counts import BatchCounts
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
 from trainer.default_callbacks import first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks
 from trainer.hooks import HookDispatcher

@@ -79,3 +79,45 @@ def test_the_member_type_check_finds_an_any_member():
         anything: Any
 
     assert "Any" in _member_types(Loose).values()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(tmp_path):
+    # the signature survives `hint_misspelled_arguments`; a setting or run field has its field's type
+    sample = tmp_path / "typed_trainer.py"
+    sample.write_text(
+        "from typing_extensions import assert_type\n"
+        "from trainer import Trainer\n\n"
+        "Trainer(max_epoch=3)\n"
+        "Trainer(max_epochs='x')\n"
+        "t = Trainer(max_epochs=3)\n"
+        "assert_type(t.max_epochs, int | None)\n"
+        "assert_type(t.default_root_dir, str)\n"
+        "assert_type(t.should_stop, bool)\n"
+        "t.should_stop = True\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", str(sample)],
+        capture_output=True, text=True, cwd=REPO, timeout=580,
+    )
+    errors = [line.split(": error: ")[1] for line in out.stdout.splitlines() if ": error: " in line]
+    assert [e.split("  [")[0] for e in errors] == [
+        'Unexpected keyword argument "max_epoch" for "Trainer"; did you mean "max_epochs"?',
+        'Argument "max_epochs" to "Trainer" has incompatible type "str"; expected "int | None"',
+    ], out.stdout
+
+
+def test_a_setting_reads_the_field_of_its_own_name():
+    from trainer.configuration import TrainerSettings, _Setting
+    from trainer.run_state import RunField, RunStateFields
+
+    def refusal(name: str, base: type, attribute: object) -> str:
+        with pytest.raises((TypeError, RuntimeError)) as error:  # Python 3.11 wraps __set_name__'s error
+            type(name, (base,), {"__module__": __name__, name.lower(): attribute})
+        return str(error.value.__cause__ or error.value)
+
+    assert refusal("Max_epochs", TrainerSettings, _Setting(lambda c: c.limits.max_steps)) == (
+        "Max_epochs.max_epochs must read limits.max_epochs, not limits.max_steps")
+    assert refusal("Should_stop", RunStateFields, RunField(lambda run: run.optimizers)) == (
+        "Should_stop.should_stop must read should_stop, not optimizers")

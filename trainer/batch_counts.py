@@ -1,4 +1,5 @@
-"""`BatchCounts`: the Trainer's read-only views of batch sizes and counts (a base class of `Trainer`)."""
+"""`BatchCounts`: the Trainer's read-only views of batch sizes and counts (a base class of `Trainer`),
+read from its loaders, its settings, its fit loop and its `MetricLogger`."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -6,6 +7,10 @@ from typing import TYPE_CHECKING, Any
 from trainer.contracts.accumulation import global_batch_size, steps_in
 from trainer.contracts.config import TrainerConfig
 from trainer.data.loaders import loader_batch_size, num_batches
+
+if TYPE_CHECKING:
+    from trainer.loops.fit_loop import FitLoop
+    from trainer.metrics.metric_logger import MetricLogger
 
 
 class BatchCounts:
@@ -22,9 +27,9 @@ class BatchCounts:
         @property
         def world_size(self) -> int: ...
 
-    fit_loop: Any  # FitLoop (the data floor does not import the loops)
+    fit_loop: FitLoop
     config: TrainerConfig
-    metric_logger: Any  # MetricLogger
+    metric_logger: MetricLogger
 
     @property
     def micro_batch_size(self) -> int | None:

@@ -36,8 +36,8 @@ def _step(path):
     return torch.load(path, weights_only=True)["global_step"]
 
 
-def _slurm(monkeypatch, job, restart):
-    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_ID": "0", "SLURM_LOCALID": "0",
+def _slurm(monkeypatch, job, restart, step=0):
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_STEP_ID": str(step), "SLURM_LOCALID": "0",
            "SLURM_NODEID": "0", "SLURM_TASKS_PER_NODE": "1", "SLURM_JOB_NODELIST": "localhost",
            "SLURM_JOB_ID": str(job), "SLURM_RESTART_COUNT": str(restart)}
     for name, value in env.items():
@@ -98,6 +98,39 @@ def test_a_requeued_slurm_job_resumes_only_its_own_run(tmp_path, monkeypatch, fa
     assert _fingerprint(old["log_dir"]) == before
 
 
+def test_two_steps_of_one_slurm_job_never_share_a_checkpoint_or_a_log_version(tmp_path, monkeypatch):
+    """``srun`` steps 0 and 1 of job 606 in one root: step 0 finished in version_0; step 1 failed
+    before its first save and is requeued. Its restart trains from step 0 in a version of its
+    own, not on in step 0's version from step 0's checkpoint."""
+    root = str(tmp_path / "runs")
+    _slurm(monkeypatch, 606, 0, step=0)
+    old = run_identity.main(["--root", root, "--steps", "6"])
+    before = _fingerprint(old["log_dir"])
+    _slurm(monkeypatch, 606, 0, step=1)
+    with pytest.raises(RuntimeError, match="planned failure"):
+        run_identity.main(["--root", root, "--fail", "prepare_data"])
+    _slurm(monkeypatch, 606, 1, step=1)
+    new = run_identity.main(["--root", root, "--fail", "prepare_data"])
+    assert new["start_step"] == 0 and new["log_dir"].endswith("version_1") and new["last"] != old["last"], new
+    assert _fingerprint(old["log_dir"]) == before
+    assert {run_id()} == {torch.load(new["last"], weights_only=True)["run_id"]} == {"slurm-606.1"}
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"SLURM_JOB_ID": "7"}, "slurm-7"),  # the batch script itself: no step
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "2"}, "slurm-7.2"),
+    ({"SLURM_JOB_ID": "9", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3", "SLURM_STEP_ID": "0"}, "slurm-7_3.0"),
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "2", "LOCKSTEP_RUN_NAME": "exp"}, "name-exp"),  # the user's name wins
+    ({"LOCKSTEP_RUN_NAME": "exp"}, "name-exp"),
+])
+def test_the_run_id_has_every_part_that_tells_runs_apart(monkeypatch, env, expected):
+    for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "LOCKSTEP_RUN_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert run_id() == expected
+
+
 class _PreemptAt(Callback):
     """Asks for a pre-emption (SIGUSR1) after global step ``step``."""
 
@@ -154,5 +187,64 @@ def test_two_preempted_runs_without_a_model_checkpoint_keep_their_last_checkpoin
     finally:
         holder.release()
     assert re.fullmatch(r"last-[0-9a-f]{8}\.ckpt", os.path.basename(third)) and _step(third) < second_step
-    assert torch.load(third, weights_only=True)["run_id"] == run_id() == "slurm-303"
+    assert torch.load(third, weights_only=True)["run_id"] == run_id() == "slurm-303.0"
     assert (_step(first), _step(second)) == (first_step, second_step)
+
+
+def _as_new_process(monkeypatch, name=None):
+    """This test process as a fresh one: a process run id of its own, and the user's run name."""
+    from trainer.contracts import run_identity as identity
+
+    for var in ("SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "LOCKSTEP_RUN_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(identity, "_PROCESS_RUN_ID", f"process-{os.urandom(6).hex()}")
+    if name is not None:
+        monkeypatch.setenv("LOCKSTEP_RUN_NAME", name)
+
+
+def _fit_last(root, callbacks=()):
+    start = _StartStep()
+    Trainer(max_steps=10, default_root_dir=root, accelerator="cpu", callbacks=[start, *callbacks], **QUIET).fit(
+        Regression(), loader(regression_data(), 8), ckpt_path="last"
+    )
+    return start.step
+
+
+def test_last_among_several_plain_runs_refuses_naming_each_file_with_its_run_and_step(tmp_path, monkeypatch):
+    """Two plain runs pre-empted into one root keep last.ckpt and last-v1.ckpt; the first's
+    relaunch with ckpt_path="last" has no id to tell which is its own: it refuses, naming each."""
+    from trainer.checkpointing.checkpoint_paths import CheckpointPathError
+
+    root = str(tmp_path)
+    _as_new_process(monkeypatch)
+    first = _preempted(root, 2)
+    _as_new_process(monkeypatch)
+    second = _preempted(root, 6)
+    runs = [torch.load(p, weights_only=True)["run_id"] for p in (first, second)]
+    _as_new_process(monkeypatch)
+    with pytest.raises(CheckpointPathError) as info:
+        _fit_last(root)
+    said = str(info.value)
+    for path, run in zip((first, second), runs):
+        assert f"{path} (run {run}, global step {_step(path)})" in said, said
+    assert "LOCKSTEP_RUN_NAME" in said
+
+
+def test_last_among_several_runs_resumes_the_one_the_run_s_name_selects(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    _as_new_process(monkeypatch, name="alpha")
+    alpha = _step(_preempted(root, 2))
+    _as_new_process(monkeypatch, name="beta")
+    beta = _step(_preempted(root, 6))  # the newer file
+    _as_new_process(monkeypatch, name="alpha")
+    assert _fit_last(root) == alpha < beta  # alpha's own, not beta's newer one
+    _as_new_process(monkeypatch, name="beta")
+    assert _fit_last(root) == beta
+
+
+def test_last_of_one_run_is_resumed_by_any_process(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    _as_new_process(monkeypatch)
+    step = _step(_preempted(root, 3))
+    _as_new_process(monkeypatch)
+    assert _fit_last(root) == step

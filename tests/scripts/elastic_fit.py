@@ -4,13 +4,15 @@
 ``Trainer(global_batch_size=12)`` (A = 12 / (2 W): 2 on three nodes, 3 on two), 2 epochs, a
 checkpoint every optimizer step (every K with ``--every K``).
 
-    --root DIR  --mode straight | leave | join  [--step S]  [--strategy ddp | fsdp]  [--global-batch G]
+    --root DIR  --mode straight | leave | join | fail  [--step S]  [--strategy ddp | fsdp]  [--global-batch G]
     [--every K]  [--reference]
 
 - ``leave``: the rank on host ``lsnode2`` writes ``<root>/holding`` after global step S and waits
   (at most 120 s) for the test to cut its node's power;
 - ``join``: global rank 0 writes ``<root>/ready`` after global step S (once per root) and waits
   (at most 120 s) for the agents to stop the workers, as they do when a node joins;
+- ``fail``: global rank 1 of the first attempt (``TORCHELASTIC_RESTART_COUNT=0``) raises after
+  global step S (its checkpoint saved), for the agent to restart the workers;
 - ``--reference``: one process with the global batch (a loader of batch 12, no accumulation).
 
 A run that resumed (a restart) writes, on global rank 0, ``<root>/resumed.json`` at its first
@@ -84,6 +86,8 @@ class Interrupt(Callback):
         if self.mode == "leave" and socket.gethostname() == "lsnode2":
             Path(self.root, "holding").touch()
             time.sleep(120)
+        elif self.mode == "fail" and trainer.global_rank == 1 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            raise RuntimeError(f"planned failure after global step {self.step}")
         elif self.mode == "join" and trainer.global_rank == 0 and not Path(self.root, "ready").exists():
             Path(self.root, "ready").touch()
             self._wait_for_sigterm()
@@ -92,7 +96,7 @@ class Interrupt(Callback):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
-    parser.add_argument("--mode", default="straight", choices=["straight", "leave", "join"])
+    parser.add_argument("--mode", default="straight", choices=["straight", "leave", "join", "fail"])
     parser.add_argument("--step", type=int, default=3)
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--global-batch", type=int, default=GLOBAL_BATCH)

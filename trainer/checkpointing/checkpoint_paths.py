@@ -13,7 +13,7 @@ import torch
 from trainer.checkpoint_io.file_format import load_checkpoint
 from trainer.checkpoint_io.sharded_layout import META_FILE, is_sharded_checkpoint
 from trainer.contracts import storage
-from trainer.contracts.run_identity import run_id
+from trainer.contracts.run_identity import has_scheduler_identity, run_id
 from trainer.contracts.run_lock import RunLock, RunLockedError
 
 RUN_ID_KEY = "run_id"  # the checkpoint entry naming the run that wrote it
@@ -49,7 +49,7 @@ def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
             )
         return str(path)
     if ckpt_path == "last":
-        path = find_last_checkpoint(trainer)
+        path = _last_of_one_run(trainer)
         if path is None:
             raise CheckpointPathError(
                 f"ckpt_path='last' but there is no last checkpoint under {trainer.default_root_dir!r} or "
@@ -59,9 +59,42 @@ def resolve_checkpoint_path(trainer: Trainer, ckpt_path: Any) -> str:
     return storage.normalize(ckpt_path, "ckpt_path")
 
 
+def _last_of_one_run(trainer: Trainer) -> str | None:
+    """``ckpt_path="last"``: the newest last checkpoint, when every one there is one run's; among
+    several runs', the newest of this run's own (its id: `trainer.contracts.run_identity`).
+    Refused when that does not choose: no id outlives a process, or none of them is this run's."""
+    candidates = _last_checkpoints(trainer)
+    owners = {path: _owner(path) for path in candidates}
+    runs = {run for run, _ in owners.values()}
+    if len(runs) <= 1:
+        return max(candidates, key=storage.mtime) if candidates else None
+    mine = [path for path in candidates if owners[path][0] == run_id()]
+    if mine:
+        return max(mine, key=storage.mtime)
+    listed = "; ".join(
+        f"{path} (run {run or 'unknown'}, global step {'?' if step is None else step})"
+        for path, (run, step) in sorted(owners.items())
+    )
+    raise CheckpointPathError(
+        f"ckpt_path='last' cannot choose among the last checkpoints of {len(runs)} runs under "
+        f"{trainer.default_root_dir!r}: {listed}. This run ({run_id()}) wrote none of them"
+        + ("" if has_scheduler_identity() else ", and without SLURM, torchrun or LOCKSTEP_RUN_NAME it has no id an earlier run could share")
+        + ". Pass the checkpoint's path (ckpt_path='path/to/last.ckpt'), or launch under the run's name "
+        "(LOCKSTEP_RUN_NAME=...) or in its SLURM job."
+    )
+
+
 def find_last_checkpoint(trainer: Trainer, run: str | None = None) -> str | None:
     """The newest ``last*.ckpt`` (a file, or a sharded checkpoint directory) in a ModelCheckpoint's
     dirpath or under ``default_root_dir``; with ``run``, the newest one that run wrote."""
+    candidates = _last_checkpoints(trainer)
+    if run is not None:
+        candidates = [c for c in candidates if written_by(c) == run]
+    return max(candidates, key=storage.mtime) if candidates else None
+
+
+def _last_checkpoints(trainer: Trainer) -> list[str]:
+    """Every ``last*.ckpt`` in a ModelCheckpoint's dirpath or under ``default_root_dir``."""
     candidates = []
     for cb in trainer.checkpoint_callbacks:
         if cb.last_model_path:
@@ -70,15 +103,17 @@ def find_last_checkpoint(trainer: Trainer, run: str | None = None) -> str | None
         if dirpath:
             candidates += storage.glob(storage.join(str(dirpath), "last*.ckpt"))
     candidates += storage.glob(storage.join(trainer.default_root_dir, "**", "last*.ckpt"))
-    candidates = [c for c in dict.fromkeys(candidates) if storage.isfile(c) or is_sharded_checkpoint(c)]
-    if run is not None:
-        candidates = [c for c in candidates if written_by(c) == run]
-    return max(candidates, key=storage.mtime) if candidates else None
+    return [c for c in dict.fromkeys(candidates) if storage.isfile(c) or is_sharded_checkpoint(c)]
 
 
 def written_by(path: str) -> str | None:
     """The id of the run that wrote the checkpoint at ``path`` (None: unreadable, or written
     before checkpoints recorded it). Reads only the small part of the file it needs."""
+    return _owner(path)[0]
+
+
+def _owner(path: str) -> tuple[str | None, int | None]:
+    """The run id and global step of the checkpoint at ``path`` (None where not known)."""
     try:
         if is_sharded_checkpoint(path):
             path = storage.join(path, META_FILE)
@@ -87,9 +122,11 @@ def written_by(path: str) -> str | None:
         else:  # memory-mapped: the tensors are not read
             checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - a file that cannot be read is no run's
-        return None
-    value = checkpoint.get(RUN_ID_KEY) if isinstance(checkpoint, dict) else None
-    return value if isinstance(value, str) else None
+        return None, None
+    if not isinstance(checkpoint, dict):
+        return None, None
+    run, step = checkpoint.get(RUN_ID_KEY), checkpoint.get("global_step")
+    return (run if isinstance(run, str) else None), (step if type(step) is int else None)
 
 
 @contextlib.contextmanager

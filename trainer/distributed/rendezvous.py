@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from trainer.contracts.run_identity import adopt_job
 from trainer.distributed.cluster_environment import ClusterEnvironment
-from trainer.distributed.job_store import job_store
+from trainer.distributed.job_store import job_store, lone_job_store
 
 # The rendezvous store of this process, kept for its lifetime. A script may fit several times
 # under one launcher (same MASTER_PORT): torch names every new default group alike, so a rank
@@ -35,21 +35,35 @@ def fresh_store(cluster: ClusterEnvironment, timeout: datetime.timedelta) -> tup
     rank, world_size = cluster.global_rank, cluster.world_size
     key = (cluster.master_addr, cluster.master_port, rank, world_size)
     store = _STORES.get(key)
+    first = store is None
     if store is None:
         store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
         _STORES[key] = store
-        _join_job(store, cluster, timeout)
     prefix = f"lockstep/join{group_number(store, rank)}"
-    return dist.PrefixStore(prefix, store), prefix
+    group = dist.PrefixStore(prefix, store)
+    if first:
+        job, address = job_store(store, (cluster.master_addr, cluster.master_port), timeout, rank, group)
+        _join_job(job, address, rank)
+    return group, prefix
 
 
-def _join_job(group_store: Any, cluster: ClusterEnvironment, timeout: datetime.timedelta) -> None:
+def join_job_alone(timeout: datetime.timedelta) -> None:
+    """A one-process run under an elastic agent (``torchrun --nnodes=1:2 --nproc-per-node=1``)
+    joins the job's store as every rank of a group does, so that the group a later node makes
+    with it is the same run and resumes where it stopped. Once per process."""
+    if _JOINED_BEFORE:
+        return
+    found = lone_job_store(timeout)
+    if found is not None:
+        _join_job(*found, rank=0)
+
+
+def _join_job(job: Any, address: str, rank: int) -> None:
     """Once per process: this run's token and whether an earlier process of this rank ran in the job."""
-    job, address = job_store(group_store, (cluster.master_addr, cluster.master_port), timeout)
     # set by whichever process of the run asks first; a restart's processes read the same one
     adopt_job(address, job.compare_set(_RUN_TOKEN_KEY, "", uuid.uuid4().hex).decode())
     if not _JOINED_BEFORE:
-        _JOINED_BEFORE.append(int(job.add(_PROCESSES_KEY.format(cluster.global_rank), 1)) - 1)
+        _JOINED_BEFORE.append(int(job.add(_PROCESSES_KEY.format(rank), 1)) - 1)
 
 
 def group_number(store: Any, rank: int) -> int:

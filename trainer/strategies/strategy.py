@@ -6,6 +6,7 @@ every collective is the identity. The distributed strategies live in their own m
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, ContextManager, Iterator, Mapping, TypeVar
 
 import torch
@@ -290,6 +291,29 @@ class SingleDeviceStrategy(Strategy):
     """One process on one device."""
 
     name = "single_device"
+
+    def setup_environment(self) -> None:
+        """Pin the device; under an elastic agent, join the job's store as a group's rank would
+        (`trainer.distributed.rendezvous.join_job_alone`): a node that joins later continues this run."""
+        super().setup_environment()
+        if os.environ.get("TORCHELASTIC_RUN_ID"):
+            from trainer.distributed.rendezvous import join_job_alone
+            from trainer.strategies.process_group import DEFAULT_TIMEOUT
+
+            join_job_alone(DEFAULT_TIMEOUT)
+
+    def is_restart(self) -> bool:
+        """A restart count above 0, or an earlier process of rank 0 in the job's store."""
+        from trainer.distributed.rendezvous import is_restart as rejoined_job
+
+        return super().is_restart() or rejoined_job()
+
+    def on_failure(self, exc: BaseException, where: str, global_step: int = 0) -> BaseException | None:
+        """Keep the steps done for the restart's report, as a group's rank does."""
+        from trainer.distributed.job_store import note_reached
+
+        note_reached(0, global_step)
+        return None
 
 
 def _accelerator_name(accelerator: str | Accelerator | None) -> str | None:

@@ -101,3 +101,38 @@ def test_scale_lr_scales_for_the_micro_batches_of_g_whatever_the_world_size():
 def test_bad_global_batch_sizes_are_refused(value, error, message):
     with pytest.raises(error, match=message):
         Trainer(accelerator="cpu", global_batch_size=value, **QUIET)
+
+
+HUGE = 10**15 + 1  # = 7 x 11 x 13 x 211 x 241 x 2161 x 9091: listing its divisors number by number never ends
+HUGE_DIVISORS = ("1, 7, 11, 13, 77, 91, 143, 211, 241, 1001, 1477, 1687, 2161, 2321, 2651, 2743, 3133, 9091, "
+                 f"{HUGE} (the divisors up to 10000, and {HUGE} itself; larger ones not searched)")
+
+
+@pytest.mark.timeout(20)
+def test_a_huge_global_batch_is_refused_at_once_naming_the_micro_batches_that_work(tmp_path):
+    trainer = Trainer(accelerator="cpu", max_epochs=1, global_batch_size=HUGE, default_root_dir=tmp_path, **QUIET)
+    with pytest.raises(GlobalBatchError) as err:
+        trainer.fit(Regression(), loader(regression_data(N), 2, shuffle=True))
+    assert str(err.value) == (
+        f"global_batch_size={HUGE} with micro batch 2 (the train loader's batch_size) needs world_size x 2 x "
+        f"accumulate_grad_batches = {HUGE}: no world size can, as 2 does not divide {HUGE}. Choose a micro batch "
+        f"that divides it ({HUGE_DIVISORS}). No step was taken."
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.timeout(20)
+def test_a_huge_global_batch_names_the_world_sizes_that_work():
+    with pytest.raises(GlobalBatchError) as err:
+        accumulation_for(2 * HUGE, 2, 2)
+    assert str(err.value).endswith(
+        f"and world size 2 does not divide {HUGE} micro batches. The world sizes that work: {HUGE_DIVISORS}. "
+        "No step was taken."
+    )
+
+
+def test_a_long_list_of_world_sizes_is_cut_short_with_its_count():
+    with pytest.raises(GlobalBatchError, match=r"The world sizes that work: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, "
+                       r"13, 14, 15, 16, 18, 20, 21, 22, 24, 26, 28, 30, 33, 35, 36, 39, 40, 42, 44, 45, \.\.\. "
+                       r"\(240 in all, up to 720720\)\. No step"):
+        accumulation_for(2 * 720720, 17, 2)

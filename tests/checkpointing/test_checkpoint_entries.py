@@ -3,6 +3,7 @@ crafted one is a `CheckpointError` naming the file and the entry, before anythin
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -51,6 +52,7 @@ CASES = [
     ("loops.fit_loop.samples_done", 2.5, "None or an int >= 0"),
     ("loops.fit_loop.global_batch_size", 0, "None or an int >= 1"),
     ("loops.fit_loop.epoch_finished", "no", "a bool"),
+    ("loops.fit_loop.shuffle", "yes", "None or a bool"),
     ("loops.fit_loop", [1], "a dict"),
     ("loops", "abc", "a dict"),
     ("epoch", "1", "an int >= 0"),
@@ -91,3 +93,30 @@ def test_the_checkpoint_as_written_loads(saved):
     trainer.fit(Regression(), loader(regression_data(), 8, shuffle=True), ckpt_path=saved)
     assert trainer.global_step == 6
     assert Regression.load_from_checkpoint(saved).hparams["lr"] == 0.05
+
+
+# -- shuffle changed between save and resume: accepted, as Lightning does, and warned ----------
+def _resume_with(saved, shuffle):
+    trainer = Trainer(accelerator="cpu", max_steps=10, **QUIET)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Regression(), loader(regression_data(), 8, shuffle=shuffle), ckpt_path=saved)
+    assert trainer.global_step == 10
+    return [str(w.message) for w in caught if "shuffle=" in str(w.message)]
+
+
+def test_a_resume_with_another_shuffle_mid_epoch_is_warned(saved):
+    [said] = _resume_with(saved, shuffle=False)
+    assert re.search(r"Checkpoint '.*good\.ckpt' was written with a train loader of shuffle=True; this run's has "
+                     r"shuffle=False\. The rest of the interrupted epoch follows the new order, so some of its samples "
+                     r"are trained twice and others not at all", said), said
+    assert _resume_with(saved, shuffle=True) == []
+
+
+def test_a_resume_with_another_shuffle_at_an_epoch_end_is_warned(tmp_path):
+    trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
+    trainer.fit(Regression(), loader(regression_data(), 8, shuffle=False))
+    trainer.save_checkpoint(tmp_path / "end.ckpt")
+    [said] = _resume_with(tmp_path / "end.ckpt", shuffle=True)
+    assert "written with a train loader of shuffle=False; this run's has shuffle=True. The next epochs" in said
+    assert _resume_with(tmp_path / "end.ckpt", shuffle=False) == []

@@ -68,6 +68,7 @@ _FIT_LOOP: dict[str, _Check] = {
     "samples_done": _optional(_int(0)),
     "global_batch_size": _optional(_int(1)),
     "dataset_size": _optional(_int(0)),
+    "shuffle": _optional(_BOOL),
 }
 _RANK_STATE: dict[str, _Check] = {"epoch_state": _optional(_MAPPING)}
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from callbacks._utils import RUN_FILE, _next_version, _validate_version, _version_dir_name, _version_of_run
 from callbacks.logger import Logger
-from trainer.contracts.arguments import check_path
+from trainer.contracts.arguments import check_path, check_path_component
 from trainer.contracts import storage
 from trainer.contracts.run_identity import run_id
 
@@ -31,6 +31,11 @@ class _FileLogger(Logger):
         check_path(f"{owner}(save_dir)", save_dir)
         if name is not None and not isinstance(name, str):
             raise TypeError(f"{owner}(name={name!r}): expected None or a str.")
+        # each is one directory under save_dir: a config file naming '../x' or '/abs' must not lead out of it
+        if name:
+            check_path_component(f"{owner}(name)", name)
+        if isinstance(version, str):
+            check_path_component(f"{owner}(version)", version)
         if not isinstance(prefix, str):
             raise TypeError(f"{owner}(prefix={prefix!r}): expected a str.")
         self._prefix = prefix

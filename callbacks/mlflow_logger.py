@@ -15,7 +15,7 @@ from callbacks._utils import _flat_metrics, _flatten_hparams
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, http_problem, unreachable
 from trainer.contracts import storage
-from trainer.contracts.arguments import check_bool, check_path, check_str
+from trainer.contracts.arguments import check_bool, check_path, check_path_component, check_str
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -81,6 +81,11 @@ class MLFlowLogger(Logger):
         check_path("MLFlowLogger(save_dir)", save_dir)
         check_str("MLFlowLogger(prefix)", prefix)
         check_bool("MLFlowLogger(synchronous)", synchronous, allow_none=True)
+        check_str("MLFlowLogger(run_name)", run_name, allow_none=True)
+        check_str("MLFlowLogger(tracking_uri)", tracking_uri, allow_none=True)
+        check_str("MLFlowLogger(artifact_location)", artifact_location, allow_none=True)
+        # it names the file of unsent records under the run's root (`unsent_path`)
+        check_path_component("MLFlowLogger(run_id)", run_id, allow_none=True)
         if tracking_uri is None and save_dir is not None and not os.environ.get("MLFLOW_TRACKING_URI"):
             tracking_uri = "file:" + os.fspath(save_dir)
         self.experiment_name = experiment_name
@@ -105,7 +110,8 @@ class MLFlowLogger(Logger):
     def unsent_path(self) -> str:
         """Where ``on_unreachable="warn"`` writes what could not be sent: JSON lines under the
         Trainer's ``default_root_dir`` (``mlflow_unsent/<run id, or "no-run">.jsonl``)."""
-        return os.path.join(self._root_dir, "mlflow_unsent", f"{self._run_id or 'no-run'}.jsonl")
+        run = check_path_component("MLFlowLogger's run id (from the tracking server)", self._run_id, allow_none=True)
+        return os.path.join(self._root_dir, "mlflow_unsent", f"{run or 'no-run'}.jsonl")
 
     def _keep_unsent(self, records: list[dict[str, Any]]) -> None:
         if not records:
@@ -258,7 +264,10 @@ class MLFlowLogger(Logger):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Adopt the checkpoint's run, unless this logger already has one (``run_id=`` or logged)."""
         if self._run_id is None and state_dict.get("experiment_name") == self.experiment_name:
-            self._run_id = state_dict.get("run_id")
+            # a checkpoint is a file anyone may write: its run id names the unsent file (`unsent_path`)
+            self._run_id = check_path_component(
+                "MLFlowLogger: the checkpoint's state entry 'run_id'", state_dict.get("run_id"), allow_none=True
+            )
 
     def __getstate__(self) -> dict[str, Any]:
         # the client holds a connection pool: each spawned worker makes its own

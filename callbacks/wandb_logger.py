@@ -9,7 +9,7 @@ from callbacks._extras import require_extra
 from callbacks._utils import _flat_metrics
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, unreachable
-from trainer.contracts.arguments import check_bool, check_path, check_str
+from trainer.contracts.arguments import check_bool, check_path, check_path_component, check_str
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -63,7 +63,9 @@ class WandbLogger(Logger):
         check_path("WandbLogger(dir)", dir)
         check_bool("WandbLogger(offline)", offline)
         check_str("WandbLogger(prefix)", prefix)
-        check_str("WandbLogger(version)", version, allow_none=True)
+        # the run id is part of W&B's run directory name under save_dir
+        check_path_component("WandbLogger(version)", version, allow_none=True)
+        check_path_component("WandbLogger(id)", id, allow_none=True)
         save_dir = save_dir if save_dir is not None else dir
         id = id if id is not None else version
         self._prefix = prefix
@@ -160,7 +162,8 @@ class WandbLogger(Logger):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Adopt the checkpoint's run id, unless this logger has one already."""
         if self._id is None and self._run is None and state_dict.get("project") == self.project:
-            self._id = state_dict.get("id")
+            self._id = check_path_component("WandbLogger: the checkpoint's state entry 'id'", state_dict.get("id"),
+                                            allow_none=True)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_run": None}  # each spawned worker starts (or resumes) its own

@@ -8,7 +8,8 @@ data class (jsonargparse, extra ``cli``)::
 
 ``--model`` and ``--data`` take a class path (``examples.digits.DigitsCNN``) and its
 ``init_args``; later sources win (defaults < each ``--config`` in order < flags after it). The
-resolved configuration is written to ``<trainer.log_dir>/config.yaml`` by global rank 0.
+resolved configuration is written to ``<trainer.log_dir>/config.yaml`` by global rank 0 when the stage starts
+(after every check made before the first step: a refused run writes nothing).
 """
 from __future__ import annotations
 
@@ -154,9 +155,23 @@ class SaveConfigCallback(Callback):
         self.overwrite, self.multifile, self.save_to_log_dir = overwrite, multifile, save_to_log_dir
         self.already_saved = False
 
-    # the CLI's callback runs on the Trainer and the TrainModule only, which `save_config` takes (as Lightning's)
-    def setup(self, trainer: Trainer, module: TrainModule, stage: str) -> None:  # type: ignore[override]
-        # after the loggers' setup (they come first): the log directory's version is fixed
+    # The file is written when the stage starts (Lightning: in ``setup``): after every check a run
+    # makes before its first step, so a refused run (a `GlobalBatchError`, a checkpoint that does not
+    # fit) writes nothing, and its empty log version goes again. The loggers' version is fixed by then.
+    # The CLI's callback runs on the Trainer and the TrainModule only, which `save_config` takes (as Lightning's).
+    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, module, "fit")
+
+    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, module, "validate")
+
+    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, module, "test")
+
+    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, module, "predict")
+
+    def _save(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         if self.already_saved:
             return
         if self.save_to_log_dir:
@@ -455,11 +470,24 @@ def main(argv: Sequence[str] | None = None) -> Any:
     from trainer.checkpointing.checkpoint_paths import CheckpointPathError
 
     try:
-        return LightningCLI(
+        return _MainCLI(
             seed_everything_default=0, args=args, parser_kwargs={"prog": "python -m trainer"},
             save_config_kwargs={"overwrite": True},
         )
-    except CheckpointPathError as err:
-        # a bad --ckpt_path is a usage error, like a bad option: one line and exit code 2, no traceback
+    except (CheckpointPathError, _TrainerArgumentError) as err:
+        # a bad --ckpt_path or Trainer argument is a usage error, like a bad option: one line and exit code 2
         sys.stderr.write(f"python -m trainer {args[0]}: error: {err}\n")
         raise SystemExit(2) from None
+
+
+class _TrainerArgumentError(Exception):
+    """The Trainer refused its arguments (``--trainer.global_batch_size 0``): a usage error."""
+
+
+class _MainCLI(LightningCLI):
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        # the parser checks types only; the Trainer checks values (an int >= 1), before any work
+        try:
+            return super().instantiate_trainer(**kwargs)
+        except (TypeError, ValueError) as err:
+            raise _TrainerArgumentError(f"{type(err).__name__}: {err}") from err

@@ -224,3 +224,44 @@ def test_two_checkpoint_callbacks_of_one_fit_share_a_directory(tmp_path):
     )
     assert again[0].best_model_path == str(tmp_path / "best-epoch=3.ckpt") and _step(again[1].last_model_path) == 8
     assert not (tmp_path / LOCK_FILE).exists()
+
+
+# -- the lock's rules for a lock written on another host, or damaged --------------------------
+def _lock_of(run, host="another-node", pid=4242):
+    return json.dumps({"run_id": run, "attempt": 0, "host": host, "pid": pid, "process": "its-process", "started": 0})
+
+
+def test_another_runs_lock_written_on_another_host_is_refused(tmp_path):
+    """Its process cannot be asked from here: it may still be running."""
+    lock = _lock_of("another-run")
+    (tmp_path / LOCK_FILE).write_text(lock)
+    with pytest.raises(RunLockedError, match=r"held by run id another-run, pid 4242 on host another-node, started .*, "
+                       r"and it runs on another host, so it may still be running"):
+        _fit(tmp_path, 2)
+    assert (tmp_path / LOCK_FILE).read_text() == lock and sorted(os.listdir(tmp_path)) == [LOCK_FILE]
+
+
+def test_this_runs_lock_written_on_another_node_is_taken_over_with_a_warning(tmp_path):
+    """The same run restarted on another node (a requeue, an elastic restart): its own lock is stale."""
+    from trainer.contracts.run_identity import run_id
+
+    (tmp_path / LOCK_FILE).write_text(_lock_of(run_id()))
+    checkpoint, caught = _fit(tmp_path, 2)
+    assert any("took over the lock" in w and f"run id {run_id()}, pid 4242 on host another-node" in w for w in caught)
+    assert _step(checkpoint.last_model_path) == 2 and not (tmp_path / LOCK_FILE).exists()
+
+
+@pytest.mark.parametrize("content", [b"{\"run_id\": \"half-writ", b"\xff\xfe", b"[1, 2]"])
+def test_a_damaged_lock_file_is_refused(tmp_path, content):
+    (tmp_path / LOCK_FILE).write_bytes(content)
+    with pytest.raises(RunLockedError, match=r"held by run id \?, pid \? on host \?, started \?, and its lock file "
+                       r"cannot be read \(being written, or damaged\)"):
+        _fit(tmp_path, 2)
+    assert (tmp_path / LOCK_FILE).read_bytes() == content and sorted(os.listdir(tmp_path)) == [LOCK_FILE]
+
+
+def test_a_lock_path_that_is_a_directory_is_a_clear_error(tmp_path):
+    (tmp_path / LOCK_FILE).mkdir()
+    with pytest.raises(RunLockedError, match=r"The run lock '.*\.lockstep-run\.lock' is a directory, not a lock file"):
+        _fit(tmp_path, 2)
+    assert sorted(os.listdir(tmp_path)) == [LOCK_FILE]

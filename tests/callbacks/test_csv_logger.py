@@ -121,3 +121,16 @@ def test_every_trainer_record_carries_epoch(tmp_path):
         "train_metric": [(4, 0.0), (8, 1.0)],  # the training-epoch-end record
     }
     assert all(r["epoch"] for r in records)
+
+
+@pytest.mark.parametrize("argument", ["name", "version"])
+@pytest.mark.parametrize("value", ["../x", "/abs/x", "a/b", ".."])
+def test_a_name_or_version_that_is_a_path_is_refused(tmp_path, argument, value):
+    """Each is one directory under save_dir (a config file may give it): nothing leads outside."""
+    from callbacks import TensorBoardLogger
+
+    for cls in (CSVLogger, TensorBoardLogger):
+        with pytest.raises(ValueError, match=rf"{cls.__name__}\({argument}\) must be one path component .*got "
+                           + repr(value).replace(".", r"\.")):
+            cls(tmp_path, **{argument: value})
+    assert list(tmp_path.iterdir()) == []

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -211,3 +212,46 @@ def test_warn_trains_on_when_the_server_hangs_mid_run(tracking_uri, tmp_path, mo
     sent = {m.step: m.value for m in MlflowClient(tracking_uri).get_metric_history(logger.run_id, "train_loss")}
     assert sorted({**sent, **kept}) == list(range(1, 9)) and 8 in kept
     assert kept[8] == pytest.approx(float(trainer.logged_metrics["train_loss"]))
+
+
+# -- a run id names a file under the root: one path component only ---------------------------
+@pytest.mark.parametrize("run_id", ["../x", "/abs/x", "..", "a/b"])
+def test_a_run_id_that_is_a_path_is_refused(run_id):
+    with pytest.raises(ValueError, match=r"MLFlowLogger\(run_id\) must be None or one path component .* got "
+                       + repr(run_id).replace(".", r"\.")):
+        MLFlowLogger(run_id=run_id)
+
+
+@pytest.mark.parametrize("argument", ["run_id", "tracking_uri", "run_name", "artifact_location"])
+def test_a_run_id_or_uri_that_is_no_str_is_refused(argument):
+    with pytest.raises(TypeError, match=rf"MLFlowLogger\({argument}\) must be None or .*got 5"):
+        MLFlowLogger(**{argument: 5})
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore:MLFlowLogger")
+@pytest.mark.parametrize("run_id", ["../../x", "{tmp_path}/abs/x"])
+def test_a_checkpoint_naming_a_run_id_outside_the_root_is_refused(tmp_path, run_id):
+    """A crafted logger state: the resumed run would append its unsent records to ``<run_id>.jsonl``."""
+    run_id = run_id.format(tmp_path=tmp_path)  # an absolute path, outside the root
+    root = tmp_path / "root"
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every record goes to the unsent file
+
+    def trainer(epochs):
+        logger = MLFlowLogger(tracking_uri=dead, timeout=1, on_unreachable="warn")
+        return Trainer(accelerator="cpu", max_epochs=epochs, logger=logger, enable_progress_bar=False, default_root_dir=root,
+                       log_every_n_steps=1, callbacks=[ModelCheckpoint(dirpath=root / "ckpts", save_last=True)])
+
+    first = trainer(1)
+    first.fit(Regression(), _data())
+    assert (root / "mlflow_unsent" / "no-run.jsonl").is_file()
+    checkpoint = torch.load(root / "ckpts" / "last.ckpt", weights_only=True)
+    [state] = [s for s in checkpoint["callbacks"].values() if "experiment_name" in s]
+    state["run_id"] = run_id
+    torch.save(checkpoint, root / "crafted.ckpt")
+    resumed = trainer(2)
+    with pytest.raises(ValueError, match=r"MLFlowLogger: the checkpoint's state entry 'run_id' must be None or one "
+                       r"path component .*got " + repr(run_id).replace(".", r"\.")):
+        resumed.fit(Regression(), _data(), ckpt_path=root / "crafted.ckpt")
+    assert sorted(os.listdir(tmp_path)) == ["root"]
+    assert resumed.global_step == 0

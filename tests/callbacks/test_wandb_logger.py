@@ -153,3 +153,16 @@ def test_lightning_arguments_version_dir_and_prefix(offline_env, tmp_path):
     rows = [row for row in _records(runs[0], "history") if "p-a" in row]
     assert [(r["_step"], r["p-a"], r["p-g/x"]) for r in rows] == [(3, 1.0, 2.0)]
     assert offline_env.connections == 0
+
+
+@pytest.mark.parametrize("argument", ["id", "version"])
+def test_a_run_id_that_is_a_path_is_refused(argument):
+    with pytest.raises(ValueError, match=rf"WandbLogger\({argument}\) must be None or one path component .*got '\.\./x'"):
+        WandbLogger(**{argument: "../x"})
+
+
+def test_a_checkpoint_naming_a_run_id_that_is_a_path_is_refused():
+    logger = WandbLogger(project="p")
+    with pytest.raises(ValueError, match=r"WandbLogger: the checkpoint's state entry 'id' must be None or one path "
+                       r"component .*got '/abs/x'"):
+        logger.load_state_dict({"project": "p", "id": "/abs/x"})

@@ -507,6 +507,55 @@ def test_a_crafted_index_never_imports_the_module_it_names(tmp_path, monkeypatch
     assert "lockstep_evil_index" not in __import__("sys").modules
 
 
+def _short(text):  # pickle's SHORT_BINUNICODE
+    data = text.encode()
+    return b"\x8c" + bytes([len(data)]) + data
+
+
+@pytest.mark.parametrize("module, name", [("torch.serialization", "os.system"), ("torch", "serialization.os.system"),
+                                          ("torch", "load")])
+def test_a_crafted_index_naming_a_torch_global_that_is_no_constant_is_refused(tmp_path, module, name):
+    """torch's own modules are not trusted as a whole: only its dtypes, layouts and memory formats.
+    (Protocol 4 resolves a dotted name: ``torch.serialization.os.system`` is ``os.system``.)"""
+    marker = tmp_path / "pwned"
+    path = tmp_path / "crafted.ckpt"
+    path.mkdir()
+    torch.save({"state_dict": {}, "optimizer_states": []}, path / META_FILE)
+    # GLOBAL by STACK_GLOBAL, one argument, REDUCE: os.system("touch <marker>") if it were allowed
+    (path / ".metadata").write_bytes(
+        b"\x80\x04" + _short(module) + _short(name) + b"\x93" + _short(f"touch {marker}") + b"\x85R."
+    )
+    with pytest.raises(CheckpointError, match=rf"Refused to load sharded checkpoint .*crafted.ckpt.*needs "
+                       rf"{re.escape(module)}\.{re.escape(name)}, which is not safe to unpickle"):
+        Logged.load_from_checkpoint(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("shard", ["../outside.distcp", "/abs/outside.distcp", ".."])
+def test_a_crafted_index_naming_a_shard_outside_its_directory_is_refused(tmp_path, shard):
+    import pickle
+
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata, Metadata, MetadataIndex, TensorProperties, TensorStorageMetadata,
+    )
+
+    path = tmp_path / "crafted.ckpt"
+    path.mkdir()
+    (tmp_path / "outside.distcp").write_bytes(b"\0" * 64)  # there, so only the name can refuse it
+    torch.save({"state_dict": {}, "optimizer_states": []}, path / META_FILE)
+    size = torch.Size([4])
+    index = Metadata(
+        state_dict_metadata={"state_dict.w": TensorStorageMetadata(TensorProperties(torch.float32), size,
+                                                                  [ChunkStorageMetadata(torch.Size([0]), size)])},
+        storage_data={MetadataIndex("state_dict.w", torch.Size([0])): _StorageInfo(shard, 0, 16)},
+    )
+    (path / ".metadata").write_bytes(pickle.dumps(index))
+    with pytest.raises(CheckpointError, match=rf"Sharded checkpoint .*crafted.ckpt.: a shard's name must be one path "
+                       rf"component .*got '{re.escape(shard)}'\. Nothing was loaded\."):
+        consolidated(path)
+
+
 def _with_a_bytes_entry(src, dst, marker, key_prefix="state_dict."):
     """A copy of the sharded checkpoint ``src`` whose index turns its first tensor entry under
     ``key_prefix`` into a bytes entry holding a pickle that creates ``marker`` when unpickled,

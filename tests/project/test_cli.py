@@ -108,6 +108,38 @@ def test_a_misspelled_key_in_a_yaml_file_is_named(tmp_path, config, capsys):
     assert "does not accept option 'trainer.max_epoch'" in capsys.readouterr().err  # LightningCLI's subcommand parser
 
 
+def test_a_trainer_argument_of_a_bad_value_is_a_one_line_usage_error(tmp_path, config, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", config, "--trainer.global_batch_size", "0"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "python -m trainer fit: error: ValueError: global_batch_size must be None or an int >= 1, got 0\n"
+    assert not (tmp_path / "run").exists()
+
+
+def _files(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files)
+
+
+@pytest.mark.parametrize("entry", ["main", "LightningCLI"])
+def test_a_refused_run_writes_nothing(tmp_path, config, entry):
+    """``--trainer.global_batch_size 3`` with micro batch 2: refused before any step, and no file is left
+    (the configuration is written when the stage starts, after the refusal)."""
+    from trainer import GlobalBatchError
+
+    args = ["fit", "--config", config, "--trainer.global_batch_size", "3", "--data.init_args.batch_size", "2"]
+    with pytest.raises(GlobalBatchError, match="2 does not divide 3"):
+        main(args) if entry == "main" else LightningCLI(args=args, seed_everything_default=0)
+    assert not (tmp_path / "run" / "logs").exists() and _files(tmp_path / "run") == []
+
+
+@pytest.mark.launches
+def test_a_refused_run_from_python_m_trainer_writes_nothing(tmp_path, config):
+    done = _cli(tmp_path, "fit", "--config", config, "--trainer.global_batch_size", "3", "--data.init_args.batch_size", "2")
+    assert done.returncode == 1 and "GlobalBatchError" in done.stderr and "No step was taken" in done.stderr
+    assert not (tmp_path / "run" / "logs").exists() and _files(tmp_path / "run") == []
+
+
 BEST_UNKNOWN = (
     "ckpt_path='best' is unknown: no fit has run in this process (or none saved a checkpoint), so no "
     "ModelCheckpoint has a best checkpoint"

@@ -128,6 +128,9 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", wei
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{str(path)!r} is not a Lockstep checkpoint (no 'state_dict' entry).")
+    from trainer.checkpoint_io.entry_types import check_entries  # it imports CheckpointError from here
+
+    check_entries(ckpt, str(path))
     return ckpt
 
 

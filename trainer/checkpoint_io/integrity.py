@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from trainer.checkpoint_io.file_format import CheckpointError
 from trainer.checkpoint_io.sharded_layout import MANIFEST_FILE
+from trainer.contracts.arguments import check_path_component
 
 _SHARD_NAME = re.compile(r"__(\d+)_\d+\.distcp$")
 _HASH_CHUNK = 1 << 20
@@ -72,6 +73,10 @@ def validate_shards(path: str, index: Any) -> None:
             raise CheckpointError(f"Sharded checkpoint {path!r}: its {MANIFEST_FILE} is unreadable ({err}).") from err
     rank = this_rank()
     for name in sorted(set(needed) | set(recorded)):
+        try:  # the index and the manifest are files anyone may write: each names a file of this directory
+            check_path_component("a shard's name", name)
+        except (TypeError, ValueError) as err:
+            raise CheckpointError(f"Sharded checkpoint {path!r}: {err}. Nothing was loaded.") from None
         file = os.path.join(path, name)
         where = f"Sharded checkpoint {path!r} (read on rank {rank}): {_shard_label(name)}"
         if not os.path.isfile(file):

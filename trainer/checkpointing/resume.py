@@ -214,6 +214,21 @@ def check_global_batch(saved: int | None, sampler: GlobalBatchSampler, allowed: 
     )
 
 
+def check_shuffle(saved: bool | None, now: bool, path: str, mid_epoch: bool) -> None:
+    """Warn when the train loader's ``shuffle`` is not the checkpoint's: accepted, as Lightning
+    does, but never silently (mid-epoch the rest of the epoch is not the rest of its samples)."""
+    if saved is None or saved == now:
+        return
+    what = f"Checkpoint {path!r} was written with a train loader of shuffle={saved}; this run's has shuffle={now}."
+    if mid_epoch:
+        rank_zero_warn(
+            f"{what} The rest of the interrupted epoch follows the new order, so some of its samples are trained "
+            "twice and others not at all; resume with the same shuffle to continue the same run."
+        )
+    else:
+        rank_zero_warn(f"{what} The next epochs are drawn in the new order (the run differs from the saved one).")
+
+
 class DatasetChangedError(ValueError):
     """A run resumed mid-epoch has another train dataset length than its checkpoint (raised before any step)."""
 
@@ -258,6 +273,7 @@ class ResumePlan:
     samples_done: int | None = None  # continue after this many samples (a `GlobalBatchSampler`)
     global_batch_size: int | None = None  # the checkpoint's G
     dataset_size: int | None = None  # the checkpoint epoch's train dataset length
+    shuffle: bool | None = None  # whether the checkpoint epoch's order was shuffled (None: not known)
     path: str = ""  # the checkpoint, named in a refusal
     checks_first_epoch: bool = False  # the first epoch checks G and the dataset length
 
@@ -281,7 +297,8 @@ def plan_resume(
         return ResumePlan(
             warnings=tuple(said), finished_epoch=progress.epoch_finished, rank_state=mine,
             restore_now=mine is not None, samples_done=0 if by_samples else None,
-            global_batch_size=progress.global_batch_size, path=path, checks_first_epoch=by_samples,
+            global_batch_size=progress.global_batch_size, shuffle=progress.shuffle, path=path,
+            checks_first_epoch=by_samples,
         )
     if rank_states is not None and any(s is None or s.get("epoch_state") is None for s in rank_states):
         # Every rank must make the same choice, or one resumes mid-epoch while another restarts
@@ -311,8 +328,8 @@ def _continue_epoch(
     return ResumePlan(
         warnings=tuple(said), rank_state=mine, epoch_state=mine["epoch_state"], rng=mine["rng"],
         batches_done=start, samples_done=progress.samples_done if by_samples else None,
-        global_batch_size=progress.global_batch_size, dataset_size=progress.dataset_size, path=path,
-        checks_first_epoch=True,
+        global_batch_size=progress.global_batch_size, dataset_size=progress.dataset_size, shuffle=progress.shuffle,
+        path=path, checks_first_epoch=True,
     )
 
 

@@ -47,17 +47,33 @@ def accumulation_for(global_batch: int, world_size: int, micro_batch: int) -> in
         f"needs world_size x {micro_batch} x accumulate_grad_batches = {global_batch}"
     )
     if global_batch % micro_batch:
-        sizes = ", ".join(str(d) for d in _divisors(global_batch))
+        sizes = _divisors(global_batch)
         raise GlobalBatchError(
             f"{asked}: no world size can, as {micro_batch} does not divide {global_batch}. Choose a micro batch "
             f"that divides it ({sizes}). No step was taken."
         )
-    sizes = ", ".join(str(d) for d in _divisors(global_batch // micro_batch))
+    sizes = _divisors(global_batch // micro_batch)
     raise GlobalBatchError(
         f"{asked}, and world size {world_size} does not divide {global_batch // micro_batch} micro batches. "
         f"The world sizes that work: {sizes}. No step was taken."
     )
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+# Divisors are searched up to this bound, so an error's list costs the same whatever G is (a G of
+# 10**15 would otherwise be tried number by number); every divisor of an n up to its square is
+# still found, each small one giving its large partner n // d.
+_SEARCHED = 10_000
+_SHOWN = 32
+
+
+def _divisors(n: int) -> str:
+    """The divisors of ``n`` for an error message, ascending: every one when ``n <= _SEARCHED**2``,
+    else those up to ``_SEARCHED`` and ``n`` itself; at most ``_SHOWN`` of them, then how many more."""
+    small = [d for d in range(1, min(n, _SEARCHED) + 1) if n % d == 0]
+    complete = n <= _SEARCHED ** 2
+    found = sorted({*small, *(n // d for d in small)}) if complete else [*small, n] if n > _SEARCHED else small
+    shown = ", ".join(str(d) for d in found[:_SHOWN])
+    if complete:
+        return shown if len(found) <= _SHOWN else f"{shown}, ... ({len(found)} in all, up to {n})"
+    more = ", ..." if len(found) > _SHOWN else ""
+    return f"{shown}{more} (the divisors up to {_SEARCHED}, and {n} itself; larger ones not searched)"

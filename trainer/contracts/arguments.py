@@ -113,3 +113,19 @@ def check_limit(name: str, limit: int | float | None) -> None:
         raise ValueError(f"{name} must be >= 0, got {limit}")
     if isinstance(limit, float) and not 0.0 <= limit <= 1.0:
         raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")
+
+
+def check_path_component(name: str, value: Any, *, allow_none: bool = False) -> Any:
+    """``value`` must be a ``str`` naming one path component: not empty, ``.`` or ``..``, no path
+    separator, no NUL (so not absolute either). A run id, a logger's name or version becomes a
+    directory or file name under the run's root: one from a checkpoint or a config file must not
+    lead outside it. Returns ``value``."""
+    if value is None and allow_none:
+        return value
+    what = _or_none("one path component (a name without '/', '\\\\' or NUL, not '.' or '..')", allow_none)
+    if not isinstance(value, str):
+        raise _fail(TypeError, name, what, value)
+    separators = {"/", "\\", "\0", os.sep, *(os.altsep or "")}
+    if value in ("", ".", "..") or any(s in value for s in separators) or os.path.isabs(value):
+        raise _fail(ValueError, name, what, value)
+    return value

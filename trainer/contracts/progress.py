@@ -27,17 +27,18 @@ class FitProgress:
     samples_done: int | None = None
     global_batch_size: int | None = None
     dataset_size: int | None = None  # the epoch's train dataset length (None: not known)
+    shuffle: bool | None = None  # whether the epoch's order is shuffled (None: not known)
 
     def epoch_started(
         self, first_batch: int, samples_done: int | None = None, global_batch_size: int | None = None,
-        dataset_size: int | None = None,
+        dataset_size: int | None = None, shuffle: bool | None = None,
     ) -> FitProgress:
         """An epoch (or the rest of an interrupted one) of a ``dataset_size``-sample dataset begins
         at ``first_batch``, after ``samples_done`` samples, with ``global_batch_size`` samples per
         step (None: unknown)."""
         return dataclasses.replace(
             self, batch_idx=first_batch, batches_done=first_batch, samples_done=samples_done,
-            global_batch_size=global_batch_size, dataset_size=dataset_size,
+            global_batch_size=global_batch_size, dataset_size=dataset_size, shuffle=shuffle,
         )
 
     def at_batch(self, batch_idx: int) -> FitProgress:
@@ -74,6 +75,8 @@ class FitProgress:
             position.update(samples_done=self.samples_done, global_batch_size=self.global_batch_size)
         if self.dataset_size is not None:
             position["dataset_size"] = self.dataset_size
+        if self.shuffle is not None:
+            position["shuffle"] = self.shuffle
         return {"epoch": self.current_epoch, "global_step": self.global_step, "loops": {"fit_loop": position}}
 
     @classmethod
@@ -90,6 +93,7 @@ class FitProgress:
             samples_done=_optional_int(position.get("samples_done")),
             global_batch_size=_optional_int(position.get("global_batch_size")),
             dataset_size=_optional_int(position.get("dataset_size")),
+            shuffle=position.get("shuffle"),
         )
 
 

@@ -92,6 +92,11 @@ class RunLock:
                 storage.write_bytes(self.path, data)
             return holder
         self._make_parents(os.path.dirname(os.path.abspath(self.path)))
+        if os.path.isdir(self.path):
+            raise RunLockedError(
+                f"The run lock {self.path!r} is a directory, not a lock file (Lockstep writes one small "
+                "file there): remove that directory, or give this run another ModelCheckpoint(dirpath=...)."
+            )
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -122,6 +127,8 @@ def _read(path: str) -> dict[str, Any] | None:
 
 def _why_still_held(holder: dict[str, Any], mine: dict[str, Any]) -> str | None:
     """Why the lock ``holder`` wrote may still be in use, or None when it is stale."""
+    if not holder:
+        return "its lock file cannot be read (being written, or damaged), so whose it is is unknown"
     same_host = holder.get("host") == mine["host"]
     if same_host and holder.get("pid") == mine["pid"]:
         # this pid's earlier process (a container's pid 1 restarted) left it, unless it says

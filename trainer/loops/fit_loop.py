@@ -21,6 +21,7 @@ from trainer.checkpointing.resume import (
     capture_epoch_state,
     check_dataset_size,
     check_global_batch,
+    check_shuffle,
     gather_rank_states,
     plan_resume,
     restore_boundary_states,
@@ -453,7 +454,8 @@ class FitLoop:
         windows = self._epoch_windows(accumulate, layout)
         source, start = self._epoch_source(loader, resumed, layout)
         offset, per_step = (layout.offset, layout.global_batch_size) if layout is not None else (None, None)
-        self.progress = self.progress.epoch_started(start, offset, per_step, size)
+        shuffle = sampler.shuffle if sampler is not None else None
+        self.progress = self.progress.epoch_started(start, offset, per_step, size, shuffle)
         return windows, self._prefetched(source, start), start
 
     def _continued_epoch(self, plan: ResumePlan, sampler: GlobalBatchSampler | None, size: int | None) -> ResumePlan | None:
@@ -466,6 +468,8 @@ class FitLoop:
             if plan.rng is not None:  # the epoch restarts: its order drawn from the state saved
                 restore_rng_state(plan.rng)
             return None
+        if sampler is not None:
+            check_shuffle(plan.shuffle, sampler.shuffle, plan.path, mid_epoch=plan.epoch_state is not None)
         if sampler is not None and plan.samples_done is not None:
             check_global_batch(plan.global_batch_size, sampler, t.allow_global_batch_change)
             if plan.epoch_state is not None:

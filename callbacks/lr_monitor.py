@@ -46,17 +46,20 @@ class LearningRateMonitor(Callback):
         self.to_callback_metrics = to_callback_metrics
         self.lrs: dict[str, list[float]] = {}
         self._last_step_logged = -1
+        self._every = 0  # the Trainer's log_every_n_steps, read once per fit
 
     def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if not trainer.loggers:
             raise ValueError("LearningRateMonitor needs a logger: the Trainer has none (logger=False).")
         self.lrs = {name: [] for name, _, _ in self._groups(trainer)}
         self._last_step_logged = -1
+        self._every = trainer.log_every_n_steps
 
     def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
-        step, every = trainer.global_step, trainer.log_every_n_steps
+        # a comparison or two per batch; the learning rates are read only when they are logged
+        step, every = trainer.global_step, self._every
         # every micro batch of an accumulation window sees the same step: log once. As Lightning,
         # before the step that completes `every` steps (step + 1), and whenever the run is stopping
         if step == self._last_step_logged or every == 0 or ((step + 1) % every != 0 and not trainer.should_stop):

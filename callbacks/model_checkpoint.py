@@ -267,6 +267,8 @@ class ModelCheckpoint(Checkpoint):
     def on_train_batch_end(
         self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        if not self.every_n_train_steps and self.train_time_interval is None:  # no schedule within an epoch
+            return
         step = trainer.global_step
         # with accumulation several micro batches share one global step: save once
         if not self._in_fit or step == 0 or step == self._last_global_step_saved:

@@ -260,6 +260,7 @@ class _Bar:
         self._last_refresh = -math.inf
         self._line_step = line_every_percent / 100.0
         self._next_line_fraction = self._line_step
+        self._line_n = self._first_n_at(self._next_line_fraction)
         self._last_line_time = self._start
         self._tty = tty
         self._position = position
@@ -279,6 +280,17 @@ class _Bar:
         if self.total:
             while n / self.total >= self._next_line_fraction - 1e-9:
                 self._next_line_fraction += self._line_step
+            self._line_n = self._first_n_at(self._next_line_fraction)
+
+    def _first_n_at(self, fraction: float) -> int:
+        """The fewest batches done for which `_line_due` prints the line at ``fraction`` (with a
+        known total), so that `advance` checks that with one comparison."""
+        if not self.total:
+            return 0
+        n = max(0, math.floor((fraction - 1e-9) * self.total) - 1)
+        while n / self.total < fraction - 1e-9:
+            n += 1
+        return n
 
     def _open_display(self) -> None:
         if self._tty and self._display is None:
@@ -302,19 +314,22 @@ class _Bar:
 
     def advance(self, n: int, every: int, postfix: Callable[[], dict[str, float]]) -> None:
         """Count ``n`` batches; redraw every ``every`` batches, at most once per ``min_interval_s``."""
-        self._open_display()
+        if self._tty and self._display is None:
+            self._open_display()
         self.n += n
         self._pending += n
         if self._pending < every:
             return
-        now = time.perf_counter()
         if self._display is not None:
+            now = time.perf_counter()
             if now - self._last_refresh >= self._min_interval_s:
                 self._last_refresh = now
                 self._display.set_postfix_str(_format_postfix(postfix()), refresh=False)
             self._display.update(self._pending)
-        elif self.periodic_lines and self._line_due(now):
-            self._print_line(postfix(), now)
+        elif self.periodic_lines and (not self.total or self._line_n <= self.n < self.total):
+            now = time.perf_counter()  # a batch without a line due reads no clock
+            if self._line_due(now):
+                self._print_line(postfix(), now)
         self._pending = 0
 
     def close(
@@ -344,6 +359,7 @@ class _Bar:
                 return False
             while self.n / self.total >= self._next_line_fraction - 1e-9:
                 self._next_line_fraction += self._line_step
+            self._line_n = self._first_n_at(self._next_line_fraction)
             return True
         return now - self._last_line_time >= _UNKNOWN_TOTAL_LINE_INTERVAL_S
 

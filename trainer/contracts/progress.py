@@ -43,17 +43,25 @@ class FitProgress:
 
     def at_batch(self, batch_idx: int) -> FitProgress:
         """Batch ``batch_idx`` is being trained."""
-        return dataclasses.replace(self, batch_idx=batch_idx)
+        # the three per-batch transitions construct directly: `dataclasses.replace` costs more than a step's own work here
+        return FitProgress(
+            self.current_epoch, self.global_step, batch_idx, self.batches_done, self.epoch_finished,
+            self.samples_done, self.global_batch_size, self.dataset_size,
+        )
 
     def stepped(self) -> FitProgress:
         """An optimizer step was taken: the one place ``global_step`` counts up."""
-        return dataclasses.replace(self, global_step=self.global_step + 1)
+        return FitProgress(
+            self.current_epoch, self.global_step + 1, self.batch_idx, self.batches_done, self.epoch_finished,
+            self.samples_done, self.global_batch_size, self.dataset_size,
+        )
 
     def batch_trained(self, batch_idx: int, is_last: bool, samples_done: int | None) -> FitProgress:
         """``batch_idx`` is fully trained (a checkpoint from here on continues after it); after a
         window's step ``samples_done`` samples of the epoch are trained (else it is unchanged)."""
-        return dataclasses.replace(
-            self, batches_done=batch_idx + 1, epoch_finished=is_last, samples_done=samples_done
+        return FitProgress(
+            self.current_epoch, self.global_step, self.batch_idx, batch_idx + 1, is_last,
+            samples_done, self.global_batch_size, self.dataset_size,
         )
 
     def epoch_ending(self) -> FitProgress:

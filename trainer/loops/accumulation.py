@@ -10,6 +10,8 @@ number of ranks, and a padding micro batch weighs 0.
 """
 from __future__ import annotations
 
+import math
+
 from trainer.contracts.accumulation import check_accumulation, window_start
 from trainer.data.global_batch_sampler import EpochLayout
 
@@ -31,6 +33,17 @@ class AccumulationWindows:
         self.layout = layout
         # a limit that ends the epoch early leaves the layout's last window out: plain divisors then
         self._weighted = layout is not None and layout.num_batches == num_batches
+        self.plain_until = self._plain_until()
+
+    def _plain_until(self) -> float:
+        """The first batch index whose window is not a plain full one (``inf``: none): before it
+        no micro batch pads and each loss is divided by ``A``, which the step reads without the
+        window arithmetic below."""
+        a, n = self.accumulate, self.num_batches
+        until: float = math.inf if n is None else n - n % a  # a shorter last window starts there
+        if self._weighted and self.layout is not None and self.layout.last_size:
+            until = min(until, self.layout.last_window_start)
+        return until
 
     def is_window_start(self, batch_idx: int) -> bool:
         """Whether this micro batch opens a window (where an overridden ``optimizer_zero_grad`` runs)."""

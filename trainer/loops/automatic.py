@@ -94,9 +94,25 @@ class AutomaticOptimization(Optimization):
         self.zero_in_closure = bool(overridden) or needs_closure or t.hooks.implemented("on_before_zero_grad")
         self.no_sync = self._strategy.no_sync
         self.collectives = self._strategy.collectives  # a backward is one (DDP's, FSDP's gradient sync)
+        # one process has no collective to track: its backward syncs nothing
+        self._track_collectives = t.world_size > 1
         self._step_with_closure = self._optimizer_step is not None or needs_closure
         self.optimizers = [StepOptimizer(opt, self) for opt in t.optimizers]
         self._windows: AccumulationWindows | None = None
+        # the hooks' callables, fetched once per fit: a hook nobody overrides costs nothing per step
+        hooks = t.hooks
+        self._on_before_backward = hooks.callables("on_before_backward")
+        self._on_after_backward = hooks.callables("on_after_backward")
+        self._on_before_optimizer_step = hooks.callables("on_before_optimizer_step")
+        self._on_before_zero_grad = hooks.callables("on_before_zero_grad")
+        self._read_settings()
+
+    def _read_settings(self) -> None:
+        """The Trainer's settings and schedulers the step reads: once per epoch, not per step."""
+        t = self.trainer
+        self._clip_val, self._clip_algorithm = t.gradient_clip_val, t.gradient_clip_algorithm
+        self._log_every = t.log_every_n_steps
+        self._scheduler_configs = t.lr_scheduler_configs
 
     def start_epoch(self, windows: AccumulationWindows) -> None:
         """This epoch's accumulation windows (a scheduler may change ``A`` between epochs) and the
@@ -104,15 +120,29 @@ class AutomaticOptimization(Optimization):
         self._windows = windows
         self._params = {id(opt): optimizer_parameters(opt) for opt in self.trainer.optimizers}
         self._all_params = list(self._params.values())
+        self._read_settings()
 
     # -- one micro batch ---------------------------------------------------------------------
     def run(self, batch: Any, batch_idx: int, window_end: bool) -> Any:
         """Train one micro batch; at a window's end step the optimizers. Returns ``training_step``'s output."""
-        closure = _Closure(self, batch, batch_idx, window_end)
         if not window_end:
-            closure.run()
-            return closure.output
+            return self.micro_batch(batch, batch_idx, False)[0]
         t = self.trainer
+        if not (self._optimizer_step is not None or self._step_with_closure):  # the lean path
+            output, loss = self.micro_batch(batch, batch_idx, True)
+            self._after_closure(self._optimizers, batch_idx)
+            precision = self._precision
+            if precision.scaler is None:
+                for optimizer in self._optimizers:
+                    optimizer.step()
+            else:
+                if loss is not None:  # the scaler can't step without a backward
+                    for optimizer in self._optimizers:
+                        precision.optimizer_step(optimizer)
+                precision.update()
+            self._after_step()
+            return output
+        closure = _Closure(self, batch, batch_idx, window_end)
         if self._optimizer_step is not None:
             self._optimizer_step(t.current_epoch, batch_idx, self.optimizers[0], closure)
             if not closure.ran:
@@ -121,18 +151,28 @@ class AutomaticOptimization(Optimization):
                     f"{batch_idx}: call optimizer.step(closure=optimizer_closure) (or optimizer_closure()), "
                     "as Lightning requires."
                 )
-        elif self._step_with_closure:
-            self.optimizer_step(self._optimizers[0], closure, {})
         else:
-            loss = closure.run()
-            self._after_closure(self._optimizers, batch_idx)
-            precision = self._precision
-            if loss is not None or precision.scaler is None:  # the scaler can't step without a backward
-                for optimizer in self._optimizers:
-                    precision.optimizer_step(optimizer)
-            precision.update()
+            self.optimizer_step(self._optimizers[0], closure, {})
         self._after_step()
         return closure.output
+
+    def micro_batch(self, batch: Any, batch_idx: int, sync: bool) -> tuple[Any, torch.Tensor | None]:
+        """One micro batch's ``training_step``, zero_grad (Lightning's position) and backward:
+        (``training_step``'s output, the loss as backward saw it; None: the step skipped the batch)."""
+        with self.no_sync(sync):
+            output, loss = self.forward(batch, batch_idx)
+            if self.zero_in_closure:
+                self.zero_grad(batch_idx)
+            if loss is not None:
+                if self._track_collectives:
+                    with self.collectives.inside("backward, gradients synced" if sync else "backward, no sync"):
+                        self.backward(loss)
+                else:
+                    self.backward(loss)
+        if loss is not None:
+            for hook in self._on_after_backward:
+                hook()
+        return output, loss
 
     @property
     def module_optimizers(self) -> list[Any]:
@@ -166,9 +206,11 @@ class AutomaticOptimization(Optimization):
             return output, None
         loss = _loss_of(output, batch_idx)
         shown = loss.detach()
-        self._record_loss(shown, progress.global_step, batch_idx)
-        assert self._windows is not None
-        padding = self._windows.is_padding(batch_idx)
+        self.loop.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
+        windows = self._windows
+        assert windows is not None
+        plain = batch_idx < windows.plain_until  # a full window: no padding, divided by A
+        padding = not plain and windows.is_padding(batch_idx)
         items = self._normalizer.observe(output, loss, batch_idx, counts=not padding)
         if padding:  # only joins the window's collectives: no gradient, no items
             scaled = loss * 0.0
@@ -176,7 +218,7 @@ class AutomaticOptimization(Optimization):
             scaled = loss  # a sum: normalised by the global item count at the step
             shown = shown / items.clamp_min(1.0)  # shown as this batch's mean
         else:
-            divisor = self._windows.loss_divisor(batch_idx)
+            divisor = windows.accumulate if plain else windows.loss_divisor(batch_idx)
             scaled = loss / divisor if divisor != 1 else loss
         t.metric_logger.last_loss = shown
         return output, scaled
@@ -188,7 +230,8 @@ class AutomaticOptimization(Optimization):
         if not self._windows.is_window_start(batch_idx):  # the epoch's A, not a value set since
             return
         optimizer = self._optimizers[0]
-        t.hooks.call("on_before_zero_grad", optimizer)
+        for hook in self._on_before_zero_grad:
+            hook(optimizer)
         if self._zero_grad_hook is not None:
             self._zero_grad_hook(t.current_epoch, batch_idx, optimizer)
         else:
@@ -196,8 +239,8 @@ class AutomaticOptimization(Optimization):
 
     def backward(self, loss: torch.Tensor) -> None:
         """``on_before_backward``, the backward (the module's ``backward`` if overridden), through the scaler."""
-        t = self.trainer
-        t.hooks.call("on_before_backward", loss)
+        for hook in self._on_before_backward:
+            hook(loss)
         if self._backward_hook is None:
             self._precision.backward(loss)
         else:
@@ -207,40 +250,45 @@ class AutomaticOptimization(Optimization):
     # -- the window's end ----------------------------------------------------------------------
     def _after_closure(self, optimizers: list[Optimizer], batch_idx: int) -> None:
         """Gradients complete: synced, corrected, unscaled, checked, hooked and clipped, per optimizer."""
-        t, precision = self.trainer, self._precision
+        precision, windows = self._precision, self._windows
         self._strategy.after_backward_window()
-        assert self._windows is not None
-        correction = 1.0 if self._normalizer.active else self._windows.grad_correction(batch_idx)
+        assert windows is not None
+        # a known length divided each loss by its window's true size (grad_correction is 1)
+        fixed = windows.num_batches is not None or self._normalizer.active
+        correction = 1.0 if fixed else windows.grad_correction(batch_idx)
         self._normalizer.finish_window(self._strategy, self._all_params)
         for optimizer in optimizers:
             params = self._params[id(optimizer)]
             if correction != 1.0:  # summed losses were never divided by the window size
                 torch._foreach_mul_([p.grad for p in params if p.grad is not None], correction)
-            precision.unscale(optimizer)
-            self._check_gradients(batch_idx)
-            t.hooks.call("on_before_optimizer_step", optimizer)
+            if precision.scaler is not None:
+                precision.unscale(optimizer)
+            if self._grad_check_params is not None:
+                self._check_gradients(batch_idx)
+            for hook in self._on_before_optimizer_step:
+                hook(optimizer)
             if self._clip_hook is not None:
-                self._clip_hook(optimizer, t.gradient_clip_val, t.gradient_clip_algorithm)
-            elif t.gradient_clip_val:  # None or 0: no clipping (as in Lightning)
-                clip_gradients(params, t.gradient_clip_val, t.gradient_clip_algorithm)
+                self._clip_hook(optimizer, self._clip_val, self._clip_algorithm)
+            elif self._clip_val:  # None or 0: no clipping (as in Lightning)
+                clip_gradients(params, self._clip_val, self._clip_algorithm)
 
     def _after_step(self) -> None:
-        t = self.trainer
         if not self.zero_in_closure:
             for optimizer in self._optimizers:
-                t.hooks.call("on_before_zero_grad", optimizer)
+                for hook in self._on_before_zero_grad:
+                    hook(optimizer)
                 optimizer.zero_grad(set_to_none=True)
         self.loop.optimizer_stepped()
         progress = self.loop.progress  # the position after the step
-        if t.lr_scheduler_configs:  # a ReduceLROnPlateau steps after the batch's validation (fit loop)
+        if self._scheduler_configs:  # a ReduceLROnPlateau steps after the batch's validation (fit loop)
             self.step_schedulers("step", progress.global_step, plateau=False)
-        if progress.global_step % t.log_every_n_steps == 0:
+        if progress.global_step % self._log_every == 0:
             self._publish_step()
 
     def step_schedulers(self, interval: str, count: int, plateau: bool) -> None:
         """Step the schedulers of ``interval`` due at ``count``, the ``ReduceLROnPlateau`` ones or the
         others (the module's ``lr_scheduler_step`` if overridden)."""
-        configs = self.trainer.lr_scheduler_configs
+        configs = self._scheduler_configs
         if configs:
             step_schedulers(configs, interval, count, self.loop.scheduler_metrics, self._scheduler_hook, plateau)
 
@@ -276,17 +324,7 @@ class _Closure:
 
     def run(self) -> torch.Tensor | None:
         """The closure's work; returns the loss as backward saw it (None: the step skipped the batch)."""
-        automatic, batch_idx = self._automatic, self._batch_idx
-        t = automatic.trainer
-        with automatic.no_sync(self._sync):
-            self.output, loss = automatic.forward(self._batch, batch_idx)
-            if automatic.zero_in_closure:
-                automatic.zero_grad(batch_idx)
-            if loss is not None:
-                with automatic.collectives.inside("backward, gradients synced" if self._sync else "backward, no sync"):
-                    automatic.backward(loss)
-        if loss is not None:
-            t.hooks.call("on_after_backward")
+        self.output, loss = self._automatic.micro_batch(self._batch, self._batch_idx, self._sync)
         self.ran = True
         return loss
 

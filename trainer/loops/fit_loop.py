@@ -83,6 +83,11 @@ class FitLoop:
         self.optimization: Optimization = None  # type: ignore[assignment]
         self._data_sources: tuple[Any, Any] = (None, None)  # fit's loader arguments (None: the hooks)
         self._loaded_epoch = 0  # the epoch whose start last (re)loaded the data
+        # fixed for a fit, read by every batch: taken once in `run` (not through the Trainer per step)
+        self._world_size = 1
+        self._max_steps = -1
+        self._on_train_batch_start: list[Any] = []
+        self._on_train_batch_end: list[Any] = []
         self._reset()
 
     # -- the run's position (read by the Trainer's properties) ---------------------------------
@@ -368,6 +373,9 @@ class FitLoop:
         """The training part of fit: sanity check, epochs until done, and their hooks."""
         t = self.trainer
         hooks = t.hooks
+        self._world_size, self._max_steps = t.world_size, t.max_steps
+        self._on_train_batch_start = hooks.callables("on_train_batch_start")
+        self._on_train_batch_end = hooks.callables("on_train_batch_end")
         hooks.call("on_fit_start")
         if t.val_dataloaders and t.num_sanity_val_steps != 0 and self.validation_enabled():
             with isolated_rng():  # training draws the same random numbers with or without it (its hooks too, as Lightning)
@@ -407,6 +415,8 @@ class FitLoop:
         val_every, val_at_end = self._validation_schedule()
         seen = 0
         rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
+        profiler = t.profiler if t.profiler.active else None
+        validates = bool(val_every or val_at_end)
         for batch_idx, batch, is_last in iterate_with_lookahead(
             source, self.num_training_batches, start, rank, self.progress.current_epoch, self._fetch_failed
         ):
@@ -415,10 +425,13 @@ class FitLoop:
             self.progress = self.progress.at_batch(batch_idx)
             self.is_last_batch = is_last  # Lightning's `trainer.is_last_batch`, during the batch's hooks
             window_end = windows.is_window_end(batch_idx, is_last)
-            with t.profiler.profile("run_training_batch"):
+            if profiler is None:
                 self._train_batch(batch, batch_idx, is_last, window_end, windows)
+            else:
+                with profiler.profile("run_training_batch"):
+                    self._train_batch(batch, batch_idx, is_last, window_end, windows)
             seen += 1
-            if _validation_due(val_every, val_at_end, batch_idx, is_last):
+            if validates and _validation_due(val_every, val_at_end, batch_idx, is_last):
                 self._validate(window_end)
             if window_end:  # after validation: it may log their monitor
                 self.optimization.step_schedulers("step", self.progress.global_step, plateau=True)
@@ -519,8 +532,11 @@ class FitLoop:
         return stop and self.can_stop_early()
 
     def _stops_mid_epoch(self) -> bool:
-        t = self.trainer
-        return self._stopped() or (t.max_steps != -1 and self.progress.global_step >= t.max_steps)
+        # `_stopped` inline: it runs after every optimizer step
+        stop = self.trainer.run.should_stop if self._world_size == 1 else self._agreed_stop
+        if stop and self.can_stop_early():
+            return True
+        return self._max_steps != -1 and self.progress.global_step >= self._max_steps
 
     def position(self) -> str:
         """The batch being trained (or loaded, when loading it failed), for error messages."""
@@ -538,7 +554,6 @@ class FitLoop:
         self, batch: Any, batch_idx: int, is_last: bool, window_end: bool, windows: AccumulationWindows
     ) -> None:
         t = self.trainer
-        hooks, strategy = t.hooks, t.strategy
         if self._move_batches:  # not when the prefetcher already moved it
             batch = self.transfer(batch)
         if self._convert_batches:  # "bf16-true": the module computes in bf16
@@ -546,7 +561,8 @@ class FitLoop:
         metrics = t.metric_logger.train
         metrics.set_batch(batch)
         metrics.in_step = True
-        hooks.call("on_train_batch_start", batch, batch_idx)
+        for hook in self._on_train_batch_start:
+            hook(batch, batch_idx)
         output = self.optimization.run(batch, batch_idx, window_end)
         if is_last:  # Lightning's place for the epoch's schedulers but the plateau ones: before validation
             self.optimization.step_schedulers("epoch", self.progress.current_epoch + 1, plateau=False)
@@ -554,10 +570,11 @@ class FitLoop:
         # the position a checkpoint written from here on records
         self.progress = self.progress.batch_trained(batch_idx, is_last, samples)
         if window_end:
-            signum = self._preemption.agreed(t.world_size, strategy.control_group)
+            signum = self._preemption.agreed(self._world_size, t.strategy.control_group)
             if signum:
                 self._save_and_exit_for_preemption(signum)
-        hooks.call("on_train_batch_end", output, batch, batch_idx)
+        for hook in self._on_train_batch_end:
+            hook(output, batch, batch_idx)
         metrics.in_step = False
 
     def _epoch_end(self) -> None:

@@ -92,12 +92,22 @@ class MetricStore:
         """Record one value (see `TrainModule.log`)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"self.log needs a non-empty string name, got {name!r}")
-        reduce = reduction_name(name, reduce)
-        on_step, on_epoch = self._when(name, on_step, on_epoch)
-        metric = _as_metric(value)
+        # the common call (a reduction by name, default on_step/on_epoch, a 0-d tensor) runs inline:
+        # `self.log` is called in every training step
+        if reduce.__class__ is not str or reduce not in _REDUCTIONS:
+            reduce = reduction_name(name, reduce)
+        if on_step is None and on_epoch is None:
+            on_step = self.training and self.in_step
+            on_epoch = not on_step
+        else:
+            on_step, on_epoch = self._when(name, on_step, on_epoch)
+        metric = _as_metric(value) if "torchmetrics" in sys.modules else None
         tensor: torch.Tensor | None
         if metric is None:
-            tensor = _as_scalar_tensor(name, value)
+            if value.__class__ is torch.Tensor and value.dim() == 0:
+                tensor = value.detach()
+            else:
+                tensor = _as_scalar_tensor(name, value)
         else:  # a torchmetrics Metric: its epoch value is computed at the end, by itself
             tensor = _metric_step_value(name, metric) if on_step else None
         key = name + self.dataloader_suffix

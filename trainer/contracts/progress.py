@@ -46,14 +46,14 @@ class FitProgress:
         # the three per-batch transitions construct directly: `dataclasses.replace` costs more than a step's own work here
         return FitProgress(
             self.current_epoch, self.global_step, batch_idx, self.batches_done, self.epoch_finished,
-            self.samples_done, self.global_batch_size, self.dataset_size,
+            self.samples_done, self.global_batch_size, self.dataset_size, self.shuffle,
         )
 
     def stepped(self) -> FitProgress:
         """An optimizer step was taken: the one place ``global_step`` counts up."""
         return FitProgress(
             self.current_epoch, self.global_step + 1, self.batch_idx, self.batches_done, self.epoch_finished,
-            self.samples_done, self.global_batch_size, self.dataset_size,
+            self.samples_done, self.global_batch_size, self.dataset_size, self.shuffle,
         )
 
     def batch_trained(self, batch_idx: int, is_last: bool, samples_done: int | None) -> FitProgress:
@@ -61,7 +61,7 @@ class FitProgress:
         window's step ``samples_done`` samples of the epoch are trained (else it is unchanged)."""
         return FitProgress(
             self.current_epoch, self.global_step, self.batch_idx, batch_idx + 1, is_last,
-            samples_done, self.global_batch_size, self.dataset_size,
+            samples_done, self.global_batch_size, self.dataset_size, self.shuffle,
         )
 
     def epoch_ending(self) -> FitProgress:

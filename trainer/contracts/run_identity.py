@@ -4,6 +4,9 @@ torchrun restart, a SLURM requeue), and for no other run.
 The id is written into the run's lock file, its checkpoints and its log version, so that a
 restart resumes only its own run's checkpoint and writes on only in its own version.
 
+- In a Ray Train worker, ``ray-<the experiment's storage directory>``: Ray's restarts of the
+  workers, and a new driver that continues the experiment (the same ``RunConfig`` name and
+  storage path), are the same run (`trainer.contracts.ray_worker`).
 - Under SLURM, ``slurm-<SLURM_JOB_ID>``: a requeue keeps the job id (and starts every process,
   torchrun included, anew).
 - Under torchrun (and Lockstep's own launcher), torch's run id and the job's store address, plus
@@ -17,6 +20,8 @@ from __future__ import annotations
 import os
 import uuid
 
+from trainer.contracts.ray_worker import ray_placement
+
 _PROCESS_RUN_ID = f"process-{uuid.uuid4().hex[:12]}"
 # One per process, never shared: tells this process from an earlier one that had the same pid
 # (a container's pid 1 after a restart).
@@ -27,6 +32,9 @@ _JOB: list[str] = []  # the job store's address and the run's token, once this p
 def run_id() -> str:
     """This run's id (see the module's docstring)."""
     env = os.environ
+    ray = ray_placement()
+    if ray is not None:
+        return ray.run
     if env.get("SLURM_JOB_ID"):
         return f"slurm-{env['SLURM_JOB_ID']}"
     if env.get("TORCHELASTIC_RUN_ID"):
@@ -37,7 +45,11 @@ def run_id() -> str:
 
 
 def attempt() -> int:
-    """How often the launcher restarted (torchrun) or requeued (SLURM) this run: 0 at first."""
+    """How often the launcher restarted (torchrun) or requeued (SLURM) this run: 0 at first
+    (under Ray, which does not tell its workers the count, 1 for any restart)."""
+    ray = ray_placement()
+    if ray is not None:
+        return int(ray.resumes)
     for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
         value = os.environ.get(name, "")
         if value.isdigit():

@@ -120,6 +120,12 @@ def job_store(group_store: Any, group_address: tuple[str, int], timeout: datetim
     return store, "{}:{}".format(*launch.endpoint)
 
 
+def use_job_store(store: Any) -> None:
+    """Make ``store`` this process's job store: where a launcher that builds the group itself
+    (Ray Train) keeps what outlives its restarts of the workers (`RayStorageNotes`)."""
+    _MINE[:] = [store]
+
+
 def note_reached(rank: int, global_step: int) -> None:
     """Keep the optimizer steps this rank had done when its run ended in failure (a lost peer,
     a membership change's SIGTERM), for the restart to say how many it computes again."""

@@ -60,3 +60,32 @@ def fit_regression(config: dict[str, Any]) -> None:
             "world_size": environment.world_size,
             "reporters": [type(cb).__name__ for cb in trainer.callbacks],
         }, config["out"])
+
+
+class _FullParams(Callback):
+    """The full parameters at the end of training (FSDP's gathered while the group exists)."""
+
+    params: list[torch.Tensor] = []
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self.params = [p.full_tensor() if hasattr(p, "full_tensor") else p.detach().clone() for p in module.parameters()]
+
+
+def fit_strategies(config: dict[str, Any]) -> None:
+    """One Ray Train worker: the run of `fit_regression` (no checkpoints) with ``allreduce``, then
+    with ``fsdp``, in Ray's one process group; rank 0 writes each one's final parameters."""
+    from torch import nn
+
+    from trainer import FSDPStrategy
+
+    outcome: dict[str, Any] = {}
+    for name, strategy in (("allreduce", "allreduce"), ("fsdp", FSDPStrategy(auto_wrap_policy={nn.Linear}))):
+        seed_everything(0)
+        grab = _FullParams()
+        trainer = Trainer(accelerator="cpu", strategy=strategy, max_epochs=EPOCHS, accumulate_grad_batches=ACCUMULATE,
+                          default_root_dir=config["root"], callbacks=[grab], **QUIET)
+        trainer.fit(Regression("sgd"), loader(regression_data(N), MICRO_BATCH, shuffle=True))
+        outcome[name] = grab.params
+        outcome[f"{name}-source"] = trainer.strategy.cluster_environment.source
+    if trainer.global_rank == 0:
+        torch.save(outcome, config["out"])

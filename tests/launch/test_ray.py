@@ -38,12 +38,14 @@ def ray_cluster() -> Any:
         del os.environ["PYTHONPATH"]
 
 
-def _fit_on_ray(tmp: Path, name: str, max_failures: int = 0, fault: tuple[str, int, int] | None = None) -> tuple[Any, Any]:
-    """Ray's result and rank 0's outcome (None when the run failed) of `ray_runs.fit_regression`."""
+def _fit_on_ray(
+    tmp: Path, name: str, max_failures: int = 0, fault: tuple[str, int, int] | None = None, fn: Any = ray_runs.fit_regression
+) -> tuple[Any, Any]:
+    """Ray's result and rank 0's outcome (None when the run failed) of ``fn`` (`ray_runs`)."""
     out = tmp / f"{name}.pt"
     config = {"root": str(tmp / f"{name}-root"), "out": str(out), "fault": fault, "marker": str(tmp / f"{name}.fault")}
     trainer = TorchTrainer(
-        ray_runs.fit_regression,
+        fn,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(
@@ -86,6 +88,16 @@ def test_two_ray_workers_equal_one_process_with_the_global_batch(straight):
     _assert_close(outcome["params"], _one_process())
 
 
+@pytest.mark.timeout(600)
+def test_allreduce_and_fsdp_join_rays_world_with_the_same_numbers(ray_cluster, tmp_path):
+    result, outcome = _fit_on_ray(tmp_path, "strategies", fn=ray_runs.fit_strategies)
+    assert outcome is not None, f"the Ray run failed: {result}"
+    expected = _one_process()
+    for name in ("allreduce", "fsdp"):
+        assert outcome[f"{name}-source"] == "ray"
+        _assert_close(outcome[name], expected)
+
+
 @pytest.mark.timeout(900)
 def test_reports_reach_rays_storage_on_model_checkpoints_schedule(straight):
     result, outcome = straight
@@ -100,12 +112,11 @@ def test_reports_reach_rays_storage_on_model_checkpoints_schedule(straight):
 
 
 @pytest.mark.timeout(900)
-def test_a_killed_worker_is_restarted_by_ray_and_resumes_the_same_run(ray_cluster, straight, tmp_path):
-    _, uninterrupted = straight
+def test_a_killed_worker_is_restarted_by_ray_and_resumes_the_same_run(ray_cluster, tmp_path):
     # SIGKILL rank 1 when it reaches step 5, mid-epoch 1 (steps 4-6); the last checkpoint is step 4's
     result, outcome = _fit_on_ray(tmp_path, "killed", max_failures=1, fault=("kill", 1, 5))
     assert outcome is not None, f"the Ray run failed: {result}"
-    _assert_close(outcome["params"], uninterrupted["params"])
+    _assert_close(outcome["params"], _one_process())  # the uninterrupted run's (the first test)
     printed = outcome["printed"]
     assert re.search(r"\[lockstep\] Restart: world size 2 -> 2, accumulation 2 -> 2 \(global batch 16\), "
                      r"resumed from global step 4; 1 step\(s\) computed again", printed), printed

@@ -65,7 +65,8 @@ def detect_cluster_environment(environ: Mapping[str, str] = os.environ) -> Clust
        torchrun's variables, which would be read the same way), the rendezvous address
        ``MASTER_ADDR``/``MASTER_PORT`` when Ray set them; the process group is the one Ray
        created. First, because Ray sets torchrun's variables too, and a Ray worker must be
-       recognised as Ray's: its restarts are Ray's (`trainer.contracts.ray_worker`).
+       recognised as Ray's: its restarts are Ray's (`trainer.contracts.ray_worker`). Read only
+       when ``environ`` is ``os.environ`` (Ray's context belongs to the process, not to a dict).
     1. **torchrun**: any of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
        ``GROUP_RANK`` is set. Then ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
        ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` are required. The node rank is

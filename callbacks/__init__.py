@@ -36,6 +36,7 @@ from callbacks.model_summary import ModelSummary, RichModelSummary
 from callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress_bar import ProgressBar
+from callbacks.ray_report import RayReportCallback
 from callbacks.rich_progress_bar import RichProgressBar
 from trainer.contracts.run_lock import RunLockedError
 from callbacks.service_timeout import ServiceUnreachableError
@@ -67,6 +68,7 @@ __all__ = [
     "ModelSummary",
     "OnExceptionCheckpoint",
     "ProgressBar",
+    "RayReportCallback",
     "RichModelSummary",
     "RichProgressBar",
     "RunLockedError",

@@ -177,6 +177,12 @@ class ModelCheckpoint(Checkpoint):
         # two checkpoint callbacks with different settings must not share one state entry
         return f"ModelCheckpoint{{monitor={self.monitor!r}, mode={self.mode!r}, filename={self.filename!r}}}"
 
+    @property
+    def last_save(self) -> tuple[int, str]:
+        """The global step and file of the newest checkpoint this callback wrote (``(-1, "")``
+        before the first of a fit), the same on every rank: rank 0 decides, every rank applies it."""
+        return self._last_global_step_saved, self._last_checkpoint_saved
+
     # -- hooks ------------------------------------------------------------------------------
     def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
         # after every `setup`: the logger has fixed its version, so `trainer.log_dir` is final

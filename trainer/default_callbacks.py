@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks._file_logger import fix_log_versions
 from trainer.contracts import storage
+from trainer.contracts.ray_worker import ray_train_context
 from callbacks.batch_size_finder import BatchSizeFinder, scale_batch_size
 from callbacks.lr_finder import LRFinder, lr_find
 from callbacks.callback import Callback
@@ -61,12 +62,20 @@ def make_callbacks(config: TrainerConfig, loggers: list[Logger]) -> list[Callbac
             raise TypeError(f"callbacks must be Callback instances; got {type(cb).__name__}")
         given.append(cb)
     roles = {cb.role for cb in given}
+    if any(type(cb).__module__.startswith("ray.") for cb in given):
+        roles.add("ray_report")  # Ray's own report callback (ray.train.lightning's) reports this run
     given += [make() for role, make in _defaults(config, bool(loggers)) if role not in roles]
     if config.debug.fast_dev_run:
         given = [cb for cb in given if cb.role != "checkpoint"]
-    # Checkpoint callbacks run last so they save state every other callback already updated.
-    ordinary = [cb for cb in given if cb.role != "checkpoint"]
-    return [*loggers, *ordinary, *checkpoint_callbacks(given)]
+    return [*loggers, *_in_calling_order(given)]
+
+
+def _in_calling_order(callbacks: list[Callback]) -> list[Callback]:
+    """Checkpoint callbacks after the others, so they save state every other callback already
+    updated; a report to Ray after them, so it carries the file they just wrote."""
+    ordinary = [cb for cb in callbacks if cb.role not in ("checkpoint", "ray_report")]
+    reporters = [cb for cb in callbacks if cb.role == "ray_report"]
+    return [*ordinary, *checkpoint_callbacks(callbacks), *reporters]
 
 
 def _defaults(config: TrainerConfig, logging: bool) -> list[tuple[str, Callable[[], Callback]]]:
@@ -81,6 +90,10 @@ def _defaults(config: TrainerConfig, logging: bool) -> list[tuple[str, Callable[
     max_time = config.limits.max_time
     if max_time is not None:
         defaults.append(("timer", lambda: Timer(max_time, interval="step")))
+    if ray_train_context() is not None:  # a Ray Train worker: Ray gets the metrics and checkpoints
+        from callbacks.ray_report import RayReportCallback
+
+        defaults.append(("ray_report", RayReportCallback))
     if config.checkpointing.enable_checkpointing and not config.debug.fast_dev_run:
         # a last.ckpt (a link to the newest file: no second write) so that ckpt_path="last" resumes
         save_last = True if storage.is_url(config.checkpointing.root) else "link"
@@ -104,8 +117,7 @@ def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callba
     extra = _checked_callbacks(extra)
     replaced = _replaced_kinds(callbacks, extra, type(module).__name__)
     merged = [cb for cb in callbacks if type(cb) not in replaced] + extra
-    ordinary = [cb for cb in merged if not isinstance(cb, ModelCheckpoint)]
-    return [*ordinary, *checkpoint_callbacks(merged)]
+    return _in_calling_order(merged)
 
 
 def _checked_callbacks(extra: Any) -> list[Callback]:

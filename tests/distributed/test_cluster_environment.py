@@ -231,3 +231,29 @@ def test_the_rank_alone_follows_the_same_rules():
     assert detect_global_rank({"SLURM_PROCID": "3"}) == 0  # idem: no srun step
     with pytest.raises(ValueError, match="RANK='x' is not an integer"):
         detect_global_rank({"RANK": "x"})
+
+
+@pytest.mark.timeout(120)  # importing Ray takes a few seconds
+def test_a_process_that_imported_ray_but_runs_no_training_function_is_not_a_ray_worker(monkeypatch):
+    """Ray's driver (and any process that imported Ray) is read as what launched it, not as Ray's."""
+    pytest.importorskip("ray.train")
+    from trainer.contracts.ray_worker import ray_placement, ray_resume_path, ray_train_context
+    from trainer.contracts.run_identity import run_id
+
+    for name, value in TORCHRUN.items():
+        monkeypatch.setenv(name, value)
+    assert ray_train_context() is None and ray_placement() is None and ray_resume_path() is None
+    assert detect_cluster_environment().source == "torchrun"
+    assert not run_id().startswith("ray-")
+
+
+def test_a_process_that_did_not_import_ray_is_not_made_to(monkeypatch):
+    import sys
+
+    from trainer.contracts.ray_worker import ray_train_context
+
+    for name in [n for n in sys.modules if n == "ray" or n.startswith("ray.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert ray_train_context() is None
+    assert "ray.train" not in sys.modules
+    assert detect_cluster_environment().source in ("single", "torchrun", "slurm")

@@ -89,7 +89,8 @@ def test_the_floor_imports_only_the_standard_library_and_torch():
     # At run time: under `if TYPE_CHECKING:` the protocols name the trainer's parts for the type
     # checker (docs/architecture.md, "Typing the floor").
     # fsspec: the `remote` extra, imported by the storage layer only when a URL is used
-    allowed = {"torch", "__future__", "fsspec", *sys.stdlib_module_names}
+    # ray: the `ray` extra, imported only where Ray is imported already (trainer/contracts/ray_worker.py)
+    allowed = {"torch", "__future__", "fsspec", "ray", *sys.stdlib_module_names}
     for path in sorted((REPO / "trainer" / "contracts").glob("*.py")):
         for module in runtime_imports(path):
             root = module.split(".")[0]

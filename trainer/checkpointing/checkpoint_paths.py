@@ -13,6 +13,7 @@ import torch
 from trainer.checkpoint_io.file_format import load_checkpoint
 from trainer.checkpoint_io.sharded_layout import META_FILE, is_sharded_checkpoint
 from trainer.contracts import storage
+from trainer.contracts.ray_worker import ray_resume_path
 from trainer.contracts.run_identity import has_scheduler_identity, run_id
 from trainer.contracts.run_lock import RunLock, RunLockedError
 
@@ -82,6 +83,17 @@ def _last_of_one_run(trainer: Trainer) -> str | None:
         + ". Pass the checkpoint's path (ckpt_path='path/to/last.ckpt'), or launch under the run's name "
         "(LOCKSTEP_RUN_NAME=...) or in its SLURM job."
     )
+
+
+def restart_checkpoint(trainer: Trainer) -> str | None:
+    """The checkpoint a restart resumes: under Ray Train the one Ray hands the workers
+    (``ray.train.get_checkpoint()``, which every worker fetches where it runs), else this run's
+    newest ``last*.ckpt``, which global rank 0 finds (another run's under the same root is not
+    a restart's to take). The same path on every rank."""
+    from_ray = ray_resume_path()
+    if from_ray is not None:
+        return from_ray
+    return trainer.strategy.broadcast(find_last_checkpoint(trainer, run=run_id()) if trainer.is_global_zero else None)
 
 
 def find_last_checkpoint(trainer: Trainer, run: str | None = None) -> str | None:

@@ -6,6 +6,9 @@ restart resumes only its own run's checkpoint and writes on only in its own vers
 
 - ``LOCKSTEP_RUN_NAME`` set (the user's own name for the run): ``name-<it>``, whatever launched
   it; a relaunch under that name, in another job too, is the same run.
+- In a Ray Train worker, ``ray-<the experiment's storage directory>``: Ray's restarts of the
+  workers, and a new driver that continues the experiment (the same ``RunConfig`` name and
+  storage path), are the same run (`trainer.contracts.ray_worker`).
 - Under SLURM, ``slurm-<SLURM_JOB_ID>`` (``slurm-<SLURM_ARRAY_JOB_ID>_<SLURM_ARRAY_TASK_ID>`` for
   an array task), then ``.<SLURM_STEP_ID>`` inside an ``srun`` step: a requeue keeps the job id and
   the step numbers (and starts every process, torchrun included, anew), and two steps of one job
@@ -21,6 +24,8 @@ from __future__ import annotations
 import os
 import uuid
 
+from trainer.contracts.ray_worker import ray_placement
+
 RUN_NAME_ENV = "LOCKSTEP_RUN_NAME"  # the user's own name for the run
 _PROCESS_RUN_ID = f"process-{uuid.uuid4().hex[:12]}"
 # One per process, never shared: tells this process from an earlier one that had the same pid
@@ -34,6 +39,9 @@ def run_id() -> str:
     env = os.environ
     if env.get(RUN_NAME_ENV):
         return f"name-{env[RUN_NAME_ENV]}"
+    ray = ray_placement()
+    if ray is not None:
+        return ray.run
     if env.get("SLURM_JOB_ID"):
         job = env["SLURM_JOB_ID"]
         if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
@@ -48,13 +56,18 @@ def run_id() -> str:
 
 
 def has_scheduler_identity() -> bool:
-    """Whether the run's id outlives its processes (a name, SLURM, torchrun): else it is this
-    process's own, and tells no earlier run's files from another's."""
-    return any(os.environ.get(name) for name in (RUN_NAME_ENV, "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"))
+    """Whether the run's id outlives its processes (a name, Ray Train, SLURM, torchrun): else it
+    is this process's own, and tells no earlier run's files from another's."""
+    names = (RUN_NAME_ENV, "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID")
+    return any(os.environ.get(name) for name in names) or ray_placement() is not None
 
 
 def attempt() -> int:
-    """How often the launcher restarted (torchrun) or requeued (SLURM) this run: 0 at first."""
+    """How often the launcher restarted (torchrun) or requeued (SLURM) this run: 0 at first
+    (under Ray, which does not tell its workers the count, 1 for any restart)."""
+    ray = ray_placement()
+    if ray is not None:
+        return int(ray.resumes)
     for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
         value = os.environ.get(name, "")
         if value.isdigit():

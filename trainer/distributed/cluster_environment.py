@@ -1,7 +1,8 @@
 """Where this process sits in the job: ranks, sizes and rendezvous address, read from the launcher.
 
-``detect_cluster_environment()`` understands three launches:
+``detect_cluster_environment()`` understands four launches:
 
+- a Ray Train worker (``ray.train.torch.TorchTrainer``), which has its process group already,
 - ``torchrun`` (or anything that sets the same ``env://`` variables, such as the test helpers),
 - SLURM ``srun`` (one process per task),
 - a single plain process.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Literal, Mapping
 
 from trainer.contracts.rank import detect_global_rank, env_int, env_str, launch_source
+from trainer.contracts.ray_worker import RayPlacement, ray_placement
 
 __all__ = ["ClusterEnvironment", "detect_cluster_environment", "detect_global_rank", "expand_hostlist"]
 
@@ -36,8 +38,10 @@ class ClusterEnvironment:
     num_nodes: int
     master_addr: str
     master_port: int  # 0 for a single process: no rendezvous needed
-    source: Literal["torchrun", "slurm", "single"]
-    restart_count: int = 0  # how often the launcher restarted (torchrun) or requeued (SLURM) the job
+    source: Literal["ray", "torchrun", "slurm", "single"]
+    # how often the launcher restarted (torchrun) or requeued (SLURM) the job; under Ray 1 when
+    # Ray hands the workers a checkpoint to resume from (a restart), else 0
+    restart_count: int = 0
 
     @property
     def is_global_zero(self) -> bool:
@@ -55,6 +59,14 @@ def detect_cluster_environment(environ: Mapping[str, str] = os.environ) -> Clust
 
     Checked in this order:
 
+    0. **Ray Train**: this process runs a Ray Train training function (``ray.train`` is imported
+       and ``ray.train.get_context()`` answers; never true in a process that has not imported
+       Ray, which is not made to). Ranks and sizes are Ray's (its context; Ray also sets
+       torchrun's variables, which would be read the same way), the rendezvous address
+       ``MASTER_ADDR``/``MASTER_PORT`` when Ray set them; the process group is the one Ray
+       created. First, because Ray sets torchrun's variables too, and a Ray worker must be
+       recognised as Ray's: its restarts are Ray's (`trainer.contracts.ray_worker`). Read only
+       when ``environ`` is ``os.environ`` (Ray's context belongs to the process, not to a dict).
     1. **torchrun**: any of ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
        ``GROUP_RANK`` is set. Then ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
        ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` are required. The node rank is
@@ -80,6 +92,9 @@ def detect_cluster_environment(environ: Mapping[str, str] = os.environ) -> Clust
     Raises ``ValueError`` naming the variable when a launch is recognised but its variables are
     missing, not integers, or inconsistent (for example ``RANK`` >= ``WORLD_SIZE``).
     """
+    ray = ray_placement() if environ is os.environ else None
+    if ray is not None:
+        return _from_ray(environ, ray)
     source = launch_source(environ)
     if source == "torchrun":
         return _from_torchrun(environ)
@@ -123,6 +138,25 @@ def expand_hostlist(hostlist: str) -> list[str]:
                 choices.append([piece])
         hosts.extend("".join(combo) for combo in itertools.product(*choices))
     return hosts
+
+
+# ----------------------------------------------------------------------------------------------
+# Ray Train
+# ----------------------------------------------------------------------------------------------
+def _from_ray(environ: Mapping[str, str], ray: RayPlacement) -> ClusterEnvironment:
+    port = _port(environ) if environ.get("MASTER_PORT") else 0  # TorchConfig(init_method="tcp") sets none
+    return ClusterEnvironment(
+        global_rank=ray.global_rank,
+        local_rank=ray.local_rank,
+        node_rank=ray.node_rank,
+        world_size=ray.world_size,
+        local_world_size=ray.local_world_size,
+        num_nodes=max(ray.node_rank + 1, -(-ray.world_size // ray.local_world_size)),
+        master_addr=environ.get("MASTER_ADDR") or "127.0.0.1",
+        master_port=port,
+        source="ray",
+        restart_count=int(ray.resumes),
+    )
 
 
 # ----------------------------------------------------------------------------------------------

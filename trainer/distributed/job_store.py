@@ -258,6 +258,12 @@ def lone_job_store(timeout: datetime.timedelta, environ: Mapping[str, str] = os.
     return (store, address) if store is not None else None
 
 
+def use_job_store(store: Any) -> None:
+    """Make ``store`` this process's job store: where a launcher that builds the group itself
+    (Ray Train) keeps what outlives its restarts of the workers (`RayStorageNotes`)."""
+    _MINE[:] = [store]
+
+
 def note_reached(rank: int, global_step: int) -> None:
     """Keep the optimizer steps this rank had done when its run ended in failure (a lost peer,
     a membership change's SIGTERM), for the restart to say how many it computes again."""

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from trainer.accelerators.compilation import prepare_for_speed
-from trainer.checkpointing.checkpoint_paths import find_last_checkpoint, preemption_checkpoint_path, read_checkpoint
+from trainer.checkpointing.checkpoint_paths import preemption_checkpoint_path, read_checkpoint, restart_checkpoint
 from trainer.contracts.accumulation import GlobalBatchError, accumulation_for, global_batch_size
-from trainer.contracts.run_identity import run_id
 from trainer.checkpointing.connector import refuse_weights_only, restore_checkpoint, restore_datamodule
 from trainer.checkpointing.resume import (
     ResumePlan,
@@ -145,8 +144,7 @@ class FitLoop:
         configure_model(t, model)  # right after `setup`, as in Lightning
         restarted = ckpt_path is None and strategy.is_restart()
         if restarted:
-            # only this run's own: another run's last.ckpt under the same root is not a restart's to take
-            ckpt_path = strategy.broadcast(find_last_checkpoint(t, run=run_id()) if t.is_global_zero else None)
+            ckpt_path = restart_checkpoint(t)
         path, checkpoint = "", None
         if ckpt_path is not None:
             path, checkpoint = read_checkpoint(t, ckpt_path, weights_only)

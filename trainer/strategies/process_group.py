@@ -19,7 +19,8 @@ from trainer.contracts.arguments import check_str
 from trainer.contracts.loader import ShardingLoader
 from trainer.seed import global_seed
 from trainer.distributed.heartbeat import Heartbeat
-from trainer.distributed.job_store import note_reached, take_reached
+from trainer.contracts.ray_worker import RayStorageNotes
+from trainer.distributed.job_store import note_reached, take_reached, use_job_store
 from trainer.launch.failure_notes import explain_failure, note_early_exit, reaches_every_rank
 from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
 from trainer.strategies.strategy import Strategy
@@ -77,6 +78,8 @@ class ProcessGroupStrategy(Strategy):
                     f"A process group already exists with rank {dist.get_rank()}/{dist.get_world_size()}, "
                     f"but this run is rank {self.global_rank}/{self.world_size}."
                 )
+            if cluster.source == "ray":  # Ray's storage outlives its restarts: the steps reached go there
+                use_job_store(RayStorageNotes())
             return
         os.environ.setdefault("MASTER_ADDR", cluster.master_addr)
         any_port = "MASTER_PORT" not in os.environ and not cluster.master_port
@@ -120,7 +123,12 @@ class ProcessGroupStrategy(Strategy):
         """Name the rank whose own failure came first (see `trainer.launch.failure_notes`); keep
         the steps done for the restart's report (`steps_reached_before`)."""
         store = self._store
-        if store is None or self.world_size == 1:
+        if self.world_size == 1:
+            return None
+        if store is None:  # a group joined, not created (Ray Train's): no peers' notes, but this rank is named
+            note_reached(self.global_rank, global_step)
+            if not reaches_every_rank(exc) and hasattr(exc, "add_note"):
+                exc.add_note(f"[lockstep] rank {self.global_rank} failed at {where}")
             return None
         if type(exc) is SystemExit:  # sys.exit() in the middle of a fit: the peers must hear of it
             note_early_exit(store, self.global_rank, where, exc)

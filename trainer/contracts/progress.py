@@ -27,6 +27,9 @@ class FitProgress:
     samples_done: int | None = None
     global_batch_size: int | None = None
     dataset_size: int | None = None  # the epoch's train dataset length (None: not known)
+    # batches trained in the whole run, over every epoch (Lightning's ``total_batch_idx`` + 1):
+    # ``check_val_every_n_epoch=None`` validates every ``val_check_interval`` of these
+    batches_total: int = 0
 
     def epoch_started(
         self, first_batch: int, samples_done: int | None = None, global_batch_size: int | None = None,
@@ -52,7 +55,8 @@ class FitProgress:
         """``batch_idx`` is fully trained (a checkpoint from here on continues after it); after a
         window's step ``samples_done`` samples of the epoch are trained (else it is unchanged)."""
         return dataclasses.replace(
-            self, batches_done=batch_idx + 1, epoch_finished=is_last, samples_done=samples_done
+            self, batches_done=batch_idx + 1, epoch_finished=is_last, samples_done=samples_done,
+            batches_total=self.batches_total + 1,
         )
 
     def epoch_ending(self) -> FitProgress:
@@ -69,7 +73,9 @@ class FitProgress:
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint entries (format_version 2; ``samples_done`` and ``global_batch_size``
         are added when known, and older checkpoints without them still load)."""
-        position: dict[str, Any] = {"batches_done": self.batches_done, "epoch_finished": self.epoch_finished}
+        position: dict[str, Any] = {
+            "batches_done": self.batches_done, "epoch_finished": self.epoch_finished, "batches_total": self.batches_total,
+        }
         if self.samples_done is not None:
             position.update(samples_done=self.samples_done, global_batch_size=self.global_batch_size)
         if self.dataset_size is not None:
@@ -90,6 +96,7 @@ class FitProgress:
             samples_done=_optional_int(position.get("samples_done")),
             global_batch_size=_optional_int(position.get("global_batch_size")),
             dataset_size=_optional_int(position.get("dataset_size")),
+            batches_total=int(position.get("batches_total", 0)),
         )
 
 

@@ -53,6 +53,7 @@ CASES = [
     ("loops.fit_loop.global_batch_size", 0, "None or an int >= 1"),
     ("loops.fit_loop.epoch_finished", "no", "a bool"),
     ("loops.fit_loop.shuffle", "yes", "None or a bool"),
+    ("loops.fit_loop.batches_total", -1, "None or an int >= 0"),
     ("loops.fit_loop", [1], "a dict"),
     ("loops", "abc", "a dict"),
     ("epoch", "1", "an int >= 0"),

@@ -69,6 +69,7 @@ _FIT_LOOP: dict[str, _Check] = {
     "global_batch_size": _optional(_int(1)),
     "dataset_size": _optional(_int(0)),
     "shuffle": _optional(_BOOL),
+    "batches_total": _optional(_int(0)),
 }
 _RANK_STATE: dict[str, _Check] = {"epoch_state": _optional(_MAPPING)}
 

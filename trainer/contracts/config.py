@@ -101,6 +101,12 @@ class LoopConfig:
         if self.check_val_every_n_epoch is not None:
             check_int("check_val_every_n_epoch", self.check_val_every_n_epoch, minimum=1)
         _check_val_check_interval(self.val_check_interval)
+        if self.check_val_every_n_epoch is None and isinstance(self.val_check_interval, float):
+            raise ValueError(
+                f"val_check_interval={self.val_check_interval} is a fraction of an epoch, but "
+                "check_val_every_n_epoch=None counts training batches over epochs: give an int number "
+                "of batches (as Lightning requires)."
+            )
         # a NaN clip value turns every gradient into NaN at the first step
         _set(self, "gradient_clip_val", check_number("gradient_clip_val", self.gradient_clip_val, minimum=0, allow_none=True))
         check_str("gradient_clip_algorithm", self.gradient_clip_algorithm)

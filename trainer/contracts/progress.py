@@ -28,6 +28,9 @@ class FitProgress:
     global_batch_size: int | None = None
     dataset_size: int | None = None  # the epoch's train dataset length (None: not known)
     shuffle: bool | None = None  # whether the epoch's order is shuffled (None: not known)
+    # batches trained in the whole run, over every epoch (Lightning's ``total_batch_idx`` + 1):
+    # ``check_val_every_n_epoch=None`` validates every ``val_check_interval`` of these
+    batches_total: int = 0
 
     def epoch_started(
         self, first_batch: int, samples_done: int | None = None, global_batch_size: int | None = None,
@@ -46,14 +49,14 @@ class FitProgress:
         # the three per-batch transitions construct directly: `dataclasses.replace` costs more than a step's own work here
         return FitProgress(
             self.current_epoch, self.global_step, batch_idx, self.batches_done, self.epoch_finished,
-            self.samples_done, self.global_batch_size, self.dataset_size, self.shuffle,
+            self.samples_done, self.global_batch_size, self.dataset_size, self.shuffle, self.batches_total,
         )
 
     def stepped(self) -> FitProgress:
         """An optimizer step was taken: the one place ``global_step`` counts up."""
         return FitProgress(
             self.current_epoch, self.global_step + 1, self.batch_idx, self.batches_done, self.epoch_finished,
-            self.samples_done, self.global_batch_size, self.dataset_size, self.shuffle,
+            self.samples_done, self.global_batch_size, self.dataset_size, self.shuffle, self.batches_total,
         )
 
     def batch_trained(self, batch_idx: int, is_last: bool, samples_done: int | None) -> FitProgress:
@@ -61,7 +64,7 @@ class FitProgress:
         window's step ``samples_done`` samples of the epoch are trained (else it is unchanged)."""
         return FitProgress(
             self.current_epoch, self.global_step, self.batch_idx, batch_idx + 1, is_last,
-            samples_done, self.global_batch_size, self.dataset_size, self.shuffle,
+            samples_done, self.global_batch_size, self.dataset_size, self.shuffle, self.batches_total + 1,
         )
 
     def epoch_ending(self) -> FitProgress:
@@ -78,7 +81,9 @@ class FitProgress:
     def state_dict(self) -> dict[str, Any]:
         """The checkpoint entries (format_version 2; ``samples_done`` and ``global_batch_size``
         are added when known, and older checkpoints without them still load)."""
-        position: dict[str, Any] = {"batches_done": self.batches_done, "epoch_finished": self.epoch_finished}
+        position: dict[str, Any] = {
+            "batches_done": self.batches_done, "epoch_finished": self.epoch_finished, "batches_total": self.batches_total,
+        }
         if self.samples_done is not None:
             position.update(samples_done=self.samples_done, global_batch_size=self.global_batch_size)
         if self.dataset_size is not None:
@@ -102,6 +107,7 @@ class FitProgress:
             global_batch_size=_optional_int(position.get("global_batch_size")),
             dataset_size=_optional_int(position.get("dataset_size")),
             shuffle=position.get("shuffle"),
+            batches_total=int(position.get("batches_total", 0)),
         )
 
 

@@ -415,6 +415,7 @@ class FitLoop:
         rank = t.global_rank if t.world_size > 1 else None  # one process: a short loader just ends the epoch
         profiler = t.profiler if t.profiler.active else None
         validates = bool(val_every or val_at_end)
+        over_run = t.check_val_every_n_epoch is None  # the schedule counts batches over every epoch
         for batch_idx, batch, is_last in iterate_with_lookahead(
             source, self.num_training_batches, start, rank, self.progress.current_epoch, self._fetch_failed
         ):
@@ -429,7 +430,7 @@ class FitLoop:
                 with profiler.profile("run_training_batch"):
                     self._train_batch(batch, batch_idx, is_last, window_end, windows)
             seen += 1
-            if validates and _validation_due(val_every, val_at_end, batch_idx, is_last):
+            if validates and _validation_due(val_every, val_at_end, self._validation_index(batch_idx, over_run), is_last):
                 self._validate(window_end)
             if window_end:  # after validation: it may log their monitor
                 self.optimization.step_schedulers("step", self.progress.global_step, plateau=True)
@@ -606,22 +607,24 @@ class FitLoop:
         return any(n != 0 for n in t.num_val_batches)
 
     def _validation_schedule(self) -> tuple[int | None, bool]:
-        """(validate every n training batches, validate at the epoch's last batch) for this epoch."""
+        """(validate every n training batches, validate at the epoch's last batch) for this epoch,
+        as Lightning schedules it. With ``check_val_every_n_epoch=None`` the n batches are counted
+        over the whole run (`_validation_index`), so an int ``val_check_interval`` may exceed an epoch."""
         if not self.validation_enabled():
             return None, False
         t, n = self.trainer, self.num_training_batches
-        interval = t.val_check_interval
+        interval, every_epoch = t.val_check_interval, t.check_val_every_n_epoch
+        if every_epoch is not None and (self.progress.current_epoch + 1) % every_epoch != 0:
+            return None, False
         if isinstance(interval, int):
-            if n is not None and interval > n:  # validation would never run
+            if every_epoch is not None and n is not None and interval > n:  # validation would never run
                 raise ValueError(
                     f"val_check_interval={interval} is more than the {n} training batches of an epoch "
                     "(after limit_train_batches), so validation would never run. Use an int <= "
-                    f"{n}, a float fraction of the epoch, or limit_val_batches=0 to turn validation off."
+                    f"{n}, a float fraction of the epoch, check_val_every_n_epoch=None to count the "
+                    "batches over epochs, or limit_val_batches=0 to turn validation off."
                 )
             return interval, False
-        every_epoch = t.check_val_every_n_epoch
-        if every_epoch is not None and (self.progress.current_epoch + 1) % every_epoch != 0:
-            return None, False
         if interval == 1.0:
             return None, True
         if n is None:
@@ -630,6 +633,13 @@ class FitLoop:
                 "no length. Use an int (validate every n batches)."
             )
         return max(1, int(n * interval)), False
+
+    def _validation_index(self, batch_idx: int, over_run: bool) -> int:
+        """The index the validation schedule counts: the batch's in its epoch, or ``over_run``
+        (``check_val_every_n_epoch=None``) its index over the whole run (Lightning's ``total_batch_idx``)."""
+        if over_run:
+            return self.progress.batches_total - 1  # the batch just trained is counted
+        return batch_idx
 
     def _validate(self, window_end: bool) -> None:
         t = self.trainer

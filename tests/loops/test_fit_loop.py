@@ -48,13 +48,8 @@ def test_max_steps_stops_mid_epoch_without_ending_the_epoch(tmp_path):
     assert os.path.basename(saves.best_model_path) == "epoch=0-step=5.ckpt"
     ckpt = torch.load(saves.best_model_path, weights_only=True)
     assert ckpt["epoch"] == 0 and ckpt["loops"]["fit_loop"] == {
-<<<<<<< HEAD
         "batches_done": 5, "epoch_finished": False, "samples_done": 20, "global_batch_size": 4, "dataset_size": 32,
         "shuffle": False, "batches_total": 5,
-=======
-        "batches_done": 5, "epoch_finished": False, "batches_total": 5, "samples_done": 20, "global_batch_size": 4,
-        "dataset_size": 32,
->>>>>>> i41
     }
     t2 = Trainer(accelerator="cpu", max_steps=10, callbacks=[ends], **QUIET)
     t2.fit(Regression(), loader(regression_data(32), 4), ckpt_path=saves.best_model_path)

@@ -207,11 +207,12 @@ def job_store(group_store: Any, group_address: tuple[str, int], timeout: datetim
         endpoint, said = choose_job_store(launch)
         store = None
         if endpoint is not None:
+            host, port = endpoint
             try:
                 store = _connect(endpoint, timeout)
             except (RuntimeError, OSError) as exc:  # DistNetworkError, DistStoreError are RuntimeErrors
                 endpoint, said = None, (
-                    f"[lockstep] the agents' rendezvous store at {endpoint[0]}:{endpoint[1]} did not answer within "
+                    f"[lockstep] the agents' rendezvous store at {host}:{port} did not answer within "
                     f"{CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}): the job's store is the workers' own, so a "
                     "restart of the workers after a change of the nodes may start as another run."
                 )
@@ -246,14 +247,14 @@ def lone_job_store(timeout: datetime.timedelta, environ: Mapping[str, str] = os.
     if not environ.get("TORCHELASTIC_RUN_ID"):
         return None
     if choose_job_store(parent_elastic_launch(environ), environ)[0] is None and environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        address = (environ.get("MASTER_ADDR", "127.0.0.1"), int(environ.get("MASTER_PORT", "0") or 0))
+        agent_address = (environ.get("MASTER_ADDR", "127.0.0.1"), int(environ.get("MASTER_PORT", "0") or 0))
         try:
             connect = datetime.timedelta(seconds=min(CONNECT_TIMEOUT_S, timeout.total_seconds()))
-            agent = dist.TCPStore(address[0], address[1], is_master=False, timeout=connect)
+            agent = dist.TCPStore(agent_address[0], agent_address[1], is_master=False, timeout=connect)
         except (RuntimeError, OSError):
             return None
         agent.set_timeout(timeout)
-        return job_store(agent, address, timeout)
+        return job_store(agent, agent_address, timeout)
     store, address = job_store(None, ("", 0), timeout)
     return (store, address) if store is not None else None
 

@@ -101,25 +101,19 @@ class MetricStore:
             on_epoch = not on_step
         else:
             on_step, on_epoch = self._when(name, on_step, on_epoch)
-        metric = _as_metric(value) if "torchmetrics" in sys.modules else None
+        metric: Any = None
         tensor: torch.Tensor | None
-        if metric is None:
-            if value.__class__ is torch.Tensor and value.dim() == 0:
-                tensor = value.detach()
-            else:
-                tensor = _as_scalar_tensor(name, value)
-        else:  # a torchmetrics Metric: its epoch value is computed at the end, by itself
-            tensor = _metric_step_value(name, metric) if on_step else None
+        if value.__class__ is torch.Tensor and value.dim() == 0:  # a plain tensor is never a Metric
+            tensor = value.detach()
+        else:
+            metric, tensor = _metric_or_tensor(name, value, on_step)
         key = name + self.dataloader_suffix
         entry = self._entries.get(key)
         if entry is None:
-            entry = _Entry(on_step, on_epoch, prog_bar, sync_dist and metric is None, reduce, tensor)
-            entry.logger, entry.metric = logger, metric
-            self._entries[key] = entry
+            entry = self._entries[key] = _new_entry(on_step, on_epoch, prog_bar, logger, sync_dist, reduce, metric)
         entry.last = tensor
         if on_epoch and metric is None and tensor is not None:
-            size = self.batch_size if batch_size is None else batch_size
-            _accumulate(entry, tensor, 1 if size is None else size)
+            _accumulate(entry, tensor, self.batch_size if batch_size is None else batch_size)
 
     def _when(self, name: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:
         """``on_step`` / ``on_epoch`` with Lightning's defaults: per step inside a training step, else per epoch."""
@@ -238,12 +232,22 @@ def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
     )
 
 
-def _as_metric(value: Any) -> Any:
-    """``value`` if it is a torchmetrics ``Metric`` (checked only when torchmetrics is imported)."""
+def _metric_or_tensor(name: str, value: Any, on_step: bool) -> tuple[Any, torch.Tensor | None]:
+    """``(metric, None or its step value)`` for a torchmetrics ``Metric`` (checked only when torchmetrics
+    is imported: its epoch value is computed at the end, by itself), else ``(None, the scalar tensor)``."""
     torchmetrics = sys.modules.get("torchmetrics")
     if torchmetrics is not None and isinstance(value, torchmetrics.Metric):
-        return value
-    return None
+        return value, (_metric_step_value(name, value) if on_step else None)
+    return None, _as_scalar_tensor(name, value)
+
+
+def _new_entry(
+    on_step: bool, on_epoch: bool, prog_bar: bool, logger: bool, sync_dist: bool, reduce: Any, metric: Any
+) -> _Entry:
+    """A name's first value: how it is logged (a Metric syncs itself, so its entry never reduces)."""
+    entry = _Entry(on_step, on_epoch, prog_bar, sync_dist and metric is None, reduce, None)
+    entry.logger, entry.metric = logger, metric
+    return entry
 
 
 def _metric_step_value(name: str, metric: Any) -> torch.Tensor | None:
@@ -261,7 +265,9 @@ def _metric_step_value(name: str, metric: Any) -> torch.Tensor | None:
     return _as_scalar_tensor(name, cache)
 
 
-def _accumulate(entry: _Entry, value: torch.Tensor, batch_size: int) -> None:
+def _accumulate(entry: _Entry, value: torch.Tensor, batch_size: int | None) -> None:
+    if batch_size is None:  # a batch without tensors counts once
+        batch_size = 1
     if entry.reduce == "mean":
         if entry.total is None:
             entry.total = value.float() * batch_size

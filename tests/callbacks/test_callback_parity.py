@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from tests.helpers.lightning_parity import fit, framework, make_module
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
+importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
 
 
 def _head_only(L, **kwargs):

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from tests.helpers.lightning_parity import files_under, fit, framework, make_module
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
+importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
 
 CASES = {
     "top_k_by_validation_with_last": dict(monitor="val_metric", save_top_k=2, save_last=True, filename="{epoch}-{val_metric:.1f}"),

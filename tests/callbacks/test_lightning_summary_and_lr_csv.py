@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.optional import importorskip
+
 import trainer as lockstep
 from callbacks import CSVLogger, LearningRateMonitor, RichModelSummary
 
@@ -84,7 +86,7 @@ def _lr_rows(framework, tmp_path, interval):
 
 @pytest.mark.parametrize("interval", [None, "step", "epoch"])
 def test_lr_monitor_with_csv_logger_writes_lightning_s_columns_and_rows(tmp_path, interval):
-    pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+    importorskip("lightning", reason="needs `lightning` (the dev extra)")
     import lightning.pytorch as pl
 
     assert _lr_rows(lockstep, tmp_path, interval) == _lr_rows(pl, tmp_path, interval)
@@ -131,7 +133,7 @@ def _callback_metrics_seen(framework, tmp_path, interval):
 
 @pytest.mark.parametrize("interval", [None, "step"])
 def test_lr_monitor_puts_the_rates_into_callback_metrics_as_lightning(tmp_path, interval):
-    pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+    importorskip("lightning", reason="needs `lightning` (the dev extra)")
     import lightning.pytorch as pl
 
     ours, theirs = _callback_metrics_seen(lockstep, tmp_path, interval), _callback_metrics_seen(pl, tmp_path, interval)

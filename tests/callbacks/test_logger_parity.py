@@ -11,8 +11,9 @@ import torch
 
 from tests.helpers.callbacks import read_event_dir, scalars
 from tests.helpers.lightning_parity import fit, framework, make_module
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="needs `lightning` (the bench extra)")
+importorskip("lightning", reason="needs `lightning` (the bench extra)")
 
 
 def _loggers(name):

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from tests.helpers.lightning_parity import fit, framework, make_module
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="needs `lightning` (the bench extra)")
+importorskip("lightning", reason="needs `lightning` (the bench extra)")
 
 
 def _module(L, batchnorm, step_lr):

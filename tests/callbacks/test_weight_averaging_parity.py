@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tests.helpers.lightning_parity import fit, framework, make_module
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="needs `lightning` (the bench extra)")
+importorskip("lightning", reason="needs `lightning` (the bench extra)")
 
 CONFIGS = {
     "ema_every_2_steps": ("EMAWeightAveraging", {"decay": 0.9, "update_every_n_steps": 2}),

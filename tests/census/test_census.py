@@ -17,6 +17,7 @@ import pytest
 from tests.census.census import census_row
 from tests.census.projects import PROJECTS
 from tests.census.vendor import is_vendored, vendor
+from tests.helpers.optional import importorskip
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "migration.md"
 
@@ -39,7 +40,7 @@ def test_the_docs_table_lists_every_census_project():
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", EQUAL)
 def test_a_project_the_census_found_equal_is_still_equal(name):
-    pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+    importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
     project = PROJECTS[name]
     missing = [m for m in project.requires if importlib.util.find_spec(m) is None]
     if missing:

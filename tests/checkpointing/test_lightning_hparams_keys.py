@@ -11,9 +11,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.optional import importorskip
+
 import trainer as lockstep
 
-pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra)")
+pl = importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra)")
 QUIET = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
          "enable_checkpointing": False}
 

@@ -7,8 +7,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from tests.helpers.demos_parity import demos, fit_both, max_parameter_difference
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
 
 DATASETS = ["RandomDataset", "RandomDictDataset", "RandomIterableDataset", "RandomIterableDatasetWithLen"]
 

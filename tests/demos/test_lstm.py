@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from tests.helpers.demos_parity import demos, fit_both, max_parameter_difference, write_corpus
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
 
 
 @pytest.mark.parametrize("length, batch_size", [(10, 3), (12, 4), (5, 5), (61, 20)])

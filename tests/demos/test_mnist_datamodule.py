@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tests.helpers.demos_parity import demos
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
 
 SIZES = {"training": 120, "test": 40}
 

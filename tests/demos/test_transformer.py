@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from tests.helpers.demos_parity import demos, fit_both, max_parameter_difference, write_corpus
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
 
 
 @pytest.fixture

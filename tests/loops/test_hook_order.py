@@ -17,6 +17,7 @@ from callbacks.accumulation_scheduler import GradientAccumulationScheduler
 from callbacks.callback import Callback
 from callbacks.early_stopping import EarlyStopping
 from tests.helpers.models import QUIET
+from tests.helpers.optional import importorskip
 from trainer import Trainer, TrainModule
 from trainer.hooks import CALLBACK_HOOKS, MODULE_ONLY_HOOKS, HookDispatcher
 
@@ -780,7 +781,7 @@ def test_hook_order_matches_lightning(tmp_path):
     Needs the ``lightning`` package (the ``bench`` extra). ``on_before_zero_grad`` included: a
     callback that implements it sees it where Lightning calls it (automatic.py's docstring).
     """
-    pytest.importorskip("lightning", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
+    importorskip("lightning", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
     runs = _lightning_recording_run(tmp_path)
     for stage in ("fit", "validate", "test", "predict"):
         ours, theirs = runs[f"lockstep.{stage}"], runs[f"lightning.{stage}"]

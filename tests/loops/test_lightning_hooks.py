@@ -21,10 +21,11 @@ from torch import nn
 
 from callbacks.callback import Callback
 from tests.helpers.models import QUIET
+from tests.helpers.optional import importorskip
 from tests.loops.hook_module import FIT, HookBody, fit_hook_module, hook_loader
 from trainer import Trainer, TrainModule
 
-pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
+pl = importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
 
 
 def _callback_body(events: list[Any]) -> dict[str, Any]:

@@ -12,9 +12,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.optional import importorskip
+
 import trainer as lockstep
 
-pl = pytest.importorskip("lightning.pytorch", reason="needs `lightning` (the dev extra)")
+pl = importorskip("lightning.pytorch", reason="needs `lightning` (the dev extra)")
 FRAMEWORKS = {"lockstep": lockstep, "lightning": pl}
 QUIET = {"accelerator": "cpu", "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
          "enable_model_summary": False}

@@ -8,6 +8,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.optional import importorskip
+
 import trainer as lockstep
 from trainer.stage import RunningStage, TrainerFn
 
@@ -62,7 +64,7 @@ def _record(framework):
 
 
 def test_state_fn_and_stage_are_lightning_s_at_every_step():
-    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra)")
+    pl = importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra)")
     ours, theirs = _record(lockstep), _record(pl)
     assert ours == theirs
     before, seen, after = ours
@@ -77,6 +79,6 @@ def test_lightning_s_stage_names_equal_the_states_values():
     stages = {RunningStage.TRAINING: "train", RunningStage.VALIDATING: "val"}
     assert stages.get(Stage.TRAIN) == "train" and stages.get(Stage.VALIDATE) == "val"
     assert RunningStage.SANITY_CHECKING.evaluating and not RunningStage.TRAINING.evaluating
-    pl_states = pytest.importorskip("lightning.pytorch.trainer.states", reason="Lightning 2.x (the `dev` extra)")
+    pl_states = importorskip("lightning.pytorch.trainer.states", reason="Lightning 2.x (the `dev` extra)")
     for ours, theirs in ((RunningStage, pl_states.RunningStage), (TrainerFn, pl_states.TrainerFn)):
         assert {m.name: m.value for m in ours} == {m.name: m.value for m in theirs}

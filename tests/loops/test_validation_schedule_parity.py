@@ -11,9 +11,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.optional import importorskip
+
 from trainer import Trainer, TrainModule
 
-lightning = pytest.importorskip("lightning.pytorch")
+lightning = importorskip("lightning.pytorch")
 
 
 def _module_class(base: type) -> type:

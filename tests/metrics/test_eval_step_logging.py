@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from tests.helpers.demos_parity import QUIET, demos, fit_both
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
 
 
 def _logging_model(d):

@@ -17,6 +17,7 @@ from callbacks import EarlyStopping, ProgressBar, TensorBoardLogger
 from callbacks.callback import Callback
 from callbacks.logger import Logger
 from tests.helpers.models import QUIET
+from tests.helpers.optional import importorskip
 from trainer import Trainer, TrainModule
 
 
@@ -188,7 +189,7 @@ class WithMetrics(Base):
 
 
 def test_a_torchmetrics_metric_is_computed_at_epoch_end_and_reset():
-    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
     module = WithMetrics()
     val = _loader(4)
     full_val_sum = float(sum(b[0].sum() for b in val))
@@ -217,7 +218,7 @@ class WithCollection(Base):
 
 
 def test_log_dict_takes_a_metric_collection():
-    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
     sums = [float(b[0].sum()) for b in _loader(4)]
     trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     assert trainer.validate(WithCollection(), _loader(4)) == [{"val_sum": sum(sums), "val_max": max(sums)}]
@@ -239,7 +240,7 @@ class UpdateOnlyOnStep(Base):
 
 def test_a_metric_logged_on_step_without_forward_logs_no_step_value_and_says_so():
     """Lightning logs nothing for such a step (silently); Lockstep trains on too, with a warning."""
-    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
     trainer = Trainer(accelerator="cpu", max_epochs=1, **QUIET)
     with pytest.warns(UserWarning, match=r"has no value for this batch \(only .update\(\) was called\), so no step value"):
         trainer.fit(UpdateOnlyOnStep(), _loader(2))
@@ -355,7 +356,7 @@ def _metric_on_two_ranks(rank: int, world_size: int) -> dict[str, Any]:
 
 @pytest.mark.distributed
 def test_a_metric_syncs_itself_over_two_ranks_and_print_is_rank_zero_only():
-    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
     from tests.helpers.distributed import run_ranks
 
     r0, r1 = run_ranks(_metric_on_two_ranks, world_size=2)
@@ -405,8 +406,8 @@ def _names_module(base: type) -> type:
 
 def test_metric_names_match_lightning(tmp_path):
     """callback_metrics and what reaches the loggers have Lightning's names (and the same values)."""
-    pytest.importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
-    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed")
+    importorskip("torchmetrics", reason="torchmetrics (the `dev` extra) is not installed")
+    pl = importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed")
 
     class LightningCapture(pl.loggers.Logger):
         name, version = "capture", 0

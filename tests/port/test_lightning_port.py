@@ -26,10 +26,11 @@ import pytest
 import torch
 
 from tests.helpers.distributed import run_ranks
+from tests.helpers.optional import importorskip
 from tests.port.porting import IMPORT_RENAMES, KEPT_IMPORTS, load, ported_source
 
-pytest.importorskip("lightning", reason="needs `lightning` (the dev extra: pip install -e '.[dev]')")
-pytest.importorskip("torchmetrics", reason="needs `torchmetrics` (the dev extra)")
+importorskip("lightning", reason="needs `lightning` (the dev extra: pip install -e '.[dev]')")
+importorskip("torchmetrics", reason="needs `torchmetrics` (the dev extra)")
 
 EXAMPLES = ["classifier", "autoencoder", "gan", "transformer", "dqn"]
 # with the examples' own accelerator="cpu"

@@ -22,8 +22,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from tests.helpers.lightning_parity import framework
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning")
+importorskip("lightning")
 
 N_TRAIN, N_VAL, BATCH, EPOCHS = 37, 11, 4, 3
 

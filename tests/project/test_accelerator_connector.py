@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.optional import importorskip
+
 from trainer import Trainer
 
 
@@ -11,6 +13,6 @@ from trainer import Trainer
 def test_is_distributed_answers_as_lightning_s(kwargs):
     ours = Trainer(accelerator="cpu", logger=False, **kwargs)._accelerator_connector.is_distributed
     assert ours is bool(kwargs)
-    lightning = pytest.importorskip("lightning.pytorch", reason="the comparison needs `lightning` (the dev extra)")
+    lightning = importorskip("lightning.pytorch", reason="the comparison needs `lightning` (the dev extra)")
     theirs = lightning.Trainer(accelerator="cpu", logger=False, **kwargs)._accelerator_connector.is_distributed
     assert ours == theirs

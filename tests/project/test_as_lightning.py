@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers.optional import importorskip
+
 REPO = Path(__file__).resolve().parents[2]
 
 # a third-party integration: imports Lightning itself, as such libraries do
@@ -98,7 +100,7 @@ def test_an_unmodified_lightning_script_runs_on_lockstep_with_lightning_s_number
     from trainer.lightning_alias import LIGHTNING_API_VERSION
 
     assert ours["version"] == LIGHTNING_API_VERSION
-    pytest.importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
+    importorskip("lightning", reason="the comparison needs `lightning` (the dev extra)")
     theirs = _run(tmp_path)
     assert theirs["trainer"].startswith("lightning.pytorch")
     assert theirs["steps"] == ours["steps"] and theirs["hparams"] == ours["hparams"]
@@ -168,7 +170,7 @@ def test_the_in_process_form_aliases_every_lightning_name_and_names_what_is_miss
 
 @pytest.mark.launches
 def test_importing_it_after_lightning_is_refused(tmp_path):
-    pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+    importorskip("lightning", reason="needs `lightning` (the dev extra)")
     done = subprocess.run([sys.executable, "-c", "import lightning.pytorch\nimport trainer.as_lightning"],
                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
                           timeout=300)
@@ -194,7 +196,7 @@ def test_lightning_s_module_names_map_to_lockstep_s():
 
 
 def test_the_list_of_lightning_s_subpackages_is_the_installed_lightning_s():
-    pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+    importorskip("lightning", reason="needs `lightning` (the dev extra)")
     import importlib.util
     from pathlib import Path
 
@@ -206,7 +208,7 @@ def test_the_list_of_lightning_s_subpackages_is_the_installed_lightning_s():
 
 
 def test_get_init_args_reads_an_init_frame_as_lightning_s():
-    pl_parsing = pytest.importorskip("lightning.pytorch.utilities.parsing", reason="needs `lightning` (the dev extra)")
+    pl_parsing = importorskip("lightning.pytorch.utilities.parsing", reason="needs `lightning` (the dev extra)")
     import inspect
 
     from trainer.utilities import get_init_args

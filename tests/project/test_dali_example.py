@@ -6,8 +6,10 @@ import json
 import pytest
 
 from tests.helpers.distributed import REPO_ROOT, run_script
+from tests.helpers.optional import importorskip
 
 pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (the `dali` extra)")
+importorskip("torchvision", reason="examples/dali_classifier.py writes its images with torchvision")
 
 SCRIPT = str(REPO_ROOT / "examples" / "dali_classifier.py")
 

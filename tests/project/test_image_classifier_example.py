@@ -9,7 +9,9 @@ import math
 import pytest
 
 from tests.helpers.distributed import REPO_ROOT, free_port, run_script
+from tests.helpers.optional import importorskip
 
+importorskip("torchvision", reason="examples/image_classifier.py needs torchvision")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 SCRIPT = str(REPO_ROOT / "examples" / "image_classifier.py")
 

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.optional import importorskip
+
 import callbacks
 
-lightning_callbacks = pytest.importorskip("lightning.pytorch.callbacks", reason="needs `lightning` (the bench extra)")
-lightning_loggers = pytest.importorskip("lightning.pytorch.loggers", reason="needs `lightning` (the bench extra)")
+lightning_callbacks = importorskip("lightning.pytorch.callbacks", reason="needs `lightning` (the bench extra)")
+lightning_loggers = importorskip("lightning.pytorch.loggers", reason="needs `lightning` (the bench extra)")
 
 MIGRATION = (Path(__file__).resolve().parents[2] / "docs" / "migration.md").read_text()
 

@@ -13,10 +13,12 @@ import types
 
 import pytest
 
+from tests.helpers.optional import importorskip
+
 import trainer
 from trainer.unsupported import NOT_PROVIDED_NAMES
 
-lightning = pytest.importorskip("lightning", reason="needs `lightning` (the dev extra)")
+lightning = importorskip("lightning", reason="needs `lightning` (the dev extra)")
 pl = importlib.import_module("lightning.pytorch")
 
 # lightning.pytorch's public submodules that Lightning projects import from
@@ -124,7 +126,7 @@ def test_cli_lightning_logo_resolves_though_lightning_s_all_lacks_it():
     import trainer.cli
 
     assert trainer.cli_lightning_logo is trainer.cli.cli_lightning_logo
-    lightning = pytest.importorskip("lightning.pytorch", reason="the comparison needs `lightning` (the dev extra)")
+    lightning = importorskip("lightning.pytorch", reason="the comparison needs `lightning` (the dev extra)")
     assert callable(lightning.cli_lightning_logo)
 
 

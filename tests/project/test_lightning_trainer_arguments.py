@@ -17,11 +17,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.optional import importorskip
+
 from callbacks.logger import Logger
 from trainer import Trainer, TrainModule
 from trainer.lightning.unsupported import REFUSED_TRAINER_ARGUMENTS
 
-pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
+pl = importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is not installed: nothing to compare with")
 
 QUIET = dict(enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
 

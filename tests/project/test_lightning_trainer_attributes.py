@@ -9,12 +9,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.helpers.optional import importorskip
+
 import trainer as lockstep
 from callbacks import EarlyStopping
 from trainer.lightning_attributes import NOT_PROVIDED_TRAINER_ATTRIBUTES
 from trainer.unsupported import NotProvidedAttributeError
 
-pl = pytest.importorskip("lightning.pytorch", reason="needs `lightning` (the dev extra)")
+pl = importorskip("lightning.pytorch", reason="needs `lightning` (the dev extra)")
 QUIET = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
          "enable_checkpointing": False}
 

@@ -13,6 +13,7 @@ import torch
 
 from tests.helpers.distributed import run_ranks
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
+from tests.helpers.optional import importorskip
 from trainer import DDPStrategy, Trainer
 from trainer.strategies.ddp import _bf16_hook_supported
 
@@ -144,6 +145,6 @@ def test_the_strategy_s_accelerator_is_the_trainer_s_as_in_lightning(cls):
 
 
 def test_lightning_also_refuses_the_accelerator_set_twice():
-    pl = pytest.importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra)")
+    pl = importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra)")
     with pytest.raises(Exception, match="accelerator set through both strategy class and accelerator flag"):
         pl.Trainer(accelerator="cpu", strategy=pl.strategies.DDPStrategy(accelerator="cpu"))

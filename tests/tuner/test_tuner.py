@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from tests.helpers.lightning_parity import QUIET_BOTH, framework, make_module
+from tests.helpers.optional import importorskip
 
-pytest.importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
+importorskip("lightning", reason="needs `lightning` (the bench extra: pip install -e '.[bench]')")
 
 OOM = "DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes (simulated)"
 

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 import warnings
+from types import ModuleType
 from typing import Any, Callable
 from urllib.error import HTTPError
 
@@ -28,6 +29,21 @@ from trainer.data.datamodule import DataModule
 
 _DATASETS_PATH = "./data"
 _log = logging.getLogger(__name__)
+
+
+def _import_torchvision(name: str) -> ModuleType:
+    """``import <name>`` (torchvision or one of its modules). A torchvision that is installed but
+    cannot be imported (a CUDA build beside a CPU-only torch) raises RuntimeError or OSError from
+    deep inside it; that becomes an ImportError that says so in one line."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the mismatched build raises
+        first_line = (str(error).splitlines() or [""])[0]
+        raise ImportError(
+            f"torchvision is installed but cannot be imported ({type(error).__name__}: {first_line}): "
+            f"install the torchvision build that matches torch {torch.__version__}") from error
 
 
 class _MNIST(Dataset):
@@ -112,8 +128,7 @@ def MNIST(*args: Any, **kwargs: Any) -> Dataset:  # noqa: N802  (Lightning's nam
     download answers an HTTP error, or ``PL_USE_MOCKED_MNIST`` is set, Lightning's hosted `_MNIST`."""
     dataset_class: Callable[..., Dataset] = _MNIST
     if not os.getenv("PL_USE_MOCKED_MNIST"):
-        from torchvision.datasets import MNIST as torchvision_mnist
-
+        torchvision_mnist = _import_torchvision("torchvision.datasets").MNIST
         try:
             torchvision_mnist(_DATASETS_PATH, download=True)
             dataset_class = torchvision_mnist
@@ -177,8 +192,7 @@ class MNISTDataModule(DataModule):
         """``ToTensor()`` (then ``Normalize((0.5,), (0.5,))`` if ``normalize``); None without torchvision."""
         if importlib.util.find_spec("torchvision") is None:
             return None
-        from torchvision import transforms
-
+        transforms = _import_torchvision("torchvision.transforms")
         if not self.normalize:
             return transforms.ToTensor()
         return transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean=(0.5,), std=(0.5,))])

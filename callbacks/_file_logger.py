@@ -120,14 +120,15 @@ class _FileLogger(Logger):
 
     def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
         self.save()
+        self._remove_empty_version_dir()  # a resume that trained nothing leaves no empty version_N
 
     def _after_failure(self) -> None:
         """What is buffered is written (a logger may close its files instead)."""
         self.save()
 
     def _remove_empty_version_dir(self) -> None:
-        """After a failure: the ``version_N`` (and ``<name>``) this run created go again if nothing
-        was written in them (only empty directories are removed; a file anywhere below keeps it all)."""
+        """After a failure or a fit that trained nothing: the ``version_N`` (and ``<name>``) this run
+        created go again if nothing was written in them (only empty directories are removed; a file anywhere below keeps it all)."""
         if not self._made_version_dir:
             return
         run_file = os.path.join(self.version_dir, RUN_FILE)

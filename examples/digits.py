@@ -14,6 +14,8 @@ import argparse
 import json
 import math
 import os
+import shlex
+import sys
 from typing import Any
 
 import torch
@@ -131,9 +133,42 @@ def total_steps(trainer: Trainer) -> int:
     return by_epochs
 
 
+def _devices(args: argparse.Namespace) -> int | str:
+    """``--devices``; without it, a resume runs on the world size its checkpoint was written on (its
+    global batch, and so the run, stays the same), and a fresh run on "auto"."""
+    if args.devices is not None:
+        return args.devices if args.devices == "auto" else int(args.devices)
+    if args.resume is None:
+        return "auto"
+    from trainer.checkpointing.checkpoint_paths import CheckpointPathError, resolve_checkpoint_path
+
+    # "auto": in the processes the Trainer launches, it adopts their world as the fit's Trainer does
+    probe = Trainer(accelerator="cpu", devices="auto", default_root_dir=args.root, logger=False,
+                    enable_progress_bar=False)
+    try:
+        path = resolve_checkpoint_path(probe, args.resume)
+    except CheckpointPathError:
+        return "auto"  # fit(ckpt_path=...) then says what is missing
+    return int(torch.load(path, map_location="cpu", weights_only=False).get("world_size", 1))
+
+
+def _with_max_epochs(argv: list[str], epochs: int) -> list[str]:
+    """``argv`` with ``--max-epochs epochs`` instead of its own: the command to paste to train on."""
+    kept, skip_value = [], False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+        elif arg == "--max-epochs":
+            skip_value = True
+        elif not arg.startswith("--max-epochs="):
+            kept.append(arg)
+    return [*kept, "--max-epochs", str(epochs)]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--devices", default="auto", help="processes on this machine (default: auto)")
+    parser.add_argument("--devices", default=None,
+                        help="processes on this machine (default: auto; with --resume, the checkpoint's world size)")
     parser.add_argument("--accelerator", default="auto", help="cpu, cuda or auto (default: CUDA if there is one GPU per process, else CPU)")
     parser.add_argument("--accumulate", type=int, default=1, help="accumulate_grad_batches (A)")
     parser.add_argument("--max-epochs", type=int, default=12)
@@ -153,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     seed_everything(0)
     train, val = digits_datasets()
-    devices = args.devices if args.devices == "auto" else int(args.devices)
+    devices = _devices(args)
     accelerator = args.accelerator
     if accelerator == "auto" and devices != "auto" and 0 < torch.cuda.device_count() < devices:
         # the README's `--devices 2` demo on a one-GPU machine: two CPU processes rather than an error
@@ -180,8 +215,9 @@ def main(argv: list[str] | None = None) -> None:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if "val_acc" not in metrics:  # resumed from a run that had reached --max-epochs: fit trained nothing
         if trainer.is_global_zero:
-            print(f"[digits] {args.resume} had already trained {trainer.current_epoch} epoch(s): pass "
-                  f"--max-epochs {trainer.current_epoch + args.max_epochs} (or any larger number) to train further.")
+            again = _with_max_epochs(sys.argv[1:] if argv is None else argv, trainer.current_epoch + args.max_epochs)
+            print(f"[digits] {args.resume} had already trained {trainer.current_epoch} epoch(s); to train "
+                  f"{args.max_epochs} more: {shlex.join(['python', sys.argv[0], *again])}")
         return
     if trainer.is_global_zero:
         print(f"val_acc={metrics['val_acc']:.4f} val_loss={metrics['val_loss']:.4f} "

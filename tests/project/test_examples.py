@@ -6,6 +6,7 @@ while the training costs a third."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -63,5 +64,31 @@ def test_digits_two_processes_with_accumulation(tmp_path, one_process):
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "KeyError" not in output, output[-3000:]
     assert output.count(f"already reached max_epochs={EPOCHS}; nothing to train") == 1
-    assert output.count(f"[digits] last had already trained {EPOCHS} epoch(s): pass --max-epochs {2 * EPOCHS}") == 1
+    assert output.count(f"[digits] last had already trained {EPOCHS} epoch(s); to train {EPOCHS} more: ") == 1
     assert output.count("the checkpoint directory changed") <= 1  # one warning, not one per rank
+
+
+@pytest.mark.distributed
+@pytest.mark.launches
+def test_the_readmes_demo_then_resume_last_then_its_hint(tmp_path):
+    """README: the demo on 2 processes, `--resume last` (the demo had finished: nothing to train, on the
+    checkpoint's world size, nothing written), then the command it prints, pasted: it trains on."""
+    root = tmp_path / "run"
+    demo = [SCRIPT, "--accelerator", "cpu", "--max-epochs", "1", "--root", str(root)]
+    proc = run_script([*demo, "--devices", "2"], launcher="python", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = sorted(p.relative_to(root) for p in root.rglob("*"))
+
+    proc = run_script([*demo, "--resume", "last"], launcher="python", timeout=240)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == written  # no version_1, no last.ckpt copy
+    hint = [line for line in proc.stdout.splitlines() if line.startswith("[digits] last had already trained 1 epoch(s)")]
+    assert len(hint) == 1, output[-3000:]
+    command = shlex.split(hint[0].split(" more: ", 1)[1])
+    assert command[:2] == ["python", SCRIPT] and command[-2:] == ["--max-epochs", "2"]
+
+    proc = run_script(command[1:], launcher="python", timeout=240)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-3000:]
+    assert "world_size=2" in proc.stdout and "val_acc=" in proc.stdout

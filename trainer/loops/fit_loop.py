@@ -161,10 +161,15 @@ class FitLoop:
         check_grads = t.detect_non_finite_grads and t.precision != "16-mixed"
         self._grad_check_params = list(model.named_parameters()) if check_grads else None
         self.optimization = optimization_for(self, self._grad_check_params)
+        finished = ""
         if checkpoint is not None:
-            self._restore(checkpoint, path, restarted)
+            finished = self._restore(checkpoint, path, restarted)
         else:
             self.scale_learning_rates()
+        if finished:
+            # nothing logged or saved, no checkpoint directory claimed (so no fit hooks): the next
+            # `ckpt_path="last"` finds the same checkpoint, and no version_N is left behind
+            return
         summary = (
             f"world size {t.world_size} ({t.num_nodes} node(s)), micro batch {t.micro_batch_size}, "
             f"accumulation {t.accumulate_grad_batches}, global batch {t.global_batch_size}, "
@@ -175,7 +180,8 @@ class FitLoop:
         with torch.autograd.set_detect_anomaly(t.config.debug.detect_anomaly):
             self.run()
 
-    def _restore(self, checkpoint: dict[str, Any], path: str, restarted: bool) -> None:
+    def _restore(self, checkpoint: dict[str, Any], path: str, restarted: bool) -> str:
+        """Restore ``checkpoint``; the limit it had already reached ("" if none: there is training to do)."""
         restore_checkpoint(self.trainer, checkpoint, path)
         rank_zero_info(  # as Lightning's "Restored all states from the checkpoint at ..."
             f"[lockstep] Resumed from {path}: epoch {self.progress.current_epoch}, global step "
@@ -190,6 +196,7 @@ class FitLoop:
                 f"[lockstep] fit stopped at once: {path} already reached {finished}; nothing to "
                 f"train. Pass a larger {more} to train on from it."
             )
+        return finished
 
     def _report_restart(self, checkpoint: dict[str, Any]) -> None:
         """One line for a restart (torchrun's, elastic included; a SLURM requeue): the world size

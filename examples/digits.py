@@ -93,6 +93,12 @@ class DigitsCNN(TrainModule):
         self.log("val_loss", nn.functional.cross_entropy(logits, y), prog_bar=True)
         self.log("val_acc", (logits.argmax(1) == y).float().mean(), prog_bar=True)
 
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        logits = self(x)
+        self.log("test_loss", nn.functional.cross_entropy(logits, y))
+        self.log("test_acc", (logits.argmax(1) == y).float().mean())
+
     def configure_optimizers(self) -> Any:
         name = self.hparams["optimizer"]
         lr, wd = self.hparams["lr"], self.hparams["weight_decay"]

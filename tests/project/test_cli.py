@@ -274,3 +274,11 @@ def test_a_crafted_checkpoint_state_resumed_from_the_cli_deletes_nothing_outside
         main(["fit", "--config", config, "--trainer.max_steps", "4", "--ckpt_path", str(crafted)])
     assert victim.read_text() == "keep me"
     assert sorted(os.listdir(resumed_dir)) == ["epoch=0-step=4.ckpt", "last.ckpt"]
+
+
+def test_the_docs_test_command_on_the_example_config_runs(tmp_path, monkeypatch):
+    """docs/cli.md's `python -m trainer test --config examples/digits.yaml`: DigitsCNN has a test_step."""
+    monkeypatch.chdir(tmp_path)
+    cli = main(["test", "--config", str(REPO_ROOT / "examples" / "digits.yaml"), "--trainer.accelerator", "cpu",
+                "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    assert set(cli.trainer.callback_metrics) == {"test_loss", "test_acc"}

@@ -5,7 +5,8 @@ aliases of Lockstep's. Importing this module changes nothing; `install` (which i
 ``lightning``, ``lightning.pytorch`` and ``pytorch_lightning`` (and every submodule under them)
 resolve to Lockstep's modules, for the script and for every library it imports, so a third-party
 callback that subclasses ``lightning.pytorch.Callback`` subclasses Lockstep's `Callback`.
-Lightning itself need not be installed; where it is, it is not imported.
+Lightning itself need not be installed; where it is, it is not imported, in this process nor in the
+processes it starts (workers, ``ddp_spawn`` ranks, multiprocessing children, DataLoader workers).
 
 ``lightning.pytorch.__version__`` (and ``lightning.__version__``, ``pytorch_lightning.__version__``)
 is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
@@ -18,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import runpy
 import sys
 import types
@@ -55,6 +57,9 @@ SUBPACKAGES = frozenset({
 })
 # those whose modules Lockstep mirrors one for one (``demos.boring_classes`` -> ``trainer.demos.boring_classes``)
 _MIRRORED = ("demos",)
+# packages named ``lightning``, ``pytorch_lightning`` and ``lightning_fabric`` that `install` puts first on
+# the path of every process this one starts (`replace_in_child`)
+CHILD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child_path")
 
 
 def lockstep_module_for(name: str) -> str | None:
@@ -175,7 +180,8 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Make Lightning's module names resolve to Lockstep in this process (idempotent).
+    """Make Lightning's module names resolve to Lockstep in this process and the processes it starts
+    (idempotent; docs/migration.md, section 1).
 
     Raises `RuntimeError` if Lightning was imported already: objects made from it would stay Lightning's.
     """
@@ -188,6 +194,29 @@ def install() -> None:
             "Restart the interpreter (the notebook's kernel) and import trainer.as_lightning first."
         )
     sys.meta_path.insert(0, _AliasFinder())
+    _reach_children()
+
+
+def _reach_children() -> None:
+    # A process this one starts imports Lightning before any code of ours runs in it: a torchrun or
+    # self-launched worker runs the script itself, a multiprocessing spawn or forkserver child (a
+    # DataLoader worker too) re-imports the script as its ``__main__`` before unpickling its target.
+    # What each reads first is the path: PYTHONPATH for a new interpreter, this process's sys.path
+    # for a multiprocessing child (its preparation data). On both, CHILD_PATH's ``lightning`` comes
+    # before the installed one and installs the alias. Fork children inherit the finder itself.
+    if CHILD_PATH not in sys.path:
+        sys.path.insert(0, CHILD_PATH)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if CHILD_PATH not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([CHILD_PATH, *paths])
+
+
+def replace_in_child(name: str) -> None:
+    """Called by CHILD_PATH's package ``name`` as it is imported: install the alias and put Lockstep's
+    module for ``name`` in its place (the import statement returns what ``sys.modules`` holds then)."""
+    del sys.modules[name]  # not Lightning imported already, for `install`
+    install()
+    sys.modules[name] = importlib.import_module(name)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -201,8 +230,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         return
-    import os
-
     sys.argv = args
     sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))  # as `python SCRIPT` puts the script's folder first
     runpy.run_path(args[0], run_name="__main__")

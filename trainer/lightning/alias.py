@@ -47,7 +47,10 @@ _SUBMODULES = {
     "demos": "trainer.demos",
 }
 # deeper modules of Lightning's whose names are not in their package's namespace module
-_DEEPER = {"trainer.states": "trainer.stage"}
+_DEEPER = {
+    "trainer.states": "trainer.stage",
+    "trainer.connectors.accelerator_connector": "trainer.lightning.accelerator_connector",
+}
 # Lightning's packages below the first level: only in these can a name three levels down be a module
 # (`utilities.parsing.get_init_args` is a function; tests/project/test_as_lightning.py checks the list)
 SUBPACKAGES = frozenset({
@@ -111,10 +114,23 @@ class _AliasModule(types.ModuleType):
             if attr == "pytorch":
                 return importlib.import_module("lightning.pytorch")
             raise not_provided("trainer", attr)
-        return getattr(self.__dict__["_lockstep_target"], attr)
+        # `pl.callbacks.early_stopping.EarlyStopping`: a Lightning module read as an attribute is its
+        # alias (reading on from Lockstep's module would find no `early_stopping`)
+        submodule = f"{self.__name__}.{attr}"
+        try:
+            value = getattr(self.__dict__["_lockstep_target"], attr)
+        except AttributeError:
+            if not lockstep_module_for(submodule):
+                raise
+            return importlib.import_module(submodule)
+        return importlib.import_module(submodule) if _is_aliased_module(value, submodule) else value
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *dir(self.__dict__["_lockstep_target"])})
+
+
+def _is_aliased_module(value: Any, name: str) -> bool:
+    return isinstance(value, types.ModuleType) and bool(lockstep_module_for(name))
 
 
 class _FabricPackage(types.ModuleType):

@@ -11,6 +11,8 @@ import sys
 import pytest
 
 from tests.helpers.distributed import script_env
+from trainer.lightning.fabric_io import TorchCheckpointIO
+from trainer.lightning.unsupported import NotProvidedError
 
 pytestmark = [pytest.mark.launches, pytest.mark.timeout(240)]
 
@@ -23,6 +25,11 @@ NAMES = [
     ("lightning.pytorch.cli", "OptimizerCallable"),
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector"),
     ("pytorch_lightning", "@callbacks.early_stopping.EarlyStopping"),
+    ("lightning_fabric.plugins.io.torch_io", "TorchCheckpointIO"),
+    ("lightning.fabric.utilities.cloud_io", ""),
+    ("lightning.fabric.utilities.cloud_io", "get_filesystem"),
+    ("lightning.fabric.utilities.cloud_io", "_load"),
+    ("lightning.fabric.utilities.cloud_io", "_atomic_save"),
 ]
 
 PROBE = '''
@@ -41,7 +48,8 @@ for module, name in json.loads(sys.argv[1]):
         obj = importlib.import_module(module)
         for part in (name.lstrip("@").split(".") if name else []):
             obj = getattr(obj, part)
-        seen[f"{module}:{name}"] = [kind(obj), getattr(obj, "__module__", None) or getattr(obj, "__name__", "")]
+        where = getattr(obj, "_lockstep_target", obj).__name__ if kind(obj) == "module" else obj.__module__
+        seen[f"{module}:{name}"] = [kind(obj), where or ""]
     except Exception as err:
         seen[f"{module}:{name}"] = ["error", f"{type(err).__name__}: {err}"]
 print(json.dumps(seen))
@@ -65,3 +73,13 @@ def test_each_name_libraries_import_resolves_to_lockstep_s_of_lightning_s_kind(t
     }
     assert not wrong, wrong
     assert all(kind != "error" for kind, _ in theirs.values()), theirs
+
+
+def test_a_name_lockstep_cannot_run_imports_and_subclasses_but_refuses_an_instance():
+    class LibraryIO(TorchCheckpointIO):  # as a library's own checkpoint I/O does
+        def __init__(self):
+            pass
+
+    assert issubclass(LibraryIO, TorchCheckpointIO) and not isinstance(object(), TorchCheckpointIO)
+    with pytest.raises(NotProvidedError, match="LibraryIO: Lightning's `TorchCheckpointIO` .* use the Trainer's own"):
+        LibraryIO()

@@ -12,7 +12,8 @@ processes it starts (workers, ``ddp_spawn`` ranks, multiprocessing children, Dat
 is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
 compares against. A name Lightning has and Lockstep lacks raises an error naming it and what to
 use instead (`trainer.lightning.unsupported.NOT_PROVIDED_NAMES`); so does every name of ``lightning.fabric`` but
-the type names of ``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`).
+the type names of ``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`) and its checkpoint
+I/O names (`trainer.lightning.fabric_io`).
 """
 from __future__ import annotations
 
@@ -32,7 +33,12 @@ LIGHTNING_API_VERSION = "2.6.6"
 # the names that alias Lockstep's `trainer` package, as Lightning's own packages alias each other
 _ROOTS = ("lightning.pytorch", "pytorch_lightning", "lightning")
 _FABRIC = ("lightning.fabric", "lightning_fabric")
-_FABRIC_TYPES = "utilities.types"  # the one Fabric module provided (`trainer.lightning.fabric_types`), and its packages
+# the Fabric modules provided (the packages above them import; any other Fabric name is not provided)
+_FABRIC_PROVIDED = {
+    "utilities.types": "trainer.lightning.fabric_types",
+    "utilities.cloud_io": "trainer.lightning.fabric_io",
+    "plugins.io.torch_io": "trainer.lightning.fabric_io",
+}
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {
     "callbacks": "trainer.callbacks",
@@ -134,8 +140,8 @@ def _is_aliased_module(value: Any, name: str) -> bool:
 
 
 class _FabricPackage(types.ModuleType):
-    """``lightning.fabric`` or its ``utilities``: imported only on the way to their ``types`` module;
-    any other name read from them is not provided."""
+    """``lightning.fabric`` or a package of it: imported only on the way to a module provided
+    (`_FABRIC_PROVIDED`); any other name read from them is not provided."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -150,7 +156,7 @@ class _FabricPackage(types.ModuleType):
 def _fabric_not_provided(name: str) -> NotProvidedError:
     return NotProvidedError(
         f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
-        "(docs/migration.md; of Fabric, only the type names of lightning.fabric.utilities.types are provided).",
+        "(docs/migration.md; of Fabric, only utilities.types, utilities.cloud_io and plugins.io.torch_io are provided).",
         name=name,
     )
 
@@ -158,9 +164,9 @@ def _fabric_not_provided(name: str) -> NotProvidedError:
 def _fabric_module(name: str) -> types.ModuleType:
     root = next(r for r in _FABRIC if name == r or name.startswith(r + "."))
     rest = name[len(root) + 1:]
-    if rest == _FABRIC_TYPES:
-        return _AliasModule(name, importlib.import_module("trainer.lightning.fabric_types"))
-    if rest in ("", _FABRIC_TYPES.split(".")[0]):
+    if rest in _FABRIC_PROVIDED:
+        return _AliasModule(name, importlib.import_module(_FABRIC_PROVIDED[rest]))
+    if not rest or any(provided.startswith(rest + ".") for provided in _FABRIC_PROVIDED):
         return _FabricPackage(name)
     raise _fabric_not_provided(name)
 

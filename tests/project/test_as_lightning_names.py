@@ -30,6 +30,8 @@ NAMES = [
     ("lightning.fabric.utilities.cloud_io", "get_filesystem"),
     ("lightning.fabric.utilities.cloud_io", "_load"),
     ("lightning.fabric.utilities.cloud_io", "_atomic_save"),
+    ("lightning.pytorch.loops", "_EvaluationLoop"),
+    ("pytorch_lightning", "@loops._FitLoop"),
 ]
 
 PROBE = '''

@@ -51,6 +51,7 @@ _SUBMODULES = {
     "trainer": "trainer.trainer",
     "accelerators": "trainer.accelerators",
     "demos": "trainer.demos",
+    "loops": "trainer.lightning.loops",
 }
 # deeper modules of Lightning's whose names are not in their package's namespace module
 _DEEPER = {

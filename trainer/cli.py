@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import sys
 from types import MethodType
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 import torch
 
@@ -35,6 +35,12 @@ SUBCOMMANDS = {
     "predict": "Run the prediction loop and return the predictions.",
 }
 CONFIG_NAME = "config.yaml"
+
+# Lightning's types of the optimizer and scheduler factories a module's ``__init__`` takes from the CLI
+OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
+LRSchedulerCallable = Callable[
+    [torch.optim.Optimizer], Union[torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau]
+]
 
 try:  # the `cli` extra: without it the module imports, and LightningCLI says what to install
     from jsonargparse import ActionConfigFile, ArgumentParser, Namespace

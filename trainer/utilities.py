@@ -21,6 +21,7 @@ __all__ = [
     "EVAL_DATALOADERS",
     "MisconfigurationException",
     "OptimizerLRScheduler",
+    "PossibleUserWarning",
     "STEP_OUTPUT",
     "TRAIN_DATALOADERS",
     "get_init_args",
@@ -48,6 +49,11 @@ class MisconfigurationException(Exception):
 
     Lockstep itself raises the built-in exceptions (`ValueError`, `TypeError`) instead.
     """
+
+
+class PossibleUserWarning(UserWarning):
+    """Lightning's warning category for a setting that may be a mistake (``utilities.warnings``), for
+    code that filters or raises it."""
 
 
 def rank_zero_deprecation(message: str, stacklevel: int = 4) -> None:

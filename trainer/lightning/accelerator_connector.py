@@ -19,3 +19,6 @@ class AcceleratorConnector:
     def is_distributed(self) -> bool:
         """Whether the strategy runs a process group (DDP, FSDP and the like), as Lightning's answers."""
         return isinstance(self._strategy, ProcessGroupStrategy)
+
+
+_AcceleratorConnector = AcceleratorConnector  # Lightning's name, for ``trainer.connectors.accelerator_connector``

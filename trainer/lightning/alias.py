@@ -5,19 +5,22 @@ aliases of Lockstep's. Importing this module changes nothing; `install` (which i
 ``lightning``, ``lightning.pytorch`` and ``pytorch_lightning`` (and every submodule under them)
 resolve to Lockstep's modules, for the script and for every library it imports, so a third-party
 callback that subclasses ``lightning.pytorch.Callback`` subclasses Lockstep's `Callback`.
-Lightning itself need not be installed; where it is, it is not imported.
+Lightning itself need not be installed; where it is, it is not imported, in this process nor in the
+processes it starts (workers, ``ddp_spawn`` ranks, multiprocessing children, DataLoader workers).
 
 ``lightning.pytorch.__version__`` (and ``lightning.__version__``, ``pytorch_lightning.__version__``)
 is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
 compares against. A name Lightning has and Lockstep lacks raises an error naming it and what to
 use instead (`trainer.lightning.unsupported.NOT_PROVIDED_NAMES`); so does every name of ``lightning.fabric`` but
-the type names of ``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`).
+the type names of ``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`) and its checkpoint
+I/O names (`trainer.lightning.fabric_io`).
 """
 from __future__ import annotations
 
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import runpy
 import sys
 import types
@@ -30,7 +33,12 @@ LIGHTNING_API_VERSION = "2.6.6"
 # the names that alias Lockstep's `trainer` package, as Lightning's own packages alias each other
 _ROOTS = ("lightning.pytorch", "pytorch_lightning", "lightning")
 _FABRIC = ("lightning.fabric", "lightning_fabric")
-_FABRIC_TYPES = "utilities.types"  # the one Fabric module provided (`trainer.lightning.fabric_types`), and its packages
+# the Fabric modules provided (the packages above them import; any other Fabric name is not provided)
+_FABRIC_PROVIDED = {
+    "utilities.types": "trainer.lightning.fabric_types",
+    "utilities.cloud_io": "trainer.lightning.fabric_io",
+    "plugins.io.torch_io": "trainer.lightning.fabric_io",
+}
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {
     "callbacks": "trainer.callbacks",
@@ -43,9 +51,13 @@ _SUBMODULES = {
     "trainer": "trainer.trainer",
     "accelerators": "trainer.accelerators",
     "demos": "trainer.demos",
+    "loops": "trainer.lightning.loops",
 }
 # deeper modules of Lightning's whose names are not in their package's namespace module
-_DEEPER = {"trainer.states": "trainer.stage"}
+_DEEPER = {
+    "trainer.states": "trainer.stage",
+    "trainer.connectors.accelerator_connector": "trainer.lightning.accelerator_connector",
+}
 # Lightning's packages below the first level: only in these can a name three levels down be a module
 # (`utilities.parsing.get_init_args` is a function; tests/project/test_as_lightning.py checks the list)
 SUBPACKAGES = frozenset({
@@ -55,6 +67,9 @@ SUBPACKAGES = frozenset({
 })
 # those whose modules Lockstep mirrors one for one (``demos.boring_classes`` -> ``trainer.demos.boring_classes``)
 _MIRRORED = ("demos",)
+# packages named ``lightning``, ``pytorch_lightning`` and ``lightning_fabric`` that `install` puts first on
+# the path of every process this one starts (`replace_in_child`)
+CHILD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child_path")
 
 
 def lockstep_module_for(name: str) -> str | None:
@@ -106,15 +121,28 @@ class _AliasModule(types.ModuleType):
             if attr == "pytorch":
                 return importlib.import_module("lightning.pytorch")
             raise not_provided("trainer", attr)
-        return getattr(self.__dict__["_lockstep_target"], attr)
+        # `pl.callbacks.early_stopping.EarlyStopping`: a Lightning module read as an attribute is its
+        # alias (reading on from Lockstep's module would find no `early_stopping`)
+        submodule = f"{self.__name__}.{attr}"
+        try:
+            value = getattr(self.__dict__["_lockstep_target"], attr)
+        except AttributeError:
+            if not lockstep_module_for(submodule):
+                raise
+            return importlib.import_module(submodule)
+        return importlib.import_module(submodule) if _is_aliased_module(value, submodule) else value
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *dir(self.__dict__["_lockstep_target"])})
 
 
+def _is_aliased_module(value: Any, name: str) -> bool:
+    return isinstance(value, types.ModuleType) and bool(lockstep_module_for(name))
+
+
 class _FabricPackage(types.ModuleType):
-    """``lightning.fabric`` or its ``utilities``: imported only on the way to their ``types`` module;
-    any other name read from them is not provided."""
+    """``lightning.fabric`` or a package of it: imported only on the way to a module provided
+    (`_FABRIC_PROVIDED`); any other name read from them is not provided."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
@@ -129,7 +157,7 @@ class _FabricPackage(types.ModuleType):
 def _fabric_not_provided(name: str) -> NotProvidedError:
     return NotProvidedError(
         f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
-        "(docs/migration.md; of Fabric, only the type names of lightning.fabric.utilities.types are provided).",
+        "(docs/migration.md; of Fabric, only utilities.types, utilities.cloud_io and plugins.io.torch_io are provided).",
         name=name,
     )
 
@@ -137,9 +165,9 @@ def _fabric_not_provided(name: str) -> NotProvidedError:
 def _fabric_module(name: str) -> types.ModuleType:
     root = next(r for r in _FABRIC if name == r or name.startswith(r + "."))
     rest = name[len(root) + 1:]
-    if rest == _FABRIC_TYPES:
-        return _AliasModule(name, importlib.import_module("trainer.lightning.fabric_types"))
-    if rest in ("", _FABRIC_TYPES.split(".")[0]):
+    if rest in _FABRIC_PROVIDED:
+        return _AliasModule(name, importlib.import_module(_FABRIC_PROVIDED[rest]))
+    if not rest or any(provided.startswith(rest + ".") for provided in _FABRIC_PROVIDED):
         return _FabricPackage(name)
     raise _fabric_not_provided(name)
 
@@ -175,7 +203,8 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Make Lightning's module names resolve to Lockstep in this process (idempotent).
+    """Make Lightning's module names resolve to Lockstep in this process and the processes it starts
+    (idempotent; docs/migration.md, section 1).
 
     Raises `RuntimeError` if Lightning was imported already: objects made from it would stay Lightning's.
     """
@@ -188,6 +217,29 @@ def install() -> None:
             "Restart the interpreter (the notebook's kernel) and import trainer.as_lightning first."
         )
     sys.meta_path.insert(0, _AliasFinder())
+    _reach_children()
+
+
+def _reach_children() -> None:
+    # A process this one starts imports Lightning before any code of ours runs in it: a torchrun or
+    # self-launched worker runs the script itself, a multiprocessing spawn or forkserver child (a
+    # DataLoader worker too) re-imports the script as its ``__main__`` before unpickling its target.
+    # What each reads first is the path: PYTHONPATH for a new interpreter, this process's sys.path
+    # for a multiprocessing child (its preparation data). On both, CHILD_PATH's ``lightning`` comes
+    # before the installed one and installs the alias. Fork children inherit the finder itself.
+    if CHILD_PATH not in sys.path:
+        sys.path.insert(0, CHILD_PATH)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if CHILD_PATH not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([CHILD_PATH, *paths])
+
+
+def replace_in_child(name: str) -> None:
+    """Called by CHILD_PATH's package ``name`` as it is imported: install the alias and put Lockstep's
+    module for ``name`` in its place (the import statement returns what ``sys.modules`` holds then)."""
+    del sys.modules[name]  # not Lightning imported already, for `install`
+    install()
+    sys.modules[name] = importlib.import_module(name)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -201,8 +253,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         return
-    import os
-
     sys.argv = args
     sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))  # as `python SCRIPT` puts the script's folder first
     runpy.run_path(args[0], run_name="__main__")

@@ -117,6 +117,22 @@ class NotProvidedError(ImportError):
     """A Lightning name that Lockstep does not provide, with what to use instead (docs/migration.md)."""
 
 
+def refused_class(module: str, name: str, alternative: str) -> type:
+    """A class standing in ``module`` for Lightning's ``name``, which Lockstep cannot run: it imports,
+    can be subclassed and tested with ``isinstance``; making an instance of it or of a subclass raises
+    `NotProvidedError` naming ``alternative``."""
+
+    def refuse(cls: type, *args: Any, **kwargs: Any) -> Any:
+        raise NotProvidedError(
+            f"{cls.__qualname__}: Lightning's `{name}` can be imported and subclassed under Lockstep but not "
+            f"used; use {alternative} (docs/migration.md).",
+            name=name,
+        )
+
+    doc = f"Lightning's ``{name}``, to name, subclass and test with ``isinstance``; not usable on Lockstep."
+    return type(name, (), {"__new__": refuse, "__module__": module, "__doc__": doc})
+
+
 class NotProvidedAttributeError(AttributeError):
     """The same as `NotProvidedError`, for an attribute read (``hasattr`` and ``getattr(..., None)`` stay False/None)."""
 

@@ -1,0 +1,69 @@
+"""Launched by tests/project/test_as_lightning_processes.py under ``python -m trainer.as_lightning``: a
+Lightning script, written as Lightning's docs write them, that starts more processes; each process
+notes which framework its ``lightning.pytorch.Trainer`` is, and the Trainer that ran there.
+
+``MODE`` (the first argument): ``ddp`` / ``ddp_spawn`` (``devices=2`` with that strategy; ``torchrun``
+when launched by torchrun), ``spawn`` / ``forkserver`` (a ``multiprocessing`` child of that start
+method), ``loader`` (a DataLoader with one worker of the ``spawn`` context). Every process writes
+``<where>-<pid>.txt`` into ``$LOCKSTEP_TEST_OUT``: the module of ``lightning.pytorch.Trainer`` there,
+and for a rank the module of the Trainer that fitted.
+"""
+import multiprocessing
+import os
+import sys
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import lightning.pytorch as pl
+
+OUT = os.environ["LOCKSTEP_TEST_OUT"]
+
+
+def note(where: str, ran: str = "") -> None:
+    seen = sys.modules["lightning.pytorch"].Trainer.__module__
+    with open(os.path.join(OUT, f"{where}-{os.getpid()}.txt"), "w") as f:
+        f.write(f"{seen} {ran}".strip())
+
+
+class Data(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        note("loader")
+        return torch.full((4,), float(index)), torch.ones(1)
+
+
+class M(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+
+    def on_fit_start(self):
+        note(f"rank{self.global_rank}", type(self.trainer).__module__)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def child():
+    note("child")
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode in ("spawn", "forkserver"):
+        process = multiprocessing.get_context(mode).Process(target=child)
+        process.start()
+        process.join()
+        sys.exit(process.exitcode)
+    workers = {"num_workers": 1, "multiprocessing_context": "spawn"} if mode == "loader" else {}
+    two = {"devices": 2, "strategy": mode} if mode in ("ddp", "ddp_spawn") else {"devices": 1}
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, **two)
+    trainer.fit(M(), DataLoader(Data(), batch_size=4, **workers))

@@ -89,6 +89,20 @@ def test_a_wrong_entry_is_refused_naming_the_file_and_the_entry(saved, entry, va
         Regression.load_from_checkpoint(path)
 
 
+def test_lightning_s_counters_are_checked_in_a_file_lightning_wrote(saved):
+    checkpoint = torch.load(saved, weights_only=True)
+    fit_loop = checkpoint["loops"]["fit_loop"]
+    for ours in ("batches_done", "epoch_finished", "batches_total", "samples_done", "global_batch_size",
+                 "dataset_size", "shuffle"):
+        fit_loop.pop(ours, None)  # what is left is the layout Lightning writes
+    fit_loop["epoch_progress"]["current"]["processed"] = "1"
+    path = saved.parent / "crafted.ckpt"
+    torch.save(checkpoint, path)
+    value = fit_loop["epoch_progress"]["current"]
+    with pytest.raises(CheckpointError, match=_message("loops.fit_loop.epoch_progress.current", "a dict of ints >= 0", value)):
+        Trainer(accelerator="cpu", max_steps=6, **QUIET).fit(Regression(), loader(regression_data(), 8), ckpt_path=path)
+
+
 def test_the_checkpoint_as_written_loads(saved):
     trainer = Trainer(accelerator="cpu", max_steps=6, **QUIET)
     trainer.fit(Regression(), loader(regression_data(), 8, shuffle=True), ckpt_path=saved)

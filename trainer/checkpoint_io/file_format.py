@@ -22,6 +22,7 @@ from trainer.contracts import storage
 
 
 FORMAT_VERSION = 2
+LIGHTNING_VERSION_KEY = "pytorch-lightning_version"  # Lightning's name for the version that wrote a file
 
 
 class CheckpointError(RuntimeError):

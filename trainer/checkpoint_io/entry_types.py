@@ -36,6 +36,7 @@ _MAPPING: _Check = ("a dict", _is_mapping)
 _NAMES: _Check = ("a dict keyed by str", lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v))
 _STR: _Check = ("a str", lambda v: isinstance(v, str))
 _BOOL: _Check = ("a bool", lambda v: isinstance(v, bool))
+_BYTES: _Check = ("bytes", lambda v: isinstance(v, bytes))
 
 # Top-level entries: read by the fit loop, the resume plan, load_from_checkpoint and the run identity.
 _TOP: dict[str, _Check] = {
@@ -52,6 +53,8 @@ _TOP: dict[str, _Check] = {
     "hyper_parameters": _optional(_NAMES),
     "hyper_parameters_as_text": _optional(_list_of("str", lambda x: isinstance(x, str))),
     "hparams_name": _optional(_STR),
+    "hyper_parameters_pickled": _optional(_BYTES),
+    "datamodule_hyper_parameters_pickled": _optional(_BYTES),
     "datamodule_hyper_parameters": _optional(_NAMES),
     "datamodule_hyper_parameters_as_text": _optional(_list_of("str", lambda x: isinstance(x, str))),
     "datamodule_hparams_name": _optional(_STR),

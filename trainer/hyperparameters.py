@@ -190,19 +190,21 @@ def init_frame_arguments(frame: types.FrameType) -> tuple[Any, dict[str, Any]]:
 
 
 def instantiate(
-    cls: type[Any], saved: Mapping[str, Any], text_only: Sequence[str], overrides: Mapping[str, Any], path: str
+    cls: type[Any], saved: Mapping[str, Any], text_only: Sequence[str], has_objects: bool,
+    overrides: Mapping[str, Any], path: str,
 ) -> Any:
     """``cls(**saved, **overrides)``, the saved hyperparameters limited to what ``cls.__init__`` takes.
 
     Arguments ``__init__`` requires that neither provides are a `TypeError` naming them, and so are
     the arguments it takes that the checkpoint holds only as text (``text_only``: an object's repr
-    cannot stand in for the object) unless ``overrides`` gives them.
+    cannot stand in for the object) unless ``overrides`` gives them; ``has_objects``: the file also
+    holds those objects pickled, for a caller who trusts it.
     """
     params = inspect.signature(cls.__init__).parameters
     takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
     named = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     kwargs = {k: v for k, v in saved.items() if takes_any or k in named}
-    _refuse_text_only(cls, sorted(n for n in text_only if n in kwargs and n not in overrides), path)
+    _refuse_text_only(cls, sorted(n for n in text_only if n in kwargs and n not in overrides), has_objects, path)
     kwargs.update(overrides)
     _refuse_missing(cls, params, kwargs, saved, path)
     return cls(**kwargs)
@@ -226,14 +228,23 @@ def _refuse_missing(
         )
 
 
-def _refuse_text_only(cls: type[Any], as_text: list[str], path: str) -> None:
-    if as_text:
+def _refuse_text_only(cls: type[Any], as_text: list[str], has_objects: bool, path: str) -> None:
+    if not as_text:
+        return
+    given = ", ".join(f"{n}=..." for n in as_text)
+    if has_objects:
         raise TypeError(
-            f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds {as_text} only as text "
-            "(their repr: objects torch.load(weights_only=True) cannot read back), which __init__ cannot "
-            f"take in their place. Pass {', '.join(f'{n}=...' for n in as_text)} to load_from_checkpoint, "
-            "or keep them out with self.save_hyperparameters(ignore=[...])."
+            f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds {as_text} as objects that only "
+            "unpickling rebuilds, which can run code from the file; with weights_only=True only their text "
+            "(repr) was read, and __init__ cannot take it in their place. If you trust the file, pass "
+            f"weights_only=False to rebuild them (as Lightning does); otherwise pass {given} to load_from_checkpoint."
         )
+    raise TypeError(
+        f"{cls.__name__}.load_from_checkpoint({path!r}): the checkpoint holds {as_text} only as text "
+        "(their repr: objects torch.load(weights_only=True) cannot read back), which __init__ cannot "
+        f"take in their place. Pass {given} to load_from_checkpoint, or keep them out with "
+        "self.save_hyperparameters(ignore=[...])."
+    )
 
 
 def hparams_for_loggers(module: HyperparametersMixin, datamodule: HyperparametersMixin | None) -> dict[str, Any]:

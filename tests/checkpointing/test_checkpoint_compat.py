@@ -38,8 +38,9 @@ def test_a_checkpoint_written_today_has_the_v0_1_keys(tmp_path):
     first.save_checkpoint(tmp_path / "now.ckpt")
     now = load_checkpoint(tmp_path / "now.ckpt")
     legacy = load_checkpoint(FIXTURES / "v0_1_mid_epoch.ckpt")
-    # which run wrote it (restarts resume only their own); Lightning's name of the hyperparameters' argument
-    assert set(now) == set(legacy) | {"run_id", "run_attempt", "hparams_name"}
+    # which run wrote it (restarts resume only their own); Lightning's name of the hyperparameters'
+    # argument; the Lightning release whose layout it also has (Lightning resumes it)
+    assert set(now) == set(legacy) | {"run_id", "run_attempt", "hparams_name", "pytorch-lightning_version"}
     assert now["hparams_name"] == "kwargs"
     # the position in samples (any-world-size resume) and the epoch's dataset length are added;
     # the v0.1 entries are unchanged

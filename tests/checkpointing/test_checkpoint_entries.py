@@ -64,6 +64,7 @@ CASES = [
     ("run_id", 5, "None or a str"),
     ("run_attempt", -1, "an int >= 0"),
     ("hparams_name", 5, "None or a str"),
+    ("hyper_parameters_pickled", "abc", "None or bytes"),
     ("hyper_parameters", {1: 2}, "None or a dict keyed by str"),
     ("optimizer_states", {"a": 1}, "a list of dicts"),
     ("optimizer_classes", [5], "a list of str"),
@@ -87,6 +88,20 @@ def test_a_wrong_entry_is_refused_naming_the_file_and_the_entry(saved, entry, va
     assert trainer.global_step == 0 and all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
     with pytest.raises(CheckpointError, match=_message(entry, expected, value)):
         Regression.load_from_checkpoint(path)
+
+
+def test_lightning_s_counters_are_checked_in_a_file_lightning_wrote(saved):
+    checkpoint = torch.load(saved, weights_only=True)
+    fit_loop = checkpoint["loops"]["fit_loop"]
+    for ours in ("batches_done", "epoch_finished", "batches_total", "samples_done", "global_batch_size",
+                 "dataset_size", "shuffle"):
+        fit_loop.pop(ours, None)  # what is left is the layout Lightning writes
+    fit_loop["epoch_progress"]["current"]["processed"] = "1"
+    path = saved.parent / "crafted.ckpt"
+    torch.save(checkpoint, path)
+    value = fit_loop["epoch_progress"]["current"]
+    with pytest.raises(CheckpointError, match=_message("loops.fit_loop.epoch_progress.current", "a dict of ints >= 0", value)):
+        Trainer(accelerator="cpu", max_steps=6, **QUIET).fit(Regression(), loader(regression_data(), 8), ckpt_path=path)
 
 
 def test_the_checkpoint_as_written_loads(saved):

@@ -104,11 +104,13 @@ def test_an_object_the_checkpoint_holds_only_as_text_is_not_passed_to_init(tmp_p
     checkpoint = torch.load(tmp_path / "model.ckpt", weights_only=True)
     assert checkpoint["hyper_parameters"]["backbone"] == "Linear(in_features=4, out_features=4, bias=True)"
     assert checkpoint["hyper_parameters_as_text"] == ["backbone"]
-    # its repr in place of the module would build a module without the backbone's weights
+    # its repr in place of the module would build a module without the backbone's weights; the
+    # module itself is in the file, rebuilt only for a caller who trusts it (test_hparams_objects.py)
     with pytest.raises(
         TypeError,
-        match=r"WithSavedBackbone.load_from_checkpoint\(.*\): the checkpoint holds \['backbone'\] only as text "
-        r"\(their repr: .*\), which __init__ cannot take in their place. Pass backbone=\.\.\.",
+        match=r"WithSavedBackbone.load_from_checkpoint\(.*\): the checkpoint holds \['backbone'\] as objects that "
+        r"only unpickling rebuilds.*, and __init__ cannot take it in their place. If you trust the file, pass "
+        r"weights_only=False .*; otherwise pass backbone=\.\.\. to load_from_checkpoint",
     ):
         WithSavedBackbone.load_from_checkpoint(tmp_path / "model.ckpt")
     loaded = WithSavedBackbone.load_from_checkpoint(tmp_path / "model.ckpt", backbone=nn.Linear(4, 4))

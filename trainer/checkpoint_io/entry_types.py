@@ -4,13 +4,14 @@ A checkpoint is a file anyone may write or damage. Each entry read later (the po
 world size, the hyperparameters handed to ``__init__``...) is checked here once, so a wrong one
 is a `CheckpointError` naming the file and the entry (``loops.fit_loop.dataset_size``), not a
 bare ``ValueError`` from deep inside a restore. Entries the Trainer does not read (Lightning's
-own loop state, a callback's own keys) are left to their readers.
+own loop state beside Lockstep's position, a callback's own keys) are left to their readers.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
 from trainer.checkpoint_io.file_format import CheckpointError
+from trainer.contracts.lightning_progress import BATCH_PROGRESS, EPOCH_PROGRESS, is_lightning_fit_loop
 
 _Check = tuple[str, Callable[[Any], bool]]  # (what the entry must be, the test)
 
@@ -35,6 +36,7 @@ _MAPPING: _Check = ("a dict", _is_mapping)
 _NAMES: _Check = ("a dict keyed by str", lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v))
 _STR: _Check = ("a str", lambda v: isinstance(v, str))
 _BOOL: _Check = ("a bool", lambda v: isinstance(v, bool))
+_BYTES: _Check = ("bytes", lambda v: isinstance(v, bytes))
 
 # Top-level entries: read by the fit loop, the resume plan, load_from_checkpoint and the run identity.
 _TOP: dict[str, _Check] = {
@@ -51,6 +53,8 @@ _TOP: dict[str, _Check] = {
     "hyper_parameters": _optional(_NAMES),
     "hyper_parameters_as_text": _optional(_list_of("str", lambda x: isinstance(x, str))),
     "hparams_name": _optional(_STR),
+    "hyper_parameters_pickled": _optional(_BYTES),
+    "datamodule_hyper_parameters_pickled": _optional(_BYTES),
     "datamodule_hyper_parameters": _optional(_NAMES),
     "datamodule_hyper_parameters_as_text": _optional(_list_of("str", lambda x: isinstance(x, str))),
     "datamodule_hparams_name": _optional(_STR),
@@ -72,6 +76,11 @@ _FIT_LOOP: dict[str, _Check] = {
     "batches_total": _optional(_int(0)),
 }
 _RANK_STATE: dict[str, _Check] = {"epoch_state": _optional(_MAPPING)}
+# In a file Lightning wrote, its loops' counters say where the fit stands (`position_from_lightning`).
+_COUNTERS: _Check = (
+    "a dict of ints >= 0", lambda v: isinstance(v, Mapping) and all(type(x) is int and x >= 0 for x in v.values())
+)
+_PROGRESS: dict[str, _Check] = {"current": _COUNTERS, "total": _COUNTERS, "is_last_batch": _BOOL}
 
 
 def check_entries(checkpoint: Mapping[str, Any], path: str) -> None:
@@ -81,9 +90,19 @@ def check_entries(checkpoint: Mapping[str, Any], path: str) -> None:
     if isinstance(loops, Mapping) and "fit_loop" in loops:
         _check({"fit_loop": loops["fit_loop"]}, {"fit_loop": _MAPPING}, "loops.", path)
         _check(loops["fit_loop"], _FIT_LOOP, "loops.fit_loop.", path)
+        _check_lightning_counters(loops["fit_loop"], path)
     for rank, state in enumerate(checkpoint.get("rank_states") or []):
         if state is not None:
             _check(state, _RANK_STATE, f"rank_states.{rank}.", path)
+
+
+def _check_lightning_counters(fit_loop: Mapping[str, Any], path: str) -> None:
+    if not is_lightning_fit_loop(fit_loop):
+        return
+    for key in (EPOCH_PROGRESS, BATCH_PROGRESS):
+        if key in fit_loop:
+            _check(fit_loop, {key: _MAPPING}, "loops.fit_loop.", path)
+            _check(fit_loop[key], _PROGRESS, f"loops.fit_loop.{key}.", path)
 
 
 def _check(entries: Mapping[str, Any], rules: Mapping[str, _Check], prefix: str, path: str) -> None:

@@ -22,6 +22,7 @@ from trainer.contracts import storage
 
 
 FORMAT_VERSION = 2
+LIGHTNING_VERSION_KEY = "pytorch-lightning_version"  # Lightning's name for the version that wrote a file
 
 
 class CheckpointError(RuntimeError):
@@ -120,7 +121,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", wei
                 f"Refused to load {str(path)!r}: it needs objects that are not safe to unpickle. "
                 f"torch.load(weights_only=True) says: {_weights_only_reason(err)} Loading it could run "
                 "arbitrary code. If you trust the file, pass weights_only=False to trainer.fit, validate, "
-                "test or predict (e.g. trainer.fit(..., ckpt_path=..., weights_only=False))."
+                "test or predict (e.g. trainer.fit(..., ckpt_path=..., weights_only=False)) or to "
+                "load_from_checkpoint (YourModule.load_from_checkpoint(path, weights_only=False))."
             ) from err
         raise CheckpointError(
             f"Could not load checkpoint {str(path)!r}: {type(err).__name__}: {_first_line(err)}. "

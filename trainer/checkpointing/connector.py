@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 from trainer.contracts import storage
 from trainer.contracts.run_identity import attempt, run_id
 
-from trainer.checkpoint_io.file_format import FORMAT_VERSION, check_compatible
+from trainer.checkpoint_io.file_format import FORMAT_VERSION, LIGHTNING_VERSION_KEY, check_compatible
 from trainer.checkpointing.checkpoint_paths import RUN_ID_KEY, read_checkpoint
 from trainer.checkpointing.from_checkpoint import DATAMODULE_HPARAMS_KEY, DATAMODULE_STATE_KEY, MODULE_HPARAMS_KEY
 from trainer.checkpointing.from_checkpoint import hparams_entries
 from trainer.checkpointing.resume import gather_rank_states
 from trainer.checkpointing.stateful import OPTIMIZER_STATES, load_states, save_states, stateful_objects
+
+from trainer.lightning.alias import LIGHTNING_API_VERSION
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
@@ -40,6 +42,9 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
     module, loop, strategy = trainer.module, trainer.fit_loop, trainer.strategy
     checkpoint: dict[str, Any] = {
         "format_version": FORMAT_VERSION,
+        # the Lightning release whose layout the file also has (`FitProgress.state_dict` writes
+        # Lightning's loop counters): Lightning reads it first, to migrate older files
+        LIGHTNING_VERSION_KEY: LIGHTNING_API_VERSION,
         "state_dict": strategy.module_state(module),
         # the loop's state (position, lr_scaled); a weights-only file keeps the position alone
         **(loop.progress.state_dict() if weights_only else loop.state_dict()),

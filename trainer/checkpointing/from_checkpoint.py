@@ -9,6 +9,7 @@ passes ``weights_only=False``, for a file it trusts.
 from __future__ import annotations
 
 import inspect
+import io
 import os
 from typing import Any, Mapping, TypeVar
 
@@ -27,6 +28,9 @@ DATAMODULE_HPARAMS_KEY = "datamodule_hyper_parameters"  # Lightning's name for t
 DATAMODULE_STATE_KEY = "datamodule"
 # appended to a hyperparameters key: the names stored only as text (`file_format.stored_as_text`)
 TEXT_ONLY_SUFFIX = "_as_text"
+# appended to a hyperparameters key: those values themselves, pickled into bytes that only
+# ``load_from_checkpoint(weights_only=False)`` unpickles (the file stays loadable with weights_only=True)
+PICKLED_SUFFIX = "_pickled"
 
 
 def load_module(
@@ -40,8 +44,8 @@ def load_module(
     """`TrainModule.load_from_checkpoint`: rebuilt, weights loaded, in eval mode on ``map_location``."""
     device = _device(map_location)
     checkpoint = load_full(path, weights_only=weights_only)
-    module = instantiate(cls, *_saved_hparams(cls, checkpoint, MODULE_HPARAMS_KEY, "hparams_name"), overrides,
-                         os.fspath(path))
+    saved = _saved_hparams(cls, checkpoint, MODULE_HPARAMS_KEY, "hparams_name", weights_only)
+    module = instantiate(cls, *saved, overrides, os.fspath(path))
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=strict)
     return module.to(device).eval()
@@ -60,7 +64,7 @@ def load_datamodule(
     """
     device = _device(map_location)
     checkpoint = load_full(path, weights_only=weights_only)
-    saved = _saved_hparams(cls, checkpoint, DATAMODULE_HPARAMS_KEY, "datamodule_hparams_name")
+    saved = _saved_hparams(cls, checkpoint, DATAMODULE_HPARAMS_KEY, "datamodule_hparams_name", weights_only)
     datamodule = instantiate(cls, *saved, overrides, os.fspath(path))
     if DATAMODULE_STATE_KEY in checkpoint:
         datamodule.load_state_dict(move_to_device(checkpoint[DATAMODULE_STATE_KEY], device))
@@ -70,31 +74,51 @@ def load_datamodule(
 def hparams_entries(owner: Any, key: str, name_key: str) -> dict[str, Any]:
     """A module's or DataModule's hyperparameters as the checkpoint keeps them under ``key``
     (loadable with ``weights_only=True``), the names among them kept only as text (an object's
-    ``repr``: `load_from_checkpoint` must not hand that to ``__init__`` in the object's place), and
-    Lightning's ``hparams_name`` under ``name_key``."""
+    ``repr``: `load_from_checkpoint` must not hand that to ``__init__`` in the object's place), those
+    objects pickled (given back by ``load_from_checkpoint(weights_only=False)``, as Lightning gives
+    them back), and Lightning's ``hparams_name`` under ``name_key``."""
     entries: dict[str, Any] = {key: weights_only_loadable(dict(owner.hparams))}
     text_only = stored_as_text(owner.hparams)
     if text_only:
         entries[key + TEXT_ONLY_SUFFIX] = text_only
+        pickled = _pickled({name: owner.hparams[name] for name in text_only})
+        if pickled is not None:
+            entries[key + PICKLED_SUFFIX] = pickled
     if owner.hparams_name:
         entries[name_key] = owner.hparams_name
     return entries
 
 
+def _pickled(objects: dict[str, Any]) -> bytes | None:
+    """``objects`` as torch.save writes them; None when one cannot be pickled (a lambda, a lock):
+    the run still saves, and loading asks for those arguments, as it does without this entry."""
+    buffer = io.BytesIO()
+    try:
+        torch.save(objects, buffer)
+    except Exception:
+        return None
+    return buffer.getvalue()
+
+
 def _saved_hparams(
-    cls: type[Any], checkpoint: Mapping[str, Any], key: str, name_key: str
-) -> tuple[dict[str, Any], list[str]]:
-    """The saved hyperparameters as ``__init__`` takes them, and the names among them stored only
-    as text. Lightning's rule for a checkpoint that names them (``hparams_name``, a library's or
-    Lightning's own for ``save_hyperparameters(hparams)``): when ``__init__`` has an argument of
-    that name, they are its one value."""
+    cls: type[Any], checkpoint: Mapping[str, Any], key: str, name_key: str, weights_only: bool = True
+) -> tuple[dict[str, Any], list[str], bool]:
+    """The saved hyperparameters as ``__init__`` takes them, the names among them stored only as
+    text, and whether the file holds those objects (read only when ``weights_only`` is False: the
+    caller trusts the file). Lightning's rule for a checkpoint that names them (``hparams_name``, a
+    library's or Lightning's own for ``save_hyperparameters(hparams)``): when ``__init__`` has an
+    argument of that name, they are its one value."""
     saved = dict(checkpoint.get(key) or {})
     text_only = list(checkpoint.get(key + TEXT_ONLY_SUFFIX) or [])
+    pickled = checkpoint.get(key + PICKLED_SUFFIX)
+    if pickled is not None and not weights_only:
+        saved.update(torch.load(io.BytesIO(pickled), map_location="cpu", weights_only=False))
+        text_only = []
     name = checkpoint.get(name_key)
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # not self, *args, **kwargs
     if isinstance(name, str) and name in [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]:
-        return {name: saved}, []
-    return saved, text_only
+        return {name: saved}, [], False
+    return saved, text_only, pickled is not None
 
 
 def _device(map_location: Any) -> torch.device:

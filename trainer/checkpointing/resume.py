@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from trainer.contracts.accumulation import window_start
 from trainer.contracts.loader import ShardingLoader
+from trainer.contracts.lightning_progress import is_lightning_fit_loop
 from trainer.data.global_batch_sampler import GlobalBatchSampler
 from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.rng import capture_generators, capture_rng_state, restore_generators, restore_rng_state
@@ -276,6 +277,9 @@ class ResumePlan:
     shuffle: bool | None = None  # whether the checkpoint epoch's order was shuffled (None: not known)
     path: str = ""  # the checkpoint, named in a refusal
     checks_first_epoch: bool = False  # the first epoch checks G and the dataset length
+    # A file Lightning wrote in the middle of an epoch holds no order: as Lightning resumes it,
+    # the epoch goes on at this batch over the first batches of a freshly drawn order.
+    new_order_start: int = 0
 
 
 def plan_resume(
@@ -300,6 +304,16 @@ def plan_resume(
             global_batch_size=progress.global_batch_size, shuffle=progress.shuffle, path=path,
             checks_first_epoch=by_samples,
         )
+    if is_lightning_fit_loop(checkpoint.get("loops", {}).get("fit_loop", {})):
+        return _lightning_mid_epoch(progress, path)
+    return _mid_epoch(checkpoint, progress, rank_states, mine, said, path, by_samples)
+
+
+def _mid_epoch(
+    checkpoint: dict[str, Any], progress: FitProgress, rank_states: list[dict[str, Any] | None] | None,
+    mine: dict[str, Any] | None, said: list[str], path: str, by_samples: bool,
+) -> ResumePlan:
+    """A Lockstep checkpoint written inside an epoch: the epoch goes on where every rank can, or restarts."""
     if rank_states is not None and any(s is None or s.get("epoch_state") is None for s in rank_states):
         # Every rank must make the same choice, or one resumes mid-epoch while another restarts
         # the epoch and they wait in different collectives.
@@ -331,6 +345,18 @@ def _continue_epoch(
         global_batch_size=progress.global_batch_size, dataset_size=progress.dataset_size, shuffle=progress.shuffle,
         path=path, checks_first_epoch=True,
     )
+
+
+def _lightning_mid_epoch(progress: FitProgress, path: str) -> ResumePlan:
+    """A file Lightning wrote inside an epoch: it records how many batches were trained, not their order."""
+    warning = (
+        f"Checkpoint {path!r} was written by Lightning in the middle of epoch {progress.current_epoch}, after "
+        f"{progress.batches_done} batches; Lightning does not save the epoch's order, so, as Lightning's own "
+        f"resume does, the epoch goes on at batch {progress.batches_done} over the first batches of a newly "
+        "drawn order (some samples of the epoch are trained twice, others not at all). Resume from an "
+        "end-of-epoch checkpoint to continue the same run exactly."
+    )
+    return ResumePlan(warnings=(warning,), path=path, new_order_start=progress.batches_done)
 
 
 def _world_size_changed(saved_world: int, world_size: int, by_samples: bool, mid_epoch: bool) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from trainer.contracts.lightning_progress import is_lightning_fit_loop, lightning_fit_loop, position_from_lightning
+
 
 @dataclasses.dataclass(frozen=True)
 class FitProgress:
@@ -90,15 +92,23 @@ class FitProgress:
             position["dataset_size"] = self.dataset_size
         if self.shuffle is not None:
             position["shuffle"] = self.shuffle
+        # Lightning's counters for the same position, beside ours: Lightning resumes from this file too
+        position.update(lightning_fit_loop(
+            self.current_epoch, self.global_step, self.batches_done, self.epoch_finished, self.batches_total
+        ))
         return {"epoch": self.current_epoch, "global_step": self.global_step, "loops": {"fit_loop": position}}
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> FitProgress:
-        """The position a checkpoint (or a spawned run's rank 0) recorded."""
+        """The position a checkpoint (or a spawned run's rank 0) recorded; in a file Lightning wrote,
+        where Lightning's own resume of it continues (`position_from_lightning`)."""
         position = state.get("loops", {}).get("fit_loop", {})
+        epoch = int(state["epoch"])
+        if is_lightning_fit_loop(position):
+            epoch, position = position_from_lightning(position)
         batches_done = int(position.get("batches_done", 0))
         return cls(
-            current_epoch=int(state["epoch"]),
+            current_epoch=epoch,
             global_step=int(state["global_step"]),
             batch_idx=batches_done,
             batches_done=batches_done,

@@ -287,6 +287,7 @@ class FitLoop:
         self.in_training = False  # inside `run`'s epochs (errors name the batch)
         self.failed_fetch_idx: int | None = None  # the batch whose loading raised (errors name it)
         self._plan: ResumePlan | None = None  # how the first epoch of a restored fit continues
+        self._new_order_start = 0  # the first epoch's first batch, in a new order (`ResumePlan.new_order_start`)
         # `should_stop` as every rank agreed at the last agreement point, and whether validation
         # ran (a plateau scheduler's missing monitor may still come from it)
         self._agreed_stop = self._validated = False
@@ -310,10 +311,11 @@ class FitLoop:
         for message in plan.warnings:
             rank_zero_warn(message)
         # the first epoch starts where the plan says
-        self.progress = loaded.next_epoch() if plan.finished_epoch else loaded.epoch_started(0)
+        self.progress = loaded.next_epoch() if plan.finished_epoch else loaded.epoch_started(plan.new_order_start)
         if plan.restore_now and plan.rank_state is not None:
             restore_boundary_states(loader, plan.rank_state)
         self._plan = plan if plan.checks_first_epoch else None
+        self._new_order_start = plan.new_order_start
 
     def adopt_progress(self, state: dict[str, Any]) -> None:
         """Take the position a spawned run's rank 0 ended at (`Trainer.adopt_spawned_run`)."""
@@ -508,9 +510,10 @@ class FitLoop:
         if resumed is None and ahead is not None:  # the first epoch of a fresh fit: draws made ahead
             source, self.epoch_state = iterate_from(loader, ahead, lambda: capture_epoch_state(loader))
             return source, 0
+        start, self._new_order_start = self._new_order_start, 0
         if resumed is None:
             self.epoch_state = capture_epoch_state(loader)
-            return loader, 0
+            return loader, start
         assert resumed.epoch_state is not None
         self.epoch_state = resumed.epoch_state
         if layout is not None and resumed.samples_done is not None:  # the sampler starts after the trained samples

@@ -297,14 +297,15 @@ def _resume_elsewhere(rank, world_size, tmp, full, corrupt=None):
     out = {"start": record.at["start"], "optimizer": record.at["optimizer"], "end": record.at["end"],
            "steps": trainer.global_step, "warnings": [str(w.message) for w in caught], "refused": refused}
     # an ordinary single-file checkpoint (here the consolidated one) into the shards
+    # one step past the file's: a resume with nothing to train runs no hook, so Record would see nothing
     record = Record()
-    Trainer(strategy=_strategy(), callbacks=[record], **{**kw, "max_steps": STOP_STEP}).fit(
+    Trainer(strategy=_strategy(), callbacks=[record], **{**kw, "max_steps": STOP_STEP + 1}).fit(
         Logged(), make_loader(), ckpt_path=full
     )
     out["from_file"] = record.at
     if world_size == 4:  # into a 2-D (HSDP) mesh: shards within pairs, replicas across them
         record = Record()
-        Trainer(strategy=_strategy(device_mesh=(2, 2)), callbacks=[record], **{**kw, "max_steps": STOP_STEP}).fit(
+        Trainer(strategy=_strategy(device_mesh=(2, 2)), callbacks=[record], **{**kw, "max_steps": STOP_STEP + 1}).fit(
             Logged(), make_loader(), ckpt_path=os.path.join(tmp, "mid.ckpt")
         )
         out["hsdp"] = record.at

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_int, check_number, check_str
+from trainer.contracts.arguments import check_int, check_number, check_str, hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -174,6 +174,7 @@ class BatchSizeFinder(Callback):
     module's or DataModule's hooks (loaders passed to ``fit`` have a fixed batch size).
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         mode: str = "power",

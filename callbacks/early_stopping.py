@@ -15,7 +15,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_bool, check_int, check_number
+from trainer.contracts.arguments import check_bool, check_int, check_number, hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -49,6 +49,7 @@ class EarlyStopping(Callback):
     role = "early_stopping"
     monitors_metrics = True
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         monitor: str,

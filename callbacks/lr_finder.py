@@ -8,7 +8,7 @@ import torch
 
 from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_bool, check_int, check_number, check_str
+from trainer.contracts.arguments import check_bool, check_int, check_number, check_str, hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -245,6 +245,7 @@ class LearningRateFinder(Callback):
     The result is ``optimal_lr`` (an `LRFinder`). One process only.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         min_lr: float = 1e-8,

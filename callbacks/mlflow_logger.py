@@ -15,7 +15,9 @@ from callbacks._utils import _flat_metrics, _flatten_hparams
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, http_problem, unreachable
 from trainer.contracts import storage
-from trainer.contracts.arguments import check_bool, check_path, check_path_component, check_str
+from trainer.contracts.arguments import (
+    check_bool, check_path, check_path_component, check_str, hint_misspelled_arguments,
+)
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -58,6 +60,7 @@ class MLFlowLogger(Logger):
     Parameters are flattened (``{"opt": {"lr": 0.1}}`` -> ``opt/lr``) and stored as strings.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         experiment_name: str = "lockstep",

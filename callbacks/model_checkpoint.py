@@ -27,7 +27,7 @@ from callbacks._utils import (
 from callbacks.checkpoint import Checkpoint
 from callbacks.checkpoint_policy import Policy, Save, TopK, decide, step_due, time_due
 from trainer.contracts import run_lock
-from trainer.contracts.arguments import check_bool, check_int, check_path
+from trainer.contracts.arguments import check_bool, check_int, check_path, hint_misspelled_arguments
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ class ModelCheckpoint(Checkpoint):
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         dirpath: str | os.PathLike[str] | None = None,

@@ -12,6 +12,7 @@ from torch.optim.swa_utils import SWALR
 
 from callbacks.callback import Callback
 from trainer.contracts.schedulers import LRSchedulerConfig
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -68,6 +69,7 @@ class StochasticWeightAveraging(Callback):
     fit ends where an uninterrupted one does. One optimizer, at most one scheduler; no FSDP.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         swa_lrs: Union[float, list[float]],

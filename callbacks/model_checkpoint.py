@@ -15,7 +15,6 @@ import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import (
-    _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
     _rank_zero_warn,
@@ -27,6 +26,7 @@ from callbacks._utils import (
 from callbacks.checkpoint import Checkpoint
 from callbacks.checkpoint_policy import Policy, Save, TopK, decide, step_due, time_due
 from trainer.contracts import run_lock
+from trainer.contracts.errors import MonitorKeyError
 from trainer.contracts.arguments import check_bool, check_int, check_path, hint_misspelled_arguments
 from trainer.contracts import storage
 
@@ -515,7 +515,7 @@ class ModelCheckpoint(Checkpoint):
                 raise error
             assert decision is not None
             kind, message = decision
-            raise (_MonitorKeyError if kind == _MonitorKeyError.__name__ else RuntimeError)(
+            raise (MonitorKeyError if kind == MonitorKeyError.__name__ else RuntimeError)(
                 f"ModelCheckpoint failed on global rank 0: {message}"
             )
         self._apply_decision(trainer, decision)

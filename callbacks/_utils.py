@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from trainer.contracts import storage
 from trainer.contracts.errors import MonitorKeyError
 from trainer.contracts.rank import current_global_rank
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerView
@@ -25,10 +26,10 @@ def _rank_zero_print(trainer: TrainerView, message: str) -> None:
         print(message, flush=True)
 
 
-def _rank_zero_warn(message: str, stacklevel: int = 2) -> None:
-    """Warn once per run, from global rank 0 (every rank reaches the same conclusion)."""
+def _rank_zero_warn(message: str) -> None:
+    """Warn once per run, from global rank 0 (every rank reaches the same conclusion), at the user's line."""
     if current_global_rank() == 0:
-        warnings.warn(message, stacklevel=stacklevel + 1)
+        warnings.warn(message, stacklevel=user_stacklevel())
 
 
 # -- log directories --------------------------------------------------------------------------

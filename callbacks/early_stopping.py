@@ -16,6 +16,7 @@ from callbacks._utils import (
 )
 from callbacks.callback import Callback
 from trainer.contracts.arguments import check_bool, check_int, check_number, hint_misspelled_arguments
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -163,7 +164,7 @@ class EarlyStopping(Callback):
                 f"EarlyStopping(monitor={self.monitor!r}, strict=False): {self.monitor!r} is not in the "
                 f"logged metrics (available: {available}); this check is skipped.",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
             return
         value = _monitor_value(trainer.callback_metrics, self.monitor, "EarlyStopping")

@@ -18,6 +18,7 @@ from trainer.contracts import storage
 from trainer.contracts.arguments import (
     check_bool, check_path, check_path_component, check_str, hint_misspelled_arguments,
 )
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -143,7 +144,7 @@ class MLFlowLogger(Logger):
                 f"MLFlowLogger: the tracking server {self.tracking_uri} failed to take the {what} "
                 f"({type(err).__name__}: {str(err)[:300]}). Training goes on without MLflow; what is not "
                 f"sent is written to {self.unsent_path}.",
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
 
     @property

@@ -38,6 +38,7 @@ from callbacks.prediction_writer import BasePredictionWriter
 from callbacks.progress_bar import ProgressBar
 from callbacks.ray_report import RayReportCallback
 from callbacks.rich_progress_bar import RichProgressBar
+from trainer.contracts.errors import MonitorKeyError
 from trainer.contracts.run_lock import RunLockedError
 from callbacks.service_timeout import ServiceUnreachableError
 from callbacks.stochastic_weight_averaging import StochasticWeightAveraging
@@ -66,6 +67,7 @@ __all__ = [
     "Logger",
     "ModelCheckpoint",
     "ModelSummary",
+    "MonitorKeyError",
     "OnExceptionCheckpoint",
     "ProgressBar",
     "RayReportCallback",

@@ -9,23 +9,14 @@ import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from trainer.contracts import storage
+from trainer.contracts.errors import MonitorKeyError
 from trainer.contracts.rank import current_global_rank
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerView
 
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
-
-
-class _MonitorKeyError(KeyError):
-    """A monitored metric is not in ``trainer.callback_metrics``.
-
-    A ``KeyError`` so callers can catch it as one, with a readable ``str`` (``KeyError`` quotes
-    its message, which garbles multi-line hints).
-    """
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 # -- ranks ------------------------------------------------------------------------------------
@@ -35,10 +26,10 @@ def _rank_zero_print(trainer: TrainerView, message: str) -> None:
         print(message, flush=True)
 
 
-def _rank_zero_warn(message: str, stacklevel: int = 2) -> None:
-    """Warn once per run, from global rank 0 (every rank reaches the same conclusion)."""
+def _rank_zero_warn(message: str) -> None:
+    """Warn once per run, from global rank 0 (every rank reaches the same conclusion), at the user's line."""
     if current_global_rank() == 0:
-        warnings.warn(message, stacklevel=stacklevel + 1)
+        warnings.warn(message, stacklevel=user_stacklevel())
 
 
 # -- log directories --------------------------------------------------------------------------
@@ -133,7 +124,7 @@ def _monitor_value(metrics: Mapping[str, Any], monitor: str, owner: str) -> Any:
     if monitor in metrics:
         return metrics[monitor]
     available = ", ".join(sorted(metrics)) or "(none)"
-    raise _MonitorKeyError(
+    raise MonitorKeyError(
         f"{owner}(monitor={monitor!r}) could not find {monitor!r} in the logged metrics. "
         f"Available keys: {available}. Log it with `self.log({monitor!r}, value)` in your module."
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from callbacks.callback import Callback
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -23,6 +24,7 @@ class GradientAccumulationScheduler(Callback):
     the same setting would silently fight.
     """
 
+    @hint_misspelled_arguments
     def __init__(self, scheduling: Mapping[int, int]) -> None:
         if not isinstance(scheduling, Mapping):
             raise TypeError(

@@ -8,6 +8,7 @@ import torch
 
 from callbacks._utils import _rank_zero_print
 from callbacks.base_finetuning import BaseFinetuning
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -34,6 +35,7 @@ class BackboneFinetuning(BaseFinetuning):
         rounding: Digits of those printed rates.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         unfreeze_backbone_at_epoch: int = 10,

@@ -10,6 +10,7 @@ from torch.nn import Module, ModuleDict
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from callbacks.callback import Callback
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -131,7 +132,7 @@ class BaseFinetuning(Callback):
                 "The provided params to be frozen already exist within another group of this optimizer; those "
                 "parameters are skipped. Build the optimizer from the trainable parameters only: "
                 f"{type(optimizer).__name__}(filter(lambda p: p.requires_grad, self.parameters()), ...)",
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
         return kept
 

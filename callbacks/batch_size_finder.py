@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_int, check_number, check_str
+from trainer.contracts.arguments import check_int, check_number, check_str, hint_misspelled_arguments
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -58,7 +59,7 @@ def scale_batch_size(trainer: TrainerView, model: ModuleView, datamodule: Any, m
     if trainer.fast_dev_run:
         import warnings
 
-        warnings.warn("Skipping the batch size finder: fast_dev_run is on.", stacklevel=2)
+        warnings.warn("Skipping the batch size finder: fast_dev_run is on.", stacklevel=user_stacklevel())
         return None
     get, set_size, _ = find_attr(model, datamodule, batch_arg_name, (), "scale_batch_size")
     source = datamodule if datamodule is not None else model
@@ -174,6 +175,7 @@ class BatchSizeFinder(Callback):
     module's or DataModule's hooks (loaders passed to ``fit`` have a fixed batch size).
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         mode: str = "power",

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from callbacks._file_logger import _FileLogger
 from callbacks._utils import _flat_metrics
-from trainer.contracts.arguments import check_int
+from trainer.contracts.arguments import check_int, hint_misspelled_arguments
 from trainer.contracts import storage
 
 
@@ -35,6 +35,7 @@ class CSVLogger(_FileLogger):
     METRICS_FILE = "metrics.csv"
     HPARAMS_FILE = "hparams.json"
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         save_dir: str | os.PathLike[str] | None = None,

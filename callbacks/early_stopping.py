@@ -15,7 +15,8 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_bool, check_int, check_number
+from trainer.contracts.arguments import check_bool, check_int, check_number, hint_misspelled_arguments
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -49,6 +50,7 @@ class EarlyStopping(Callback):
     role = "early_stopping"
     monitors_metrics = True
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         monitor: str,
@@ -162,7 +164,7 @@ class EarlyStopping(Callback):
                 f"EarlyStopping(monitor={self.monitor!r}, strict=False): {self.monitor!r} is not in the "
                 f"logged metrics (available: {available}); this check is skipped.",
                 RuntimeWarning,
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
             return
         value = _monitor_value(trainer.callback_metrics, self.monitor, "EarlyStopping")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from callbacks.callback import Callback
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 HOOKS = ('setup', 'teardown', 'on_fit_start', 'on_fit_end', 'on_sanity_check_start', 'on_sanity_check_end', 'on_train_batch_start', 'on_train_batch_end', 'on_train_epoch_start', 'on_train_epoch_end', 'on_validation_epoch_start', 'on_validation_epoch_end', 'on_test_epoch_start', 'on_test_epoch_end', 'on_validation_batch_start', 'on_validation_batch_end', 'on_test_batch_start', 'on_test_batch_end', 'on_train_start', 'on_train_end', 'on_validation_start', 'on_validation_end', 'on_test_start', 'on_test_end', 'on_exception', 'on_save_checkpoint', 'on_load_checkpoint', 'on_before_backward', 'on_after_backward', 'on_before_optimizer_step', 'on_before_zero_grad', 'on_predict_start', 'on_predict_end', 'on_predict_batch_start', 'on_predict_batch_end', 'on_predict_epoch_start', 'on_predict_epoch_end')
 
@@ -21,6 +22,7 @@ class LambdaCallback(Callback):
         subclass = type(cls.__name__, (cls,), {"__qualname__": cls.__qualname__, "__module__": cls.__module__, **members})
         return super().__new__(subclass)
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         setup: Optional[Callable[..., Any]] = None,

@@ -8,7 +8,8 @@ import torch
 
 from callbacks._tuning import find_attr, inner_trainer, restored_module
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_bool, check_int, check_number, check_str
+from trainer.contracts.arguments import check_bool, check_int, check_number, check_str, hint_misspelled_arguments
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -182,7 +183,7 @@ def lr_find(
     if trainer.fast_dev_run:
         import warnings
 
-        warnings.warn("Skipping the learning rate finder: fast_dev_run is on.", stacklevel=2)
+        warnings.warn("Skipping the learning rate finder: fast_dev_run is on.", stacklevel=user_stacklevel())
         return None
     if update_attr:
         _, set_lr, attr_name = find_attr(model, datamodule, attr_name, ("lr", "learning_rate"), "lr_find")
@@ -245,6 +246,7 @@ class LearningRateFinder(Callback):
     The result is ``optimal_lr`` (an `LRFinder`). One process only.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         min_lr: float = 1e-8,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_bool
+from trainer.contracts.arguments import check_bool, hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -32,6 +32,7 @@ class LearningRateMonitor(Callback):
 
     role = "lr_monitor"
 
+    @hint_misspelled_arguments
     def __init__(self, logging_interval: str | None = None, *, to_callback_metrics: bool = True) -> None:
         if logging_interval is not None and not isinstance(logging_interval, str):
             raise TypeError(

@@ -15,7 +15,10 @@ from callbacks._utils import _flat_metrics, _flatten_hparams
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, http_problem, unreachable
 from trainer.contracts import storage
-from trainer.contracts.arguments import check_bool, check_path, check_path_component, check_str
+from trainer.contracts.arguments import (
+    check_bool, check_path, check_path_component, check_str, hint_misspelled_arguments,
+)
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -58,6 +61,7 @@ class MLFlowLogger(Logger):
     Parameters are flattened (``{"opt": {"lr": 0.1}}`` -> ``opt/lr``) and stored as strings.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         experiment_name: str = "lockstep",
@@ -140,7 +144,7 @@ class MLFlowLogger(Logger):
                 f"MLFlowLogger: the tracking server {self.tracking_uri} failed to take the {what} "
                 f"({type(err).__name__}: {str(err)[:300]}). Training goes on without MLflow; what is not "
                 f"sent is written to {self.unsent_path}.",
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
 
     @property

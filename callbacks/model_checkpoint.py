@@ -15,7 +15,6 @@ import warnings
 from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._utils import (
-    _MonitorKeyError,
     _monitor_value,
     _rank_zero_print,
     _rank_zero_warn,
@@ -27,8 +26,10 @@ from callbacks._utils import (
 from callbacks.checkpoint import Checkpoint
 from callbacks.checkpoint_policy import Policy, Save, TopK, decide, step_due, time_due
 from trainer.contracts import run_lock
-from trainer.contracts.arguments import check_bool, check_int, check_path
+from trainer.contracts.errors import MonitorKeyError
+from trainer.contracts.arguments import check_bool, check_int, check_path, hint_misspelled_arguments
 from trainer.contracts import storage
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -103,6 +104,7 @@ class ModelCheckpoint(Checkpoint):
     CHECKPOINT_NAME_LAST = "last"
     FILE_EXTENSION = ".ckpt"
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         dirpath: str | os.PathLike[str] | None = None,
@@ -222,7 +224,7 @@ class ModelCheckpoint(Checkpoint):
             return "locked", str(err)
         self._lock = lock
         if taken_over is not None:
-            warnings.warn(taken_over, stacklevel=3)
+            warnings.warn(taken_over, stacklevel=user_stacklevel())
         siblings = [cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath == self.dirpath]
         mine = set().union(*(cb._files() for cb in [self, *siblings]))
         foreign = sorted(
@@ -242,7 +244,7 @@ class ModelCheckpoint(Checkpoint):
         warnings.warn(
             f"Checkpoint directory {self.dirpath} holds checkpoints of another run ({shown}): they are "
             "kept, and this run's names that collide with them get a -v<n> suffix (last-v1.ckpt).",
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         return None
 
@@ -384,7 +386,6 @@ class ModelCheckpoint(Checkpoint):
             _rank_zero_warn(
                 f"ModelCheckpoint: the checkpoint directory changed from {state.get('dirpath')!r} to "
                 f"{self.dirpath!r}; only best_model_path is restored.",
-                stacklevel=2,
             )
         self.best_model_path = state.get("best_model_path", self.best_model_path)
 
@@ -405,7 +406,6 @@ class ModelCheckpoint(Checkpoint):
             f"ModelCheckpoint: the checkpoint's state names paths outside its directory {self.dirpath!r}: "
             f"{', '.join(foreign)}; they are dropped (a checkpoint callback deletes and overwrites only "
             "checkpoint files in its own directory).",
-            stacklevel=3,
         )
         kept = {p: v for p, v in best_k.items() if str(p) not in foreign}
         ranked = sorted(kept.items(), key=lambda kv: _to_float(kv[1]), reverse=self.mode == "min")
@@ -457,7 +457,6 @@ class ModelCheckpoint(Checkpoint):
                     _rank_zero_warn(
                         f"ModelCheckpoint(filename={template!r}) refers to {name!r}, which is not in the "
                         f"logged metrics (available: {available}): it is written as 0.",
-                        stacklevel=2,
                     )
             text = ("{0" + spec + "}").format(value)
             return f"{name}={text}" if self.auto_insert_metric_name else text
@@ -514,7 +513,7 @@ class ModelCheckpoint(Checkpoint):
                 raise error
             assert decision is not None
             kind, message = decision
-            raise (_MonitorKeyError if kind == _MonitorKeyError.__name__ else RuntimeError)(
+            raise (MonitorKeyError if kind == MonitorKeyError.__name__ else RuntimeError)(
                 f"ModelCheckpoint failed on global rank 0: {message}"
             )
         self._apply_decision(trainer, decision)

@@ -9,6 +9,7 @@ from torch import nn
 from callbacks.callback import Callback
 
 from trainer.contracts.protocols import torch_module
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -110,6 +111,7 @@ class ModelSummary(Callback):
 
     role = "model_summary"
 
+    @hint_misspelled_arguments
     def __init__(self, max_depth: int = 1) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int):
             raise TypeError(f"ModelSummary max_depth must be an int, got {max_depth!r}")
@@ -128,6 +130,7 @@ class RichModelSummary(ModelSummary):
     Without ``rich`` the constructor raises `ModuleNotFoundError` with Lightning's message.
     """
 
+    @hint_misspelled_arguments
     def __init__(self, max_depth: int = 1) -> None:
         try:
             import rich  # noqa: F401 - the dev extra; checked here, as Lightning checks it

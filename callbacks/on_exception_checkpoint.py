@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from trainer.contracts import storage
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_path
+from trainer.contracts.arguments import check_path, hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -23,6 +23,7 @@ class OnExceptionCheckpoint(Callback):
 
     FILE_EXTENSION = ".ckpt"
 
+    @hint_misspelled_arguments
     def __init__(self, dirpath: str | os.PathLike[str], filename: str = "on_exception") -> None:
         check_path("OnExceptionCheckpoint(dirpath)", dirpath, allow_none=False)
         self.dirpath = storage.normalize(os.path.expanduser(os.fspath(dirpath)), "dirpath")

@@ -6,6 +6,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Sequence
 
 from callbacks.callback import Callback
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -42,6 +43,7 @@ class BasePredictionWriter(Callback):
     writes its shard, e.g. to ``f"predictions_{trainer.global_rank}.pt"``.
     """
 
+    @hint_misspelled_arguments
     def __init__(self, write_interval: str = "batch") -> None:
         if write_interval not in _INTERVALS:
             raise ValueError(f"BasePredictionWriter(write_interval={write_interval!r}): use one of {_INTERVALS}.")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, TextIO
 from callbacks._extras import require_extra
 from callbacks._utils import _format_duration, _to_float
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_bool, check_int, check_number
+from trainer.contracts.arguments import check_bool, check_int, check_number, hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -43,6 +43,7 @@ class ProgressBar(Callback):
     role = "progress_bar"
     _extra: str | None = None  # the package extra a subclass draws with, checked before its arguments
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         refresh_rate: int = 1,

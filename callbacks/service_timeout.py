@@ -11,6 +11,7 @@ import math
 import urllib.error
 import urllib.request
 import warnings
+from trainer.contracts.user_line import user_stacklevel
 
 ON_UNREACHABLE = ("raise", "warn")
 
@@ -50,4 +51,4 @@ def unreachable(owner: str, url: str, timeout: float, problem: str, on_unreachab
         raise ServiceUnreachableError(
             f"{message} Check the address, or pass on_unreachable='warn' to train without it."
         )
-    warnings.warn(f"{message} {fallback}", stacklevel=3)
+    warnings.warn(f"{message} {fallback}", stacklevel=user_stacklevel())

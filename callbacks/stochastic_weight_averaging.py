@@ -12,6 +12,8 @@ from torch.optim.swa_utils import SWALR
 
 from callbacks.callback import Callback
 from trainer.contracts.schedulers import LRSchedulerConfig
+from trainer.contracts.arguments import hint_misspelled_arguments
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -68,6 +70,7 @@ class StochasticWeightAveraging(Callback):
     fit ends where an uninterrupted one does. One optimizer, at most one scheduler; no FSDP.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         swa_lrs: Union[float, list[float]],
@@ -191,14 +194,17 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler_state is not None:
             self._swa_scheduler.load_state_dict(self._scheduler_state)
         elif trainer.current_epoch != self.swa_start:
-            warnings.warn("StochasticWeightAveraging starts after swa_start without its checkpoint state.", stacklevel=2)
+            warnings.warn(
+                "StochasticWeightAveraging starts after swa_start without its checkpoint state.",
+                stacklevel=user_stacklevel(),
+            )
         configs = cast(list, trainer.lr_scheduler_configs)
         config = LRSchedulerConfig(self._swa_scheduler)
         if configs:
             if configs[0].interval != "epoch" or configs[0].frequency != 1:
                 warnings.warn(f"StochasticWeightAveraging replaces a scheduler that steps every "
                               f"{configs[0].frequency} {configs[0].interval}(s) with SWALR, stepped every epoch.",
-                              stacklevel=2)
+                              stacklevel=user_stacklevel())
             configs[0] = config
         else:
             configs.append(config)

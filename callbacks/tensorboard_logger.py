@@ -13,6 +13,7 @@ from callbacks._file_logger import _FileLogger
 from callbacks._utils import _flat_metrics, _flatten_hparams
 from trainer.contracts import storage
 from trainer.contracts.arguments import check_bool, check_path
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -152,7 +153,7 @@ class TensorBoardLogger(_FileLogger):
             warnings.warn(
                 "TensorBoardLogger(log_graph=True) could not log the graph: set `example_input_array` on the "
                 f"module (a tensor or a tuple of forward's arguments), got {type(inputs).__name__}.",
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
             return
         device = next((p.device for p in model.parameters()), torch.device("cpu"))

@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from callbacks.callback import Callback
-from trainer.contracts.arguments import check_int
+from trainer.contracts.arguments import check_int, hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -31,6 +31,7 @@ class ThroughputMonitor(Callback):
         log_every_n_steps: Logging cadence; default: the Trainer's ``log_every_n_steps``.
     """
 
+    @hint_misspelled_arguments
     def __init__(self, log_every_n_steps: int | None = None) -> None:
         expected = "None or an int >= 1"
         check_int("ThroughputMonitor(log_every_n_steps)", log_every_n_steps, 1, allow_none=True)

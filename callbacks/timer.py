@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks.callback import Callback
 from trainer.contracts.duration import parse_duration
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
@@ -38,6 +39,7 @@ class Timer(Callback):
 
     role = "timer"
 
+    @hint_misspelled_arguments
     def __init__(
         self, duration: str | datetime.timedelta | dict[str, int] | None = None, interval: str = "step", verbose: bool = True
     ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from callbacks.progress_bar import ProgressBar
+from trainer.contracts.arguments import hint_misspelled_arguments
 
 
 class TQDMProgressBar(ProgressBar):
@@ -14,6 +15,7 @@ class TQDMProgressBar(ProgressBar):
         leave: Keep each finished epoch's bar on the screen.
     """
 
+    @hint_misspelled_arguments
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
         if process_position != 0:
             raise ValueError(f"TQDMProgressBar(process_position={process_position!r}): only 0 is supported.")

@@ -9,7 +9,9 @@ from callbacks._extras import require_extra
 from callbacks._utils import _flat_metrics
 from callbacks.logger import Logger
 from callbacks.service_timeout import check_timeout_args, unreachable
-from trainer.contracts.arguments import check_bool, check_path, check_path_component, check_str
+from trainer.contracts.arguments import (
+    check_bool, check_path, check_path_component, check_str, hint_misspelled_arguments,
+)
 from trainer.contracts import storage
 
 if TYPE_CHECKING:
@@ -43,6 +45,7 @@ class WandbLogger(Logger):
     config. Each Trainer call ends with ``finish``; a later call of the same Trainer resumes the run.
     """
 
+    @hint_misspelled_arguments
     def __init__(
         self,
         name: str | None = None,

@@ -4,10 +4,7 @@ The Trainer's own arguments are checked by the sections of its config (`trainer.
 """
 from __future__ import annotations
 
-import difflib
-import functools
-import inspect
-from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
+from typing import Any
 
 from trainer.contracts.arguments import check_bool, check_path
 from trainer.module import TrainModule
@@ -32,38 +29,3 @@ def check_module(model: Any, training: bool, stage: str = "fit") -> None:
             raise NotImplementedError(
                 f"{type(model).__name__} does not define {name}(), which trainer.{stage}() needs."
             )
-
-
-def _explicit_parameters(init: Callable[..., Any]) -> list[str]:
-    return [
-        p.name for p in inspect.signature(init).parameters.values()
-        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
-
-
-_P = ParamSpec("_P")
-_Self = TypeVar("_Self")
-
-
-def hint_misspelled_arguments(init: Callable[Concatenate[_Self, _P], None]) -> Callable[Concatenate[_Self, _P], None]:
-    """``init`` refusing an unknown keyword with the closest argument's name (``max_epoch``: did you
-    mean ``max_epochs``?). Python's own error names none. ``functools.wraps`` keeps ``init``'s
-    signature for `inspect`, jsonargparse (the CLI) and the docs, and the ParamSpec keeps it for type
-    checkers and editors; a subclass that passes its ``**kwargs`` on gets the hint too, its own
-    arguments included."""
-    own = _explicit_parameters(init)
-
-    @functools.wraps(init)
-    def checked(self: _Self, *args: _P.args, **kwargs: _P.kwargs) -> None:
-        unknown = [name for name in kwargs if name not in own]
-        if unknown:
-            known = own + [n for n in _explicit_parameters(type(self).__init__) if n not in own]
-            message = f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
-            close = difflib.get_close_matches(unknown[0], known, n=1)
-            raise TypeError(
-                f"{message}: did you mean `{close[0]}`?" if close
-                else f"{message} (docs/trainer.md lists the arguments)"
-            )
-        init(self, *args, **kwargs)
-
-    return checked

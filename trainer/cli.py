@@ -13,10 +13,13 @@ resolved configuration is written to ``<trainer.log_dir>/config.yaml`` by global
 """
 from __future__ import annotations
 
+import difflib
+import os
 import random
+import re
 import sys
 from types import MethodType
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, NoReturn, Optional, Sequence, Union
 
 import torch
 
@@ -101,6 +104,19 @@ class LightningArgumentParser(ArgumentParser):
         self.optimizer_groups: dict[str, tuple[Any, str]] = {}
         self.lr_scheduler_groups: dict[str, tuple[Any, str]] = {}
 
+    def error(self, message: str, ex: Optional[Exception] = None) -> NoReturn:
+        """Exit (status 2) with the error line first, naming the closest option to a misspelled one,
+        then the ``--help`` that lists the options (jsonargparse prints the ~55-line usage first)."""
+        parser = getattr(ex, "subcommand_parser", None) or self
+        message += _closest_option(message, parser)
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG", "").lower() == "true":
+            super().error(message, ex)  # raises: a nested parser's error goes into its caller's message
+        prog = parser.prog.replace(" [options]", "")
+        sys.stderr.write(f"{prog}: error: {message}\n")
+        if parser.add_help:
+            sys.stderr.write(f"`{prog} --help` lists the options.\n")
+        self.exit(2)
+
     def add_lightning_class_args(
         self, lightning_class: Any, nested_key: str, subclass_mode: bool = False, required: bool = True
     ) -> list[str]:
@@ -134,6 +150,24 @@ class LightningArgumentParser(ArgumentParser):
             self.add_subclass_arguments(classes, nested_key, **kwargs)
         else:
             self.add_class_arguments(classes, nested_key, sub_configs=True, **kwargs)
+
+
+_UNKNOWN_OPTION = re.compile(
+    r"unrecognized arguments: (?:[^-\s]\S* )*(-[^\s=]+)|does not accept option '([^']+)'|Option '([^']+)' is not accepted"
+)
+
+
+def _closest_option(message: str, parser: Any) -> str:
+    """`` (did you mean `--trainer.max_epochs`?)`` when ``message`` names an unknown option, else ""."""
+    found = _UNKNOWN_OPTION.search(message)
+    if found is None or "did you mean" in message:  # a nested parser's message has it already
+        return ""
+    name = next(group for group in found.groups() if group)
+    options = [option for option in parser._option_string_actions if option.startswith("--")]
+    if not name.startswith("-"):  # a config key: trainer.max_epochs
+        options = [option[2:] for option in options]
+    close = difflib.get_close_matches(name, options, n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 class SaveConfigCallback(Callback):
@@ -470,7 +504,10 @@ def main(argv: Sequence[str] | None = None) -> Any:
         if args and args[0] in ("-h", "--help"):
             print(usage, end="")
             return None
-        sys.stderr.write(usage + (f"error: unknown subcommand {args[0]!r}\n" if args else "error: a subcommand is needed\n"))
+        error = f"unknown subcommand {args[0]!r}" if args else "a subcommand is needed"
+        close = difflib.get_close_matches(args[0], list(SUBCOMMANDS), n=1) if args else []
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        sys.stderr.write(f"python -m trainer: error: {error}{hint}\n{usage}")
         raise SystemExit(2)
     _need_jsonargparse()
     from trainer.checkpointing.checkpoint_paths import CheckpointPathError

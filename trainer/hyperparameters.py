@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 from torch import nn
 
 from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.contracts.user_line import user_stacklevel
 
 
 class AttributeDict(dict):
@@ -96,8 +97,9 @@ class HyperparametersMixin:
         for name, value in self.hparams.items():
             if isinstance(value, nn.Module):
                 rank_zero_warn(
-                    f"Attribute {name!r} is an instance of `nn.Module` and is already saved during checkpointing."
-                    f" It is recommended to ignore them using `self.save_hyperparameters(ignore=[{name!r}])`."
+                    f"Attribute {name!r} is an instance of `nn.Module` and is already saved during checkpointing. "
+                    f"It is recommended to ignore them using `self.save_hyperparameters(ignore=[{name!r}])`.",
+                    stacklevel=user_stacklevel(),
                 )
         try:
             initial = copy.deepcopy(dict(self.hparams))

@@ -8,6 +8,7 @@ import warnings
 from typing import Any
 
 import torch
+from trainer.contracts.user_line import user_stacklevel
 
 _SEED_ENV = "LOCKSTEP_GLOBAL_SEED"
 
@@ -25,7 +26,7 @@ def set_torch_flags(deterministic: bool | str, benchmark: bool | None) -> None:
             warnings.warn(
                 "Trainer(deterministic=True, benchmark=True): torch ignores cudnn's deterministic mode "
                 "while torch.backends.cudnn.benchmark is True.",
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
     if benchmark is not None:
         torch.backends.cudnn.benchmark = benchmark

@@ -11,7 +11,8 @@ import torch
 from trainer.accelerators.accelerator import Accelerator
 from trainer.accelerators.precision import Precision, normalize_precision
 from trainer.checkpointing.connector import save_checkpoint
-from trainer.checks import check_call, hint_misspelled_arguments
+from trainer.checks import check_call
+from trainer.contracts.arguments import hint_misspelled_arguments
 from trainer.configuration import TrainerSettings, configure
 from trainer.contracts.config import CheckpointingConfig, DebugConfig, DistributedConfig, Limits, LoggingConfig, LoopConfig
 from trainer.contracts.config import PrecisionConfig, TrainerConfig

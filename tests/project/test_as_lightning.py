@@ -223,3 +223,18 @@ def test_get_init_args_reads_an_init_frame_as_lightning_s():
     Base(1, 3, 4, c=5)
     assert get_init_args(frames[0]) == pl_parsing.get_init_args(frames[0]) == {"a": 1, "b": 3, "c": 5}
     assert get_init_args(inspect.currentframe()) == {}
+
+
+@pytest.mark.parametrize(
+    "args, err",
+    [
+        ([], "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]\n"),
+        (["-m"], "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]\n"),
+        (["nosuch.py", "--max_epochs", "1"], "python -m trainer.as_lightning: error: no such script: 'nosuch.py'\n"),
+    ],
+)
+def test_a_usage_error_of_the_runner_is_one_line_and_exit_status_2(tmp_path, args, err):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "trainer.as_lightning", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", err)

@@ -203,7 +203,7 @@ def test_bad_trainer_arguments(kwargs, error, message):
         ({"max_epoch": 1}, "'max_epoch': did you mean `max_epochs`?"),
         ({"acelerator": "cpu"}, "'acelerator': did you mean `accelerator`?"),
         ({"gradient_clip": 1.0}, "'gradient_clip': did you mean `gradient_clip_val`?"),
-        ({"qwertyuiop": 1}, "'qwertyuiop' (docs/trainer.md lists the arguments)"),
+        ({"qwertyuiop": 1}, "'qwertyuiop' (help(Trainer) lists the arguments)"),
     ],
 )
 def test_a_misspelled_trainer_argument_names_the_closest_one(kwargs, message):

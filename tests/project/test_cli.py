@@ -85,19 +85,36 @@ def test_print_config_round_trips(tmp_path, config, capsys):
     assert capsys.readouterr().out == printed
 
 
+HELP_LINE = "`python -m trainer fit --help` lists the options.\n"
+
+
 @pytest.mark.parametrize(
-    "extra, fragment",
+    "extra, first_line",
     [
-        (["--trainer.max_epoch", "1"], "--trainer.max_epoch"),  # no prefix matching of max_epochs
-        (["--model.lrr", "0.1"], "Option 'lrr' is not accepted"),
-        (["--trainer.max_epochs", "three"], 'Parser key "trainer.max_epochs"'),
+        (["--trainer.max_epoch", "3"],  # no prefix matching of max_epochs, but the hint names it
+         "unrecognized arguments: --trainer.max_epoch 3 (did you mean `--trainer.max_epochs`?)"),
+        (["--trainer.acelerator=cpu"],
+         "unrecognized arguments: --trainer.acelerator=cpu (did you mean `--trainer.accelerator`?)"),
+        (["--zzz", "1"], "unrecognized arguments: --zzz 1"),
+        (["--trainer.max_epochs", "three"], 'Parser key "trainer.max_epochs":'),
     ],
 )
-def test_a_bad_key_or_type_fails_naming_it(tmp_path, config, capsys, extra, fragment):
+def test_a_bad_key_or_type_fails_with_the_error_line_first(tmp_path, config, capsys, extra, first_line):
     with pytest.raises(SystemExit) as exit_:
         main(["fit", "--config", config, *extra])
     assert exit_.value.code == 2
-    assert fragment in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "python -m trainer fit: error: " + first_line
+    assert err.endswith(HELP_LINE) and "usage:" not in err  # the usage only on --help
+
+
+def test_a_misspelled_init_argument_of_the_model_is_named_with_the_closest(tmp_path, config, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", config, "--model.lrr", "0.1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith('python -m trainer fit: error: Parser key "model":\n')
+    assert "Option 'lrr' is not accepted (did you mean `lr`?)\n" in err and err.endswith(HELP_LINE)
 
 
 def test_a_misspelled_key_in_a_yaml_file_is_named(tmp_path, config, capsys):
@@ -105,7 +122,10 @@ def test_a_misspelled_key_in_a_yaml_file_is_named(tmp_path, config, capsys):
     bad.write_text("trainer:\n  max_epoch: 1\n")
     with pytest.raises(SystemExit):
         main(["fit", "--config", config, "--config", str(bad)])
-    assert "does not accept option 'trainer.max_epoch'" in capsys.readouterr().err  # LightningCLI's subcommand parser
+    assert capsys.readouterr().err == (  # LightningCLI's subcommand parser
+        "python -m trainer fit: error: Subcommand 'fit' does not accept option 'trainer.max_epoch' "
+        "(did you mean `trainer.max_epochs`?)\n" + HELP_LINE
+    )
 
 
 def test_a_trainer_argument_of_a_bad_value_is_a_one_line_usage_error(tmp_path, config, capsys):
@@ -165,10 +185,20 @@ def test_ckpt_path_best_in_a_fresh_process_ends_without_a_traceback(tmp_path, co
     assert "--ckpt_path path/to/file.ckpt" in last
 
 
-def test_unknown_subcommand(capsys):
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["train"], "unknown subcommand 'train'"),
+        (["valdate"], "unknown subcommand 'valdate' (did you mean `validate`?)"),
+        ([], "a subcommand is needed"),
+    ],
+)
+def test_unknown_subcommand(capsys, args, error):
     with pytest.raises(SystemExit) as exit_:
-        main(["train"])
-    assert exit_.value.code == 2 and "unknown subcommand 'train'" in capsys.readouterr().err
+        main(args)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.splitlines()[0] == "python -m trainer: error: " + error
+    assert err.splitlines()[1].startswith("usage: python -m trainer {fit,validate,test,predict}")
 
 
 @pytest.mark.distributed

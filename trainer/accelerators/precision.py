@@ -9,6 +9,7 @@ from torch import nn
 
 from trainer.data.batch import apply_to_tensors
 from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.contracts.user_line import user_stacklevel
 
 _ALIASES = {
     "32-true": "32-true",
@@ -48,7 +49,8 @@ def normalize_precision(precision: Any) -> str:
     if str(precision) in ("16", "bf16"):  # Lightning's warning, word for word
         rank_zero_warn(
             f"`precision={precision}` is supported for historical reasons but its usage is discouraged. "
-            f"Please set your precision to {name} instead!"
+            f"Please set your precision to {name} instead!",
+            stacklevel=user_stacklevel(),
         )
     return name
 
@@ -69,7 +71,8 @@ class Precision:
         if self.precision == "16-mixed" and device_type == "cpu":
             rank_zero_warn(
                 "You passed `Trainer(accelerator='cpu', precision='16-mixed')` but AMP with fp16 is not supported on "
-                "CPU. Using `precision='bf16-mixed'` instead."
+                "CPU. Using `precision='bf16-mixed'` instead.",
+                stacklevel=user_stacklevel(),
             )
             self.precision = "bf16-mixed"
         if self.precision == "16-mixed" and device_type != "cuda":

@@ -17,6 +17,7 @@ from trainer.checkpoint_io.integrity import describe_error, named_errors, write_
 from trainer.checkpoint_io.sharded_layout import INDEX_FILE, META_FILE, SHARDED_KEYS
 from trainer.checkpoint_io.tensor_trees import as_list, as_tree, split_tensors
 from trainer.contracts import storage
+from trainer.contracts.user_line import user_stacklevel
 
 
 class PendingSave:
@@ -143,5 +144,5 @@ def warn_unsaved(path: str) -> None:
     warnings.warn(
         f"No checkpoint written to {path!r}: a sharded checkpoint needs every rank, and while the "
         "run is failing the other ranks may be gone. The last complete checkpoint is unchanged.",
-        stacklevel=3,
+        stacklevel=user_stacklevel(),
     )

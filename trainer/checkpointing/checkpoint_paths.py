@@ -16,6 +16,7 @@ from trainer.contracts import storage
 from trainer.contracts.ray_worker import ray_resume_path
 from trainer.contracts.run_identity import has_scheduler_identity, run_id
 from trainer.contracts.run_lock import RunLock, RunLockedError
+from trainer.contracts.user_line import user_stacklevel
 
 RUN_ID_KEY = "run_id"  # the checkpoint entry naming the run that wrote it
 
@@ -161,7 +162,7 @@ def preemption_checkpoint_path(trainer: Trainer) -> Iterator[str]:
             lock = None  # a live run writes there: a name no other run can choose
         else:
             if taken_over:
-                warnings.warn(taken_over, stacklevel=3)
+                warnings.warn(taken_over, stacklevel=user_stacklevel())
         path = _unwritten_last(directory, run_id(), shared=lock is not None)
     try:
         shared = trainer.strategy.broadcast(path)

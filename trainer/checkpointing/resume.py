@@ -30,6 +30,7 @@ from trainer.contracts.lightning_progress import is_lightning_fit_loop
 from trainer.data.global_batch_sampler import GlobalBatchSampler
 from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.rng import capture_generators, capture_rng_state, restore_generators, restore_rng_state
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerInternals as Trainer
@@ -211,7 +212,8 @@ def check_global_batch(saved: int | None, sampler: GlobalBatchSampler, allowed: 
         )
     rank_zero_warn(
         f"{what} allow_global_batch_change=True: training continues from the next unseen sample of the "
-        f"epoch with {G} samples per step, so it is not the run the checkpoint came from."
+        f"epoch with {G} samples per step, so it is not the run the checkpoint came from.",
+        stacklevel=user_stacklevel(),
     )
 
 
@@ -224,10 +226,14 @@ def check_shuffle(saved: bool | None, now: bool, path: str, mid_epoch: bool) -> 
     if mid_epoch:
         rank_zero_warn(
             f"{what} The rest of the interrupted epoch follows the new order, so some of its samples are trained "
-            "twice and others not at all; resume with the same shuffle to continue the same run."
+            "twice and others not at all; resume with the same shuffle to continue the same run.",
+            stacklevel=user_stacklevel(),
         )
     else:
-        rank_zero_warn(f"{what} The next epochs are drawn in the new order (the run differs from the saved one).")
+        rank_zero_warn(
+            f"{what} The next epochs are drawn in the new order (the run differs from the saved one).",
+            stacklevel=user_stacklevel(),
+        )
 
 
 class DatasetChangedError(ValueError):
@@ -252,7 +258,10 @@ def check_dataset_size(saved: int | None, now: int | None, path: str, allowed: b
             "never). Resume with the same dataset, or pass Trainer(allow_dataset_change=True) to restart the "
             "interrupted epoch from its first batch over the new dataset. No step was taken."
         )
-    rank_zero_warn(f"{what} allow_dataset_change=True: the interrupted epoch restarts from its first batch.")
+    rank_zero_warn(
+        f"{what} allow_dataset_change=True: the interrupted epoch restarts from its first batch.",
+        stacklevel=user_stacklevel(),
+    )
     return False
 
 

@@ -10,10 +10,13 @@ compares false with everything, so a number must also be finite (it would disabl
 """
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
 import numbers
 import os
-from typing import Any
+from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 
 def _fail(error: type[Exception], name: str, expected: str, value: Any) -> Exception:
@@ -129,3 +132,39 @@ def check_path_component(name: str, value: Any, *, allow_none: bool = False) -> 
     if value in ("", ".", "..") or any(s in value for s in separators) or os.path.isabs(value):
         raise _fail(ValueError, name, what, value)
     return value
+
+
+def _explicit_parameters(init: Callable[..., Any]) -> list[str]:
+    return [
+        p.name for p in inspect.signature(init).parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+_P = ParamSpec("_P")
+_Self = TypeVar("_Self")
+
+
+def hint_misspelled_arguments(init: Callable[Concatenate[_Self, _P], None]) -> Callable[Concatenate[_Self, _P], None]:
+    """``init`` refusing an unknown keyword with the closest argument's name (``max_epoch``: did you
+    mean ``max_epochs``?). Python's own error names none. ``functools.wraps`` keeps ``init``'s
+    signature for `inspect`, jsonargparse (the CLI) and the docs, and the ParamSpec keeps it for type
+    checkers and editors; a subclass that passes its ``**kwargs`` on gets the hint too, its own
+    arguments included. For the constructors of the Trainer and the built-in callbacks and loggers
+    (not for an ``init`` that takes ``**kwargs``: every name is known to it)."""
+    own = _explicit_parameters(init)
+
+    @functools.wraps(init)
+    def checked(self: _Self, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        unknown = [name for name in kwargs if name not in own]
+        if unknown:
+            known = own + [n for n in _explicit_parameters(type(self).__init__) if n not in own]
+            message = f"{type(self).__name__}() got an unexpected keyword argument {unknown[0]!r}"
+            close = difflib.get_close_matches(unknown[0], known, n=1)
+            raise TypeError(
+                f"{message}: did you mean `{close[0]}`?" if close
+                else f"{message} (help({type(self).__name__}) lists the arguments)"
+            )
+        init(self, *args, **kwargs)
+
+    return checked

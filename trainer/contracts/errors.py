@@ -22,3 +22,14 @@ class NonFiniteLossError(FloatingPointError):
 
 class NonFiniteGradientError(FloatingPointError):
     """A gradient became NaN or infinite."""
+
+
+class MonitorKeyError(KeyError):
+    """A callback's ``monitor`` (``ModelCheckpoint``, ``EarlyStopping``) is not among the logged metrics.
+
+    A ``KeyError``, so ``except KeyError`` catches it, with the message as written (``KeyError``
+    quotes its message, which garbles the list of available keys).
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -25,6 +25,7 @@ from torch.utils.data import (
 )
 
 from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
+from trainer.contracts.user_line import user_stacklevel
 
 __all__ = ["UnpaddedDistributedSampler", "distribute_dataloader", "set_epoch"]
 
@@ -234,7 +235,7 @@ def _warn_full_data(what: str, num_replicas: int) -> None:
         f"(or make your sampler yield only this rank's indices, e.g. by wrapping a "
         f"DistributedSampler).",
         UserWarning,
-        stacklevel=3,
+        stacklevel=user_stacklevel(),
     )
 
 

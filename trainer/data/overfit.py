@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from trainer.data.distributed_sampler import rebuild_kwargs
 from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.contracts.user_line import user_stacklevel
 
 
 def without_shuffling(loader: Any) -> Any:
@@ -15,7 +16,8 @@ def without_shuffling(loader: Any) -> Any:
         return loader
     rank_zero_warn(
         "overfit_batches: a fit dataloader shuffles; it is rebuilt without shuffling so that "
-        "every epoch runs the same first batches."
+        "every epoch runs the same first batches.",
+        stacklevel=user_stacklevel(),
     )
     kwargs = rebuild_kwargs(loader)
     # torch types Dataset without __len__; a shuffled map-style dataset has one (its RandomSampler took it)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch.distributed as dist
+from trainer.contracts.user_line import user_stacklevel
 
 _C10D_DEFAULT_PORT = 29400  # torchrun's port for a c10d endpoint given without one
 _TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
@@ -203,7 +204,7 @@ def job_store(group_store: Any, group_address: tuple[str, int], timeout: datetim
         launch = parent_elastic_launch()
         warning = shared_store_warning(launch)
         if warning is not None:
-            warnings.warn(warning, stacklevel=3)
+            warnings.warn(warning, stacklevel=user_stacklevel())
         endpoint, said = choose_job_store(launch)
         store = None
         if endpoint is not None:
@@ -217,7 +218,7 @@ def job_store(group_store: Any, group_address: tuple[str, int], timeout: datetim
                     "restart of the workers after a change of the nodes may start as another run."
                 )
         if said is not None:
-            warnings.warn(said, stacklevel=3)
+            warnings.warn(said, stacklevel=user_stacklevel())
         if group is not None:
             group.set(_CHOICE_KEY, "" if endpoint is None else "{}:{}".format(*endpoint))
     else:

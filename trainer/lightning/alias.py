@@ -244,12 +244,21 @@ def replace_in_child(name: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m trainer.as_lightning SCRIPT [ARGS]`` (or ``-m MODULE [ARGS]``): run it as ``__main__``."""
+    import os
+
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__.split("\n\n")[0] + "\n\nusage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]")
-        raise SystemExit(0 if args else 2)
+    usage = "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]"
+    if args and args[0] in ("-h", "--help"):
+        print(f"{usage}\n\nRun a Lightning script or module unchanged, on Lockstep (docs/migration.md).")
+        raise SystemExit(0)
+    if not args or args == ["-m"]:  # a usage error: one line on stderr, exit status 2 (as python's own)
+        sys.stderr.write(usage + "\n")
+        raise SystemExit(2)
+    if args[0] != "-m" and not os.path.isfile(args[0]):  # instead of runpy's traceback
+        sys.stderr.write(f"python -m trainer.as_lightning: error: no such script: {args[0]!r}\n")
+        raise SystemExit(2)
     install()
-    if args[0] == "-m" and len(args) > 1:
+    if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
         return

@@ -39,6 +39,7 @@ from trainer.loops.optimization import (
     returned_loss,
     step_schedulers,
 )
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import FitLoopView as FitLoop
@@ -202,7 +203,10 @@ class AutomaticOptimization(Optimization):
                     f"training_step returned None at batch index {batch_idx}: skipping a batch is not supported "
                     "with several processes (the other ranks would wait for its gradients), as in Lightning."
                 )
-            rank_zero_warn("training_step returned None: the batch is skipped (no backward), as in Lightning.")
+            rank_zero_warn(
+                "training_step returned None: the batch is skipped (no backward), as in Lightning.",
+                stacklevel=user_stacklevel(),
+            )
             return output, None
         loss = _loss_of(output, batch_idx)
         shown = loss.detach()

@@ -15,6 +15,7 @@ from trainer.data.loaders import as_loader_list, has_length, num_batches, short_
 from trainer.metrics.metric_store import MetricStore
 from trainer.model_setup import configure_model
 from trainer.stage import EVALUATION, Stage
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
@@ -208,7 +209,8 @@ def _gather_predictions(trainer: Trainer, loaders: list[Any], mine: list[list[An
             f"predict: dataloader(s) {foreign} were not sharded by the Trainer (a sampler of "
             "yours, an IterableDataset or use_distributed_sampler=False), so their predictions "
             f"are returned rank by rank (rank 0's first), not in dataset order, and a sample that "
-            "your sampler gives several ranks appears several times."
+            "your sampler gives several ranks appears several times.",
+            stacklevel=user_stacklevel(),
         )
     return [[out for rank_outputs in per_rank for out in rank_outputs[i]] for i in range(len(loaders))]
 

@@ -54,6 +54,7 @@ from trainer.rng import capture_rng_state, isolated_rng, restore_rng_state
 from trainer.data.iterator_draws import draw_ahead, iterate_from
 from trainer.seed import install_worker_seeding
 from trainer.stage import Stage
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.loops.optimization import Optimization
@@ -309,7 +310,7 @@ class FitLoop:
         by_samples = loaded.samples_done is not None and global_batch_sampler(loader) is not None
         plan = plan_resume(checkpoint, loaded, path, t.world_size, t.global_rank, by_samples)
         for message in plan.warnings:
-            rank_zero_warn(message)
+            rank_zero_warn(message, stacklevel=user_stacklevel())
         # the first epoch starts where the plan says
         self.progress = loaded.next_epoch() if plan.finished_epoch else loaded.epoch_started(plan.new_order_start)
         if plan.restore_now and plan.rank_state is not None:

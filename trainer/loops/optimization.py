@@ -14,6 +14,7 @@ from trainer.contracts.schedulers import LRSchedulerConfig
 from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.hooks import takes_batch_idx
 from trainer.loops.anomaly import check_finite_gradients
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import FitLoopView as FitLoop
@@ -214,7 +215,7 @@ def _new_monitored_value(cfg: LRSchedulerConfig, metrics: SchedulerMetrics) -> A
             f"{message} Log it with self.log({cfg.monitor!r}, ...), fix the scheduler's 'monitor', or "
             "set 'strict': False in the scheduler dict to skip the step instead."
         )
-    rank_zero_warn(f"{message} The scheduler does not step ('strict': False).")
+    rank_zero_warn(f"{message} The scheduler does not step ('strict': False).", stacklevel=user_stacklevel())
     return None
 
 

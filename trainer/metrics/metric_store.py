@@ -15,6 +15,7 @@ import torch
 
 from trainer.data.batch import batch_size as batch_size_of
 from trainer.distributed.rank_zero import rank_zero_warn
+from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.strategies.strategy import Strategy
@@ -259,7 +260,8 @@ def _metric_step_value(name: str, metric: Any) -> torch.Tensor | None:
         rank_zero_warn(
             f"self.log({name!r}, <{type(metric).__name__}>, on_step=True): the metric has no value for "
             "this batch (only .update() was called), so no step value is logged, as in Lightning; call "
-            "it (metric(preds, target)) for a step value, or log it with on_step=False."
+            "it (metric(preds, target)) for a step value, or log it with on_step=False.",
+            stacklevel=user_stacklevel(),
         )
         return None
     return _as_scalar_tensor(name, cache)

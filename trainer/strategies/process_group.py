@@ -25,6 +25,7 @@ from trainer.launch.failure_notes import explain_failure, note_early_exit, reach
 from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
 from trainer.strategies.strategy import Strategy
 from trainer.launch.worker_process import die_with_elastic_agent
+from trainer.contracts.user_line import user_stacklevel
 
 T = TypeVar("T")
 
@@ -194,7 +195,8 @@ class ProcessGroupStrategy(Strategy):
             rank_zero_warn(
                 f"Ranks have different numbers of training batches per epoch ({counts}); every rank "
                 f"trains {agreed} so none waits for the others. Use the Trainer's DistributedSampler "
-                "(use_distributed_sampler=True) to give every rank the same share."
+                "(use_distributed_sampler=True) to give every rank the same share.",
+                stacklevel=user_stacklevel(),
             )
         return agreed, False
 

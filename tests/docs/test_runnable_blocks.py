@@ -1,7 +1,7 @@
 """Every code block marked runnable on a docs page or in the README runs, so no page can contradict the code silently.
 
-A runnable block is a fence opened with exactly ```python title="runs"``` (the site shows the title
-"runs" above it). A page's runnable blocks run in order, in one namespace, in a fresh working
+A runnable block is a ```python fence right below a line that is exactly ``<!-- runs -->`` (an
+HTML comment: readers of the site and of the README do not see the marker). A page's runnable blocks run in order, in one namespace, in a fresh working
 directory: a later block may use what an earlier one defined. Keep them small: the CPU, a few
 steps, files in the working directory.
 """
@@ -16,9 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
-RUNNABLE = re.compile(r'^```python title="runs"\n(.*?)^```$', re.DOTALL | re.MULTILINE)
-# Any fence whose info string mentions "runs": a misspelt marker must not silently skip a block.
-MARKED = re.compile(r"^\s*```.*\bruns\b.*$", re.MULTILINE)
+RUNNABLE = re.compile(r"^<!-- runs -->\n```python\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+# Any fence or HTML comment that mentions "runs": a misspelt marker must not silently skip a block.
+MARKED = re.compile(r"^\s*(```.*\bruns\b.*|<!--.*\bruns\b.*-->)\s*$", re.MULTILINE)
 
 
 def _name(page: Path) -> str:
@@ -36,7 +36,7 @@ def test_every_fence_marked_runs_is_a_runnable_block():
     for page in PAGES:
         text = page.read_text()
         assert len(MARKED.findall(text)) == len(RUNNABLE.findall(text)), (
-            f'{_name(page)}: a fence mentions "runs" but is not opened with exactly ```python title="runs"```'
+            f'{_name(page)}: a fence or comment mentions "runs" but is not exactly <!-- runs --> above a ```python fence'
         )
 
 

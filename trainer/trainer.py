@@ -48,7 +48,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         self,
         max_epochs: int | None = None,
         max_steps: int = -1,
-        accelerator: str = "auto",
+        accelerator: str | Any = "auto",
         devices: int | str = "auto",
         num_nodes: int = 1,
         strategy: str | Strategy = "auto",

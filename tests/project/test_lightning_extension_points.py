@@ -1,6 +1,7 @@
 """Issue 41 build item 2: the extension points libraries built on Lightning plug into, run by the
 same script under the installed Lightning and under ``python -m trainer.as_lightning``: a library's
-own checkpoint I/O (``Trainer(plugins=[CheckpointIO])``)."""
+own checkpoint I/O (``Trainer(plugins=[CheckpointIO])``), accelerator objects
+(``Trainer(accelerator=CPUAccelerator())``)."""
 from __future__ import annotations
 
 import json
@@ -93,6 +94,25 @@ calls.append(["torch_io kept", sorted(os.listdir("ckpt3"))])
 print(json.dumps(calls))
 '''
 
+ACCELERATOR_OBJECTS = MODEL + '''
+from lightning.pytorch.accelerators import Accelerator, CPUAccelerator, CUDAAccelerator, MPSAccelerator
+
+seen = {}
+for name, accelerator in [("object", CPUAccelerator()), ("string", "cpu")]:
+    pl.seed_everything(0)
+    model = M()
+    run = pl.Trainer(accelerator=accelerator, max_epochs=2, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False, enable_checkpointing=False)
+    run.fit(model, loader(), loader())
+    seen[name] = {
+        "weights": [round(v, 6) for v in model.net.weight.flatten().tolist()],
+        "step": run.global_step,
+        "isinstance": [isinstance(run.accelerator, c) for c in (Accelerator, CPUAccelerator, CUDAAccelerator, MPSAccelerator)],
+        "available": [CPUAccelerator.is_available(), MPSAccelerator.is_available()],
+    }
+print(json.dumps(seen))
+'''
+
 
 def _run(tmp_path, script: str, *runner: str) -> list:
     (tmp_path / "script.py").write_text(script)
@@ -142,3 +162,29 @@ def test_a_checkpoint_io_plugin_is_taken_and_other_plugins_are_refused():
         Trainer(accelerator="cpu", logger=False, plugins=[io, TorchCheckpointIO()])
     with pytest.raises(NotImplementedError, match="plugins=.*only a CheckpointIO is taken"):
         Trainer(accelerator="cpu", logger=False, plugins=[io, "bf16-mixed"])
+
+
+def test_an_accelerator_object_is_its_string_form_as_in_lightning(tmp_path):
+    pytest.importorskip("lightning")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "ours").mkdir()
+    theirs = _run(tmp_path / "theirs", ACCELERATOR_OBJECTS)
+    ours = _run(tmp_path / "ours", ACCELERATOR_OBJECTS, "-m", "trainer.as_lightning")
+    assert ours == theirs
+    assert ours["object"] == ours["string"] and ours["object"]["isinstance"] == [True, True, False, False]
+
+
+def test_an_accelerator_of_a_kind_lockstep_cannot_run_is_refused_naming_what_to_use():
+    from trainer import Trainer
+    from trainer.lightning.accelerators import Accelerator, CPUAccelerator, MPSAccelerator
+
+    class LibraryAccelerator(Accelerator):
+        pass
+
+    class TunedCPU(CPUAccelerator):  # a subclass of a device class keeps its kind
+        pass
+
+    assert Trainer(accelerator=TunedCPU(), logger=False).strategy.accelerator.kind == "cpu"
+    for refused in (LibraryAccelerator(), MPSAccelerator()):
+        with pytest.raises(NotImplementedError, match=rf"accelerator={type(refused).__name__}\(\)\).*use Trainer\(accelerator='cpu'"):
+            Trainer(accelerator=refused, logger=False)

@@ -198,7 +198,7 @@ class DebugConfig:
 class DistributedConfig:
     """Processes and devices: the names the strategy selection turns into a `Strategy`."""
 
-    accelerator: str = "auto"
+    accelerator: Any = "auto"  # a name, or an accelerator object (made its name)
     devices: int | str = "auto"  # parsed: "auto" or a process count per node
     num_nodes: int = 1
     strategy: str | StrategyView = "auto"
@@ -215,6 +215,9 @@ class DistributedConfig:
             raise ValueError(
                 f"Unknown strategy {self.strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy."
             )
+        flag = getattr(self.accelerator, "lockstep_flag", None)
+        if callable(flag):  # an accelerator object (Lightning's CPUAccelerator(), trainer.lightning.accelerators)
+            _set(self, "accelerator", flag())
         requested = getattr(self.strategy, "requested_accelerator", None)  # DDPStrategy(accelerator="gpu")
         if requested is not None:
             if self.accelerator != "auto":

@@ -51,7 +51,7 @@ _SUBMODULES = {
     "tuner": "trainer.tuner",
     "core": "trainer.core",
     "trainer": "trainer.trainer",
-    "accelerators": "trainer.accelerators",
+    "accelerators": "trainer.lightning.accelerators",  # Lightning's classes (the core's package has none)
     "demos": "trainer.demos",
     "loops": "trainer.lightning.loops",
     "plugins": "trainer.lightning.plugins",

@@ -146,7 +146,7 @@ IN_PROCESS = textwrap.dedent('''
         ("from lightning.fabric import Fabric", "Lightning Fabric"),
         ("import lightning.fabric.strategies", "Lightning Fabric"),
         ("from lightning_fabric.utilities import rank_zero_only", "Lightning Fabric"),
-        ("from lightning.pytorch.profilers import SimpleProfiler", "profilers"),
+        ("from lightning.pytorch.profilers import NoSuchProfiler", "NoSuchProfiler"),  # issue 41: the classes resolve  # issue 41: the classes resolve
         ("from lightning.pytorch.strategies import DeepSpeedStrategy", "DeepSpeedStrategy"),
         ("from lightning.pytorch.utilities import is_picklable", "is_picklable"),
     ]:

@@ -113,6 +113,25 @@ for name, accelerator in [("object", CPUAccelerator()), ("string", "cpu")]:
 print(json.dumps(seen))
 '''
 
+PROFILERS = '''
+import os, json, torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+import lightning.pytorch as pl
+from lightning.pytorch.profilers import SimpleProfiler, PassThroughProfiler, Profiler, AdvancedProfiler, PyTorchProfiler
+class M(pl.LightningModule):
+    def __init__(self):
+        super().__init__(); self.net = nn.Linear(4, 1)
+    def training_step(self, b, i):
+        return nn.functional.mse_loss(self.net(b[0]), b[1])
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+dl = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+p = SimpleProfiler(dirpath="prof", filename="perf", extended=True)
+pl.Trainer(accelerator="cpu", max_epochs=1, profiler=p, logger=False, enable_progress_bar=False, enable_checkpointing=False).fit(M(), dl)
+print(json.dumps([sorted(os.listdir("prof")), isinstance(p, Profiler), isinstance(PassThroughProfiler(), Profiler)]))
+'''
+
 
 def _run(tmp_path, script: str, *runner: str) -> list:
     (tmp_path / "script.py").write_text(script)
@@ -188,3 +207,13 @@ def test_an_accelerator_of_a_kind_lockstep_cannot_run_is_refused_naming_what_to_
     for refused in (LibraryAccelerator(), MPSAccelerator()):
         with pytest.raises(NotImplementedError, match=rf"accelerator={type(refused).__name__}\(\)\).*use Trainer\(accelerator='cpu'"):
             Trainer(accelerator=refused, logger=False)
+
+
+def test_lightning_s_profiler_classes_take_lightning_s_arguments_and_write_the_summary_where_lightning_does(tmp_path):
+    pytest.importorskip("lightning")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "ours").mkdir()
+    theirs = _run(tmp_path / "theirs", PROFILERS)
+    ours = _run(tmp_path / "ours", PROFILERS, "-m", "trainer.as_lightning")
+    assert ours == theirs == [["fit-perf.txt"], True, True]
+    assert "run_training_batch" in (tmp_path / "ours" / "prof" / "fit-perf.txt").read_text()

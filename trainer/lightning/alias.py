@@ -55,6 +55,7 @@ _SUBMODULES = {
     "demos": "trainer.demos",
     "loops": "trainer.lightning.loops",
     "plugins": "trainer.lightning.plugins",
+    "profilers": "trainer.lightning.profilers",
 }
 # deeper modules of Lightning's whose names are not in their package's namespace module
 _DEEPER = {

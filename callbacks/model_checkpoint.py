@@ -559,10 +559,10 @@ class ModelCheckpoint(Checkpoint):
             self._write_last(trainer, decision.last_path)
         if decision.delete:
             trainer.strategy.wait_for_checkpoint()  # an asynchronous save must be on disk first
-        if trainer.is_global_zero:
-            # only after the new file is safely on disk
-            for path in decision.delete:
-                storage.remove(path)
+        # only after the new file is safely on disk; the strategy removes on global rank 0 (through a
+        # library's own checkpoint I/O when the Trainer has one, as in Lightning)
+        for path in decision.delete:
+            trainer.strategy.remove_checkpoint(path)
 
     def _write_last(self, trainer: TrainerView, path: str) -> None:
         self.last_model_path = path

@@ -25,6 +25,7 @@ from trainer.metrics.results_table import print_results
 from trainer.lightning.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.lightning.attributes import lightning_attribute
+from trainer.lightning.plugins import checkpoint_io_plugin
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
 from trainer.contracts.progress import FitProgress
@@ -48,7 +49,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         self,
         max_epochs: int | None = None,
         max_steps: int = -1,
-        accelerator: str = "auto",
+        accelerator: str | Any = "auto",
         devices: int | str = "auto",
         num_nodes: int = 1,
         strategy: str | Strategy = "auto",
@@ -94,7 +95,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         detect_anomaly: bool = False,
         enable_autolog_hparams: bool = True,
         barebones: bool = False,
-        plugins: str | list[str] | None = None,
+        plugins: Any = None,
         model_registry: str | None = None,
     ) -> None:
         self.config = configure(TrainerConfig(  # each section checks its arguments (in the fields' order)
@@ -113,6 +114,8 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         self.profiler = make_profiler(profiler)  # the argument as given; its section keeps it unbuilt
         self.precision = normalize_precision(self.config.precision.precision)
         self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(self.config.distributed.accelerator), self.precision)
+        # a library's own checkpoint I/O (``plugins=[CheckpointIO]``): every checkpoint file goes through it
+        self._strategy.checkpoint_io = checkpoint_io_plugin(self.config.distributed.plugins, self._strategy)
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
         self.precision = self.precision_plugin.precision  # "16-mixed" on CPU falls back to "bf16-mixed", as in Lightning
         set_torch_flags(self.config.precision.deterministic, self.config.precision.benchmark)

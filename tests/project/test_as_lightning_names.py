@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from tests.helpers.distributed import script_env
-from trainer.lightning.fabric_io import TorchCheckpointIO
+from trainer.lightning.loops import _EvaluationLoop
 from trainer.lightning.unsupported import NotProvidedError
 
 pytestmark = [pytest.mark.launches, pytest.mark.timeout(240)]
@@ -26,6 +26,13 @@ NAMES = [
     ("lightning.pytorch.trainer.connectors.accelerator_connector", "_AcceleratorConnector"),
     ("pytorch_lightning", "@callbacks.early_stopping.EarlyStopping"),
     ("lightning_fabric.plugins.io.torch_io", "TorchCheckpointIO"),
+    ("lightning_fabric.plugins.io.checkpoint_io", "CheckpointIO"),
+    ("lightning.pytorch.plugins.io", "CheckpointIO"),
+    ("lightning.pytorch.plugins", "TorchCheckpointIO"),
+    ("lightning.pytorch.accelerators", "Accelerator"),
+    ("lightning.pytorch.accelerators", "CPUAccelerator"),
+    ("pytorch_lightning.accelerators", "CUDAAccelerator"),
+    ("lightning.pytorch.accelerators", "MPSAccelerator"),
     ("lightning.fabric.utilities.cloud_io", ""),
     ("lightning.fabric.utilities.cloud_io", "get_filesystem"),
     ("lightning.fabric.utilities.cloud_io", "_load"),
@@ -78,10 +85,10 @@ def test_each_name_libraries_import_resolves_to_lockstep_s_of_lightning_s_kind(t
 
 
 def test_a_name_lockstep_cannot_run_imports_and_subclasses_but_refuses_an_instance():
-    class LibraryIO(TorchCheckpointIO):  # as a library's own checkpoint I/O does
+    class LibraryLoop(_EvaluationLoop):  # as a library's own evaluation loop does
         def __init__(self):
             pass
 
-    assert issubclass(LibraryIO, TorchCheckpointIO) and not isinstance(object(), TorchCheckpointIO)
-    with pytest.raises(NotProvidedError, match="LibraryIO: Lightning's `TorchCheckpointIO` .* use the Trainer's own"):
-        LibraryIO()
+    assert issubclass(LibraryLoop, _EvaluationLoop) and not isinstance(object(), _EvaluationLoop)
+    with pytest.raises(NotProvidedError, match="LibraryLoop: Lightning's `_EvaluationLoop` .* use the Trainer's hooks"):
+        LibraryLoop()

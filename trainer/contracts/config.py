@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 from trainer.contracts import storage
 from trainer.contracts.arguments import check_bool, check_int, check_limit, check_number, check_path, check_str
@@ -198,13 +198,13 @@ class DebugConfig:
 class DistributedConfig:
     """Processes and devices: the names the strategy selection turns into a `Strategy`."""
 
-    accelerator: str = "auto"
+    accelerator: Any = "auto"  # a name, or an accelerator object (made its name)
     devices: int | str = "auto"  # parsed: "auto" or a process count per node
     num_nodes: int = 1
     strategy: str | StrategyView = "auto"
     sync_batchnorm: bool = False
     use_distributed_sampler: bool = True
-    plugins: str | list[str] | None = None  # refused unless None (`REFUSED_TRAINER_ARGUMENTS`)
+    plugins: Any = None  # refused unless None or a checkpoint I/O (`REFUSED_TRAINER_ARGUMENTS`)
 
     def __post_init__(self) -> None:
         for name in ("sync_batchnorm", "use_distributed_sampler"):
@@ -215,6 +215,9 @@ class DistributedConfig:
             raise ValueError(
                 f"Unknown strategy {self.strategy!r}. Use one of {', '.join(map(repr, STRATEGY_NAMES))} or a Strategy."
             )
+        flag = getattr(self.accelerator, "lockstep_flag", None)
+        if callable(flag):  # an accelerator object (Lightning's CPUAccelerator(), trainer.lightning.accelerators)
+            _set(self, "accelerator", flag())
         requested = getattr(self.strategy, "requested_accelerator", None)  # DDPStrategy(accelerator="gpu")
         if requested is not None:
             if self.accelerator != "auto":

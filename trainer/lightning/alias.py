@@ -38,6 +38,8 @@ _FABRIC_PROVIDED = {
     "utilities.types": "trainer.lightning.fabric_types",
     "utilities.cloud_io": "trainer.lightning.fabric_io",
     "plugins.io.torch_io": "trainer.lightning.fabric_io",
+    "plugins.io": "trainer.lightning.fabric_io",
+    "plugins.io.checkpoint_io": "trainer.lightning.fabric_io",
 }
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {
@@ -49,9 +51,11 @@ _SUBMODULES = {
     "tuner": "trainer.tuner",
     "core": "trainer.core",
     "trainer": "trainer.trainer",
-    "accelerators": "trainer.accelerators",
+    "accelerators": "trainer.lightning.accelerators",  # Lightning's classes (the core's package has none)
     "demos": "trainer.demos",
     "loops": "trainer.lightning.loops",
+    "plugins": "trainer.lightning.plugins",
+    "profilers": "trainer.lightning.profilers",
 }
 # deeper modules of Lightning's whose names are not in their package's namespace module
 _DEEPER = {
@@ -157,7 +161,7 @@ class _FabricPackage(types.ModuleType):
 def _fabric_not_provided(name: str) -> NotProvidedError:
     return NotProvidedError(
         f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
-        "(docs/migration.md; of Fabric, only utilities.types, utilities.cloud_io and plugins.io.torch_io are provided).",
+        "(docs/migration.md; of Fabric, only utilities.types, utilities.cloud_io and plugins.io are provided).",
         name=name,
     )
 

@@ -55,7 +55,7 @@ REFUSED_TRAINER_ARGUMENTS: dict[str, tuple[Any, str]] = {
     "plugins": (
         None,
         "precision=... for a precision plugin, a Strategy object for strategy=...; the cluster environment "
-        "(torchrun, SLURM) is detected",
+        "(torchrun, SLURM) is detected; of Lightning's plugins, only a CheckpointIO is taken",
     ),
     "model_registry": (None, "save the checkpoint (ModelCheckpoint, trainer.save_checkpoint) and upload the file"),
 }
@@ -63,6 +63,7 @@ REFUSED_TRAINER_ARGUMENTS: dict[str, tuple[Any, str]] = {
 
 def check_trainer_supported(args: Any) -> None:
     """Raise ``NotImplementedError`` naming every Lightning Trainer argument passed with a value Lockstep cannot honour."""
+    args = {**args, "plugins": _refused_plugins(args["plugins"])}
     problems = [
         f"Trainer({name}={args[name]!r}) is not supported by Lockstep: {alternative}"
         for name, (default, alternative) in REFUSED_TRAINER_ARGUMENTS.items()
@@ -70,6 +71,18 @@ def check_trainer_supported(args: Any) -> None:
     ]
     if problems:
         raise NotImplementedError("; ".join(problems) + " (docs/migration.md).")
+
+
+def is_checkpoint_io(plugin: Any) -> bool:
+    """Whether ``plugin`` is a checkpoint I/O (Lightning's ``CheckpointIO`` interface: save, load, remove)."""
+    return all(callable(getattr(plugin, m, None)) for m in ("save_checkpoint", "load_checkpoint", "remove_checkpoint"))
+
+
+def _refused_plugins(plugins: Any) -> Any:
+    # a library's own checkpoint I/O is taken (`trainer.lightning.plugins.checkpoint_io_plugin`); the rest is refused
+    if isinstance(plugins, (list, tuple)):
+        return [p for p in plugins if not is_checkpoint_io(p)]
+    return None if is_checkpoint_io(plugins) else plugins
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -99,14 +112,18 @@ NOT_PROVIDED_NAMES: dict[str, str] = {
     "utilities.is_picklable": "pickle.dumps inside try/except",
     "cli.instantiate_class": "the class's constructor (LightningCLI builds class_path / init_args itself)",
     "cli.instantiate_module": "the class's constructor (LightningCLI builds class_path / init_args itself)",
-    "plugins": "precision=... for a precision, a Strategy object for strategy=...; checkpoint I/O is Lockstep's own",
-    "profilers": "Trainer(profiler='simple') or Trainer(profiler='pytorch')",
+    "plugins": "precision=... for a precision, a Strategy object for strategy=...; under python -m trainer.as_lightning, "
+    "lightning.pytorch.plugins provides CheckpointIO and TorchCheckpointIO (Trainer(plugins=[...]))",
+    "profilers": "Trainer(profiler='simple') or Trainer(profiler='pytorch'); under python -m trainer.as_lightning, "
+    "lightning.pytorch.profilers provides Lightning's classes (trainer.lightning.profilers)",
     "loops": "the Trainer's hooks and callbacks (Lockstep's loops are its own: trainer.loops)",
     "serve": "export with module.to_torchscript() or to_onnx() and serve the file",
     "overrides": "nothing: Lightning's internal wrappers have no Lockstep counterpart",
-    "accelerators.Accelerator": "Trainer(accelerator='cpu' | 'cuda' | 'gpu' | 'auto')",
-    "accelerators.CPUAccelerator": "Trainer(accelerator='cpu')",
-    "accelerators.CUDAAccelerator": "Trainer(accelerator='cuda')",
+    # Lockstep's own trainer.accelerators lacks these; under python -m trainer.as_lightning,
+    # lightning.pytorch.accelerators provides them (trainer.lightning.accelerators)
+    "accelerators.Accelerator": "Trainer(accelerator='cpu' | 'cuda' | 'gpu' | 'auto') (Lightning's classes: trainer.lightning.accelerators)",
+    "accelerators.CPUAccelerator": "Trainer(accelerator='cpu') (Lightning's classes: trainer.lightning.accelerators)",
+    "accelerators.CUDAAccelerator": "Trainer(accelerator='cuda') (Lightning's classes: trainer.lightning.accelerators)",
     "accelerators.MPSAccelerator": "accelerator='cpu' or 'cuda' (MPS is not supported)",
     "accelerators.XLAAccelerator": "accelerator='cpu' or 'cuda' (TPUs are not supported)",
     "accelerators.find_usable_cuda_devices": "Trainer(devices=N) or CUDA_VISIBLE_DEVICES",

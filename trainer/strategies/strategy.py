@@ -15,7 +15,9 @@ from torch import nn
 from trainer.accelerators.accelerator import Accelerator
 from trainer.checkpoint_io.file_format import atomic_save
 from trainer.checkpoint_io.sharded_read import load_full
+from trainer.contracts import storage
 from trainer.contracts.loader import ShardingLoader
+from trainer.contracts.protocols import CheckpointIOPlugin
 from trainer.seed import global_seed
 from trainer.data.distributed_sampler import distribute_dataloader, set_epoch
 from trainer.distributed.cluster_environment import ClusterEnvironment
@@ -46,6 +48,8 @@ class Strategy:
         self.precision = "32-true"  # the Trainer's (normalized), given by `connect`
         # which collective the training thread is in, for naming a rank that stalls
         self.collectives = CollectiveProgress()
+        # a library's own checkpoint I/O (Lightning's ``Trainer(plugins=[CheckpointIO])``): None, Lockstep's own files
+        self.checkpoint_io: CheckpointIOPlugin | None = None
 
     # -- set-up -----------------------------------------------------------------------------
     def connect(
@@ -237,18 +241,34 @@ class Strategy:
         optimizer.load_state_dict(state if isinstance(state, dict) else dict(state))
 
     def write_checkpoint(self, checkpoint: dict[str, Any], path: str, alone: bool = False) -> None:
-        """Write ``checkpoint`` (every rank calls it) as one file that global rank 0 writes atomically.
+        """Write ``checkpoint`` (every rank calls it) as one file that global rank 0 writes atomically
+        (or through `checkpoint_io`, which then decides how).
 
         ``alone=True``: only this rank calls it (a failing run): no collective.
         """
         if self.is_global_zero:
-            atomic_save(checkpoint, path)
+            if self.checkpoint_io is None:
+                atomic_save(checkpoint, path)
+            else:
+                self.checkpoint_io.save_checkpoint(checkpoint, path)
         if not alone:
             self.barrier("save_checkpoint")
 
     def read_checkpoint(self, path: str, weights_only: bool = True) -> dict[str, Any]:
-        """The checkpoint at ``path`` on the CPU: a file, or a sharded directory read whole."""
+        """The checkpoint at ``path`` on the CPU: a file, or a sharded directory read whole (or what
+        `checkpoint_io` loads)."""
+        if self.checkpoint_io is not None:
+            return self.checkpoint_io.load_checkpoint(path, weights_only=weights_only)
         return load_full(path, weights_only)
+
+    def remove_checkpoint(self, path: str) -> None:
+        """Delete the checkpoint at ``path`` (global rank 0; through `checkpoint_io` when there is one)."""
+        if not self.is_global_zero:
+            return
+        if self.checkpoint_io is None:
+            storage.remove(path)
+        else:
+            self.checkpoint_io.remove_checkpoint(path)
 
     def wait_for_checkpoint(self) -> None:
         """Block until a checkpoint being written in the background is complete (none here)."""

@@ -1,0 +1,43 @@
+"""``lightning.pytorch.plugins`` under ``python -m trainer.as_lightning``: Lightning's checkpoint I/O
+(`CheckpointIO`, `TorchCheckpointIO`), which a library subclasses and passes as
+``Trainer(plugins=[...])``; the strategy then writes, reads and removes every checkpoint through it
+(`checkpoint_io_plugin`). Lightning's other plugins (precision, environments, layer sync) are not
+provided: ``precision=...``, a Strategy object and Lockstep's detection of the cluster do their work.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.contracts.protocols import CheckpointIOPlugin
+from trainer.lightning.fabric_io import CheckpointIO, TorchCheckpointIO
+from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, is_checkpoint_io, not_provided, refused_class
+from trainer.strategies.strategy import Strategy
+
+__all__ = ["CheckpointIO", "TorchCheckpointIO"]
+
+AsyncCheckpointIO = refused_class(
+    __name__, "AsyncCheckpointIO", "a CheckpointIO subclass that writes in the background, or FSDPStrategy(async_checkpoint=True)"
+)
+XLACheckpointIO = refused_class(__name__, "XLACheckpointIO", "accelerator='cpu' or 'cuda' (TPUs are not supported)")
+
+
+def checkpoint_io_plugin(plugins: Any, strategy: Strategy) -> CheckpointIOPlugin | None:
+    """The library's own checkpoint I/O among ``Trainer(plugins=...)`` (None if there is none); the
+    other plugins were refused before (`trainer.lightning.unsupported.check_trainer_supported`)."""
+    given = [p for p in (plugins if isinstance(plugins, (list, tuple)) else [plugins]) if is_checkpoint_io(p)]
+    if len(given) > 1:
+        raise ValueError(
+            f"Trainer(plugins=...) holds {len(given)} checkpoint I/O plugins "
+            f"({', '.join(type(p).__name__ for p in given)}); give one, as Lightning requires."
+        )
+    if given and type(strategy).write_checkpoint is not Strategy.write_checkpoint:
+        raise NotImplementedError(
+            f"Trainer(plugins=[{type(given[0]).__name__}()]) with {type(strategy).__name__}: this strategy "
+            "writes its own sharded checkpoints, so a checkpoint I/O plugin would not be used; drop the plugin "
+            "or use strategy='ddp' (docs/migration.md)."
+        )
+    return given[0] if given else None
+
+
+def __getattr__(name: str) -> object:
+    raise not_provided("pytorch_lightning.plugins", name, NOT_PROVIDED_NAMES["plugins"])

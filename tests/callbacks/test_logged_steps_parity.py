@@ -114,9 +114,11 @@ def _tb_records(root: str) -> dict[str, list[tuple[int, float]]]:
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util import tensor_util
 
+    files = [list(EventFileLoader(path).Load()) for path in glob.glob(os.path.join(root, "tb", "version_0", "events.out.tfevents.*"))]
     out: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(glob.glob(os.path.join(root, "tb", "version_0", "events.out.tfevents.*"))):
-        for event in EventFileLoader(path).Load():
+    # a file per call, in the order written: the names sort by a per-process counter (`.10` before `.9`)
+    for events in sorted(files, key=lambda events: events[0].wall_time):
+        for event in events:
             for value in event.summary.value:
                 if value.tag == "hp_metric" or value.metadata.plugin_data.plugin_name not in ("", "scalars"):
                     continue

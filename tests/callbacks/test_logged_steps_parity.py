@@ -3,7 +3,8 @@
 each with a `CSVLogger` and a `TensorBoardLogger`, and the (name, step, value) records of both
 frameworks' files are compared: training step values every `log_every_n_steps`, training-epoch
 aggregates, validation at each epoch's end and mid-epoch (`val_check_interval`), evaluation batch
-values, the learning-rate monitor (step and epoch schedulers), with and without accumulation."""
+values, a `validate()` after the fit, the learning-rate monitor (step and epoch schedulers), with
+and without accumulation, and under manual optimization (where Lightning's step counts batches)."""
 from __future__ import annotations
 
 import csv
@@ -20,6 +21,7 @@ from tests.helpers.lightning_parity import framework
 from tests.helpers.optional import importorskip
 
 importorskip("lightning", reason="needs `lightning` (the bench extra)")
+
 
 def _module_class(L: Any, manual: bool) -> Any:
     """A regressor logging step values, step-and-epoch values and evaluation batch values. With

@@ -22,8 +22,9 @@ class LearningRateMonitor(Callback):
             at each epoch start; ``None``: each optimizer at its scheduler's interval (step for
             optimizers without a scheduler).
 
-    Values are logged at ``trainer.global_step``, the step the learning rate is about to be used
-    for. A second optimizer of the same class gets a ``-1`` suffix (``lr-Adam-1``). The loggers
+    Values are logged at Lightning's step, the steps taken before the batch the learning rate is
+    about to be used for: ``trainer.global_step``, or under manual optimization the batches
+    trained (the loggers' scale there, `FitLoop.logged_steps`). A second optimizer of the same class gets a ``-1`` suffix (``lr-Adam-1``). The loggers
     get them from global rank 0; every rank also puts them into ``trainer.callback_metrics`` (as
     Lightning's do), where a `ModelCheckpoint` or `EarlyStopping` may monitor them, unless
     ``to_callback_metrics=False``: the Trainer's default monitor (one Lightning does not add) keeps
@@ -48,6 +49,7 @@ class LearningRateMonitor(Callback):
         self.lrs: dict[str, list[float]] = {}
         self._last_step_logged = -1
         self._every = 0  # the Trainer's log_every_n_steps, read once per fit
+        self._manual = False  # the module steps its optimizers: the loggers count batches
 
     def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if not trainer.loggers:
@@ -55,24 +57,26 @@ class LearningRateMonitor(Callback):
         self.lrs = {name: [] for name, _, _ in self._groups(trainer)}
         self._last_step_logged = -1
         self._every = trainer.log_every_n_steps
+        self._manual = not module.automatic_optimization
 
     def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
         # a comparison or two per batch; the learning rates are read only when they are logged
-        step, every = trainer.global_step, self._every
+        step = trainer.fit_progress.batches_total if self._manual else trainer.global_step
+        every = self._every
         # every micro batch of an accumulation window sees the same step: log once. As Lightning,
         # before the step that completes `every` steps (step + 1), and whenever the run is stopping
         if step == self._last_step_logged or every == 0 or ((step + 1) % every != 0 and not trainer.should_stop):
             return
         self._last_step_logged = step
-        self._log(trainer, interval="step")
+        self._log(trainer, "step", step)
 
     def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         if self.logging_interval != "step":
-            self._log(trainer, interval="epoch")
+            self._log(trainer, "epoch", trainer.fit_progress.batches_total if self._manual else trainer.global_step)
 
-    def _log(self, trainer: TrainerView, interval: str) -> None:
+    def _log(self, trainer: TrainerView, interval: str, step: int) -> None:
         stats: dict[str, float] = {}
         for name, group, sched_interval in self._groups(trainer):
             wanted = self.logging_interval or sched_interval
@@ -88,7 +92,7 @@ class LearningRateMonitor(Callback):
         for name, value in stats.items():
             self.lrs.setdefault(name, []).append(value)
         for logger in trainer.loggers:
-            logger.log_metrics(stats, step=trainer.global_step)
+            logger.log_metrics(stats, step=step)
 
     @staticmethod
     def _groups(trainer: TrainerView) -> list[tuple[str, dict[str, Any], str]]:

@@ -57,7 +57,7 @@ def test_one_event_file_set_and_rank0_checkpoint_decisions(tmp_path):
     assert (r0["bar"], r1["bar"]) == (True, False)
     files = event_files(tmp_path)
     assert len(files) == 1 and os.path.dirname(files[0]) == log_dir
-    assert [s for s, _ in scalars(log_dir)["train_loss"]] == [1, 2, 3, 4, 5, 6]
+    assert [s for s, _ in scalars(log_dir)["train_loss"]] == [0, 1, 2, 3, 4, 5]
     assert sorted(os.listdir(tmp_path / "logs")) == ["version_0", "version_1"]
 
     ckpt_dir = os.path.join(log_dir, "checkpoints")
@@ -139,10 +139,12 @@ def test_ddp_spawn_fit_then_validate_log_to_one_version_without_duplicate_points
     module = Scripted()
     trainer.fit(module, loader(32, 8), loader(16, 8))  # 2 steps
     [validated] = trainer.validate(module, loader(16, 8))
+    # the same weights at the same step again (the fit's validation is a step before: Lightning's)
+    assert trainer.validate(module, loader(16, 8)) == [validated]
     log_dir = os.path.join(str(tmp_path), "logs", "version_1")
     assert trainer.log_dir == trainer.loggers[1].log_dir == log_dir
     assert sorted(os.listdir(tmp_path / "logs")) == ["version_0", "version_1"]
-    assert len(event_files(log_dir)) == 2  # one per call
+    assert len(event_files(log_dir)) == 2  # one per call that writes: the second validate repeats the first
     val_loss = scalars(log_dir)["val_loss"]
-    assert [step for step, _ in val_loss] == [2]
-    assert val_loss[0][1] == pytest.approx(validated["val_loss"], rel=1e-6)
+    assert [step for step, _ in val_loss] == [1, 2]
+    assert val_loss[-1][1] == pytest.approx(validated["val_loss"], rel=1e-6)

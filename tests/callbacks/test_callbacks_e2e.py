@@ -39,8 +39,8 @@ def test_crash_in_training_step_leaves_logs_and_checkpoint(tmp_path):
     log_dir = trainer.log_dir
     assert len(event_files(tmp_path)) == 1
     logged = scalars(log_dir)
-    assert [s for s, _ in logged["train_loss"]] == [1, 2, 3, 4, 5]
-    assert [s for s, _ in logged["val_loss"]] == [2, 4]
+    assert [s for s, _ in logged["train_loss"]] == [0, 1, 2, 3, 4]
+    assert [s for s, _ in logged["val_loss"]] == [1, 3]
     last = torch.load(os.path.join(log_dir, "checkpoints", "last.ckpt"), weights_only=True)
     assert last["global_step"] == 4
     assert sorted(os.listdir(os.path.join(log_dir, "checkpoints"))) == ["epoch=1-step=4.ckpt", "last.ckpt"]
@@ -112,9 +112,9 @@ def test_tensorboard_server_serves_logged_scalars(tmp_path):
 
         query = urllib.parse.urlencode({"run": run, "tag": "val_metric"})
         points = _get_json(f"{base}/scalars?{query}")  # [[wall_time, step, value], ...]
-        assert [(step, value) for _, step, value in points] == [(4, 3.0), (8, 2.0)]
+        assert [(step, value) for _, step, value in points] == [(3, 3.0), (7, 2.0)]
         query = urllib.parse.urlencode({"run": run, "tag": "train_loss"})
-        assert [step for _, step, _ in _get_json(f"{base}/scalars?{query}")] == [2, 4, 6, 8]
+        assert [step for _, step, _ in _get_json(f"{base}/scalars?{query}")] == [1, 3, 5, 7]
     finally:
         _stop(proc)
         log.close()

@@ -91,8 +91,9 @@ def test_fit_writes_metrics_csv(tmp_path):
     assert trainer.log_dir == os.path.join(str(tmp_path), "logs", "version_0")
     header, rows = _rows(logger.metrics_file_path)
     assert header[0] == "step" and {"train_loss", "val_metric", "val_loss", "epoch"} <= set(header)
-    assert [int(r["step"]) for r in rows if r["train_loss"]] == [2, 4, 6, 8]
-    assert [(int(r["step"]), float(r["val_metric"])) for r in rows if r["val_metric"]] == [(4, 3.0), (8, 2.0)]
+    # Lightning's steps: the steps before the batch (docs/logging.md)
+    assert [int(r["step"]) for r in rows if r["train_loss"]] == [1, 3, 5, 7]
+    assert [(int(r["step"]), float(r["val_metric"])) for r in rows if r["val_metric"]] == [(3, 3.0), (7, 2.0)]
     with open(os.path.join(logger.log_dir, "hparams.json")) as f:
         assert json.load(f) == {"lr": 0.01}
 
@@ -116,9 +117,9 @@ def test_every_trainer_record_carries_epoch(tmp_path):
             if r[key]:
                 kinds[key].append((int(r["step"]), float(r["epoch"])))
     assert kinds == {
-        "train_loss": [(2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0)],
-        "val_loss": [(4, 0.0), (8, 1.0)],
-        "train_metric": [(4, 0.0), (8, 1.0)],  # the training-epoch-end record
+        "train_loss": [(1, 0.0), (3, 0.0), (5, 1.0), (7, 1.0)],
+        "val_loss": [(3, 0.0), (7, 1.0)],
+        "train_metric": [(3, 0.0), (7, 1.0)],  # the training-epoch-end record
     }
     assert all(r["epoch"] for r in records)
 

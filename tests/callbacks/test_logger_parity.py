@@ -122,8 +122,7 @@ def test_fit_with_tensorboard_options_matches_lightning(tmp_path):
             "dirs": _dirs(root),
             "checkpoints": sorted(os.listdir(root / "exp" / "version_0" / "checkpoints")),
             "graph": acc.Tags()["graph"],
-            # values only: Lightning logs an epoch's validation at the step before (docs/migration.md)
-            "scalars": {tag: [round(v, 6) for _, v in points] for tag, points in scalars(trainer.log_dir).items()
+            "scalars": {tag: [(step, round(v, 6)) for step, v in points] for tag, points in scalars(trainer.log_dir).items()
                         if not tag.startswith("p-lr-")},  # Lockstep's default LearningRateMonitor
         }
     assert seen["lockstep"] == seen["lightning"]

@@ -78,11 +78,11 @@ def test_params_and_metric_history_reach_the_server(tracking_uri, tmp_path):
     assert run.data.tags["team"] == "core"
     assert run.data.params["lr"] == "0.05" and run.data.params["optimizer"] == "sgd"
     history = client.get_metric_history(logger.run_id, "train_loss")
-    assert [m.step for m in history] == [2, 4, 6, 8]
+    assert [m.step for m in history] == [1, 3, 5, 7]
     logged = trainer.logged_metrics  # the last values the Trainer gave its loggers
     assert history[-1].value == pytest.approx(float(logged["train_loss"]))
     val = client.get_metric_history(logger.run_id, "val_loss")
-    assert [m.step for m in val] == [4, 8]
+    assert [m.step for m in val] == [3, 7]
     artifacts = {a.path for a in client.list_artifacts(logger.run_id, "checkpoints")}
     assert artifacts == {"checkpoints/epoch=1-step=8.ckpt", "checkpoints/last.ckpt"}
     assert "run_summary.txt" in {a.path for a in client.list_artifacts(logger.run_id)}
@@ -108,7 +108,7 @@ def test_a_resumed_fit_appends_to_the_same_run(tracking_uri, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("lockstep-resume").experiment_id])
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     steps = [m.step for m in client.get_metric_history(first.run_id, "train_loss")]
-    assert steps == [2, 4, 6, 8]  # epoch 0 before the crash, epoch 1 after the resume
+    assert steps == [1, 3, 5, 7]  # epoch 0 before the crash, epoch 1 after the resume
 
 
 def _two_ranks(rank, world_size, tmp, uri):
@@ -126,7 +126,7 @@ def test_two_ranks_log_one_run_from_rank_zero(tracking_uri, tmp_path):
     client = MlflowClient(tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name("lockstep-ddp").experiment_id])
     assert len(runs) == 1
-    assert [m.step for m in client.get_metric_history(ids[0], "train_loss")] == [1, 2, 3, 4]
+    assert [m.step for m in client.get_metric_history(ids[0], "train_loss")] == [0, 1, 2, 3]
     assert torch.isfinite(torch.tensor([m.value for m in client.get_metric_history(ids[0], "train_loss")])).all()
 
 
@@ -210,8 +210,8 @@ def test_warn_trains_on_when_the_server_hangs_mid_run(tracking_uri, tmp_path, mo
     kept = {r["step"]: r["value"] for r in records if r.get("metric") == "train_loss"}
     # every step's loss reached the server or the file, and the last is the Trainer's own value
     sent = {m.step: m.value for m in MlflowClient(tracking_uri).get_metric_history(logger.run_id, "train_loss")}
-    assert sorted({**sent, **kept}) == list(range(1, 9)) and 8 in kept
-    assert kept[8] == pytest.approx(float(trainer.logged_metrics["train_loss"]))
+    assert sorted({**sent, **kept}) == list(range(8)) and 7 in kept
+    assert kept[7] == pytest.approx(float(trainer.logged_metrics["train_loss"]))
 
 
 # -- a run id names a file under the root: one path component only ---------------------------

@@ -100,10 +100,11 @@ def test_fit_logs_scalars_hparams_and_summary(tmp_path):
     assert trainer.log_dir == log_dir
     assert isinstance(trainer.logger, TensorBoardLogger)
     values = scalars(log_dir)
-    assert [step for step, _ in values["train_loss"]] == [2, 4, 6, 8]  # every 2 of 8 optimizer steps
-    assert values["val_metric"] == [(4, 3.0), (8, 2.0)]  # epoch means, at the epoch's last step
-    assert [step for step, _ in values["val_loss"]] == [4, 8]
-    assert values["train_metric"] == [(4, 5.0), (8, 4.0)]  # training epoch means
+    # every 2 of 8 optimizer steps, at the steps before each (Lightning's, docs/logging.md)
+    assert [step for step, _ in values["train_loss"]] == [1, 3, 5, 7]
+    assert values["val_metric"] == [(3, 3.0), (7, 2.0)]  # epoch means, at the epoch's last step records
+    assert [step for step, _ in values["val_loss"]] == [3, 7]
+    assert values["train_metric"] == [(3, 5.0), (7, 4.0)]  # training epoch means
     assert values["lr-SGD"] == [(0, pytest.approx(0.02)), (4, pytest.approx(0.01))]
     acc = read_event_dir(log_dir)
     summary = acc.Tensors("run_summary/text_summary")[0].tensor_proto.string_val[0].decode()
@@ -149,7 +150,7 @@ def test_flushes_at_epoch_end(tmp_path):
     )
     trainer.fit(Scripted(), loader(32, 8))
     # the logger runs before ordinary callbacks, so its flush happened before the read
-    assert reader.steps_on_disk == [[1, 2, 3, 4], [1, 2, 3, 4, 5, 6, 7, 8]]
+    assert reader.steps_on_disk == [[0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6, 7]]
 
 
 def test_closed_on_exception_and_readable(tmp_path):
@@ -165,7 +166,7 @@ def test_closed_on_exception_and_readable(tmp_path):
     with pytest.raises(RuntimeError, match="failed on purpose at step 5"):
         trainer.fit(Scripted(fail_at_step=5), loader(32, 8))
     assert logger._writer is None  # closed
-    assert [s for s, _ in scalars(logger.log_dir)["train_loss"]] == [1, 2, 3, 4, 5]
+    assert [s for s, _ in scalars(logger.log_dir)["train_loss"]] == [0, 1, 2, 3, 4]
     assert isinstance(recorder.exception, RuntimeError)
 
 
@@ -237,19 +238,20 @@ def test_validate_and_test_after_fit_log_into_the_fit_version_without_duplicate_
     log_dir = tmp_path / "logs" / "version_0"
     assert len(event_files(log_dir)) == 1  # validate and test append to the fit's file (docs/logging.md)
     values = scalars(log_dir)
-    # validate() after fit measures the same weights at the same step: one point, not two
-    assert [step for step, _ in values["val_loss"]] == [4, 8]
+    # as Lightning: the fit's validations at the step of their epoch's last records, validate()
+    # after fit at the steps the fit took
+    assert [step for step, _ in values["val_loss"]] == [3, 7, 8]
     assert values["val_loss"][-1][1] == pytest.approx(validated["val_loss"], rel=1e-6)
     assert values["test_loss"] == [(8, pytest.approx(tested["test_loss"], rel=1e-6))]
     # every record carries `epoch`, one point per value: after fit the epoch counter is 2
-    assert values["epoch"] == [(2, 0.0), (4, 0.0), (6, 1.0), (8, 1.0), (8, 2.0)]
+    assert values["epoch"] == [(1, 0.0), (3, 0.0), (5, 1.0), (7, 1.0), (8, 2.0)]
     for tag, points in values.items():
         assert len(set(points)) == len(points), tag
     # the CSV file of the same version holds every record, validate's and test's included
     with open(log_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     val_rows = [(int(r["step"]), r["epoch"]) for r in rows if r["val_loss"]]
-    assert val_rows == [(4, "0.0"), (8, "1.0"), (8, "2.0")]
+    assert val_rows == [(3, "0.0"), (7, "1.0"), (8, "2.0")]
     assert [(int(r["step"]), r["epoch"]) for r in rows if r["test_loss"]] == [(8, "2.0")]
 
 

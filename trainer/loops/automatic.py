@@ -287,7 +287,8 @@ class AutomaticOptimization(Optimization):
         if self._scheduler_configs:  # a ReduceLROnPlateau steps after the batch's validation (fit loop)
             self.step_schedulers("step", progress.global_step, plateau=False)
         if progress.global_step % self._log_every == 0:
-            self._publish_step()
+            # Lightning's step: the steps taken before this batch's (`FitLoop.logged_steps`)
+            self._publish_step(progress.global_step - 1)
 
     def step_schedulers(self, interval: str, count: int, plateau: bool) -> None:
         """Step the schedulers of ``interval`` due at ``count``, the ``ReduceLROnPlateau`` ones or the

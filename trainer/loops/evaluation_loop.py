@@ -25,10 +25,11 @@ if TYPE_CHECKING:
 class EvaluationLoop:
     """Runs the stage's step (``validation_step``, ...) over its dataloaders with gradients off."""
 
-    def __init__(self, trainer: Trainer, stage: Stage, within_fit: bool = False) -> None:
+    def __init__(self, trainer: Trainer, stage: Stage, within_fit: bool = False, log_step: int | None = None) -> None:
         self.trainer = trainer
         self.stage = stage
         self.within_fit = within_fit  # the fit's sanity check or validation: no_grad, as in Lightning
+        self.log_step = log_step  # the step of the run's aggregates (None: the fit's steps so far)
         self.settings = EVALUATION[stage]
         self.metrics = MetricStore(training=False)
         self.dataloader_idx = 0
@@ -154,7 +155,8 @@ class EvaluationLoop:
         # the epoch-end hooks see the aggregates; the module's may log more
         t.metric_logger.preview_epoch(self.metrics, strategy, sync_all=sync_all)
         t.hooks.call(s.hook("epoch_end"))
-        return t.metric_logger.publish_epoch(self.metrics, strategy, t.global_step, t.current_epoch, sync_all=sync_all)
+        step = self.log_step if self.log_step is not None else t.fit_loop.logged_steps()
+        return t.metric_logger.publish_epoch(self.metrics, strategy, step, t.current_epoch, sync_all=sync_all)
 
     def _restore_modes(self, modes: dict[torch.nn.Module, bool]) -> None:
         """The module's ``on_*_model_train`` if overridden, else every submodule's mode as it was."""

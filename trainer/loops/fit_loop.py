@@ -106,6 +106,17 @@ class FitLoop:
         """Whether the current epoch has no batch left."""
         return self.progress.epoch_finished
 
+    def logged_steps(self) -> int:
+        """The loggers' step scale, Lightning's ``_batches_that_stepped`` once the current batch
+        ends: optimizer steps, or under manual optimization batches (Lightning counts each one).
+
+        A record made while a batch is still running, after its step, is logged at one less
+        (a training step's values, a validation after a window's step, an epoch's aggregates),
+        as Lightning counts the batch only when it ends.
+        """
+        manual = self.optimization is not None and self.optimization.manual
+        return self.progress.batches_total if manual else self.progress.global_step
+
     @property
     def done(self) -> bool:
         """Whether training is finished."""
@@ -595,7 +606,8 @@ class FitLoop:
         t.metric_logger.preview_epoch(t.metric_logger.train, t.strategy)
         t.hooks.call_callbacks("on_train_epoch_end", monitoring=False)
         t.hooks.call_module("on_train_epoch_end")
-        t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, self.progress.global_step, self.progress.current_epoch)
+        # Lightning logs an epoch's aggregates at the step of its last batch's records
+        t.metric_logger.publish_epoch(t.metric_logger.train, t.strategy, self.logged_steps() - 1, self.progress.current_epoch)
         t.hooks.call_callbacks("on_train_epoch_end", monitoring=True)
         # an epoch that should_stop cut short steps no scheduler (as Lightning)
         if self._reached_last:
@@ -657,7 +669,12 @@ class FitLoop:
         if window_end:  # release the gradients' memory for validation (Lightning's hook)
             t.module.on_validation_model_zero_grad()
         t.state.stage = Stage.VALIDATE
-        EvaluationLoop(t, Stage.VALIDATE, within_fit=True).run(t.val_dataloaders)
+        # logged at the step of the batch's own records: after its step, one less than the steps
+        # taken; inside an accumulation window (no step yet) the steps taken
+        steps = self.logged_steps()
+        EvaluationLoop(t, Stage.VALIDATE, within_fit=True, log_step=steps - 1 if window_end else steps).run(
+            t.val_dataloaders
+        )
         self._validated = True
         t.state.stage = Stage.TRAIN
         t.metric_logger.end_evaluation()

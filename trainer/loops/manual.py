@@ -38,7 +38,6 @@ class ManualOptimization(Optimization):
     def __init__(self, loop: FitLoop, grad_check_params: list[tuple[str, torch.Tensor]] | None) -> None:
         super().__init__(loop, grad_check_params)
         self.optimizers = [ManualOptimizer(opt, self) for opt in self.trainer.optimizers]
-        self._batches = 0  # batches trained in this fit (the step-logging cadence)
         check_manual_arguments(self.trainer)
 
     # -- the loop's part ---------------------------------------------------------------------
@@ -49,9 +48,11 @@ class ManualOptimization(Optimization):
     def run(self, batch: Any, batch_idx: int, window_end: bool) -> Any:
         """Run ``training_step`` (every batch ends its window: A is 1); publish the step metrics when due."""
         output = self.training_step(batch, batch_idx)
-        self._batches += 1
-        if self._batches % self.trainer.log_every_n_steps == 0:
-            self._publish_step()
+        # Lightning counts every manual batch as a step of the loggers' scale, over the whole run
+        # (a resume included): the batches before this one are its step (`FitLoop.logged_steps`)
+        before = self.loop.progress.batches_total
+        if (before + 1) % self.trainer.log_every_n_steps == 0:
+            self._publish_step(before)
         return output
 
     @property

@@ -349,11 +349,10 @@ class Optimization:
                 self.trainer.global_rank,
             )
 
-    def _publish_step(self) -> None:
-        """Every ``log_every_n_steps``: the deferred loss check, then the step metrics to the loggers."""
-        progress = self.loop.progress
+    def _publish_step(self, step: int) -> None:
+        """Every ``log_every_n_steps``: the deferred loss check, then the step metrics to the loggers at ``step``."""
         self.loop.loss_check.check()
-        self.trainer.metric_logger.publish_step(self._strategy, progress.global_step, progress.current_epoch)
+        self.trainer.metric_logger.publish_step(self._strategy, step, self.loop.progress.current_epoch)
 
 
 def check_clip_algorithm(algorithm: str) -> None:

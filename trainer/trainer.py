@@ -93,7 +93,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         detect_anomaly: bool = False,
         enable_autolog_hparams: bool = True,
         barebones: bool = False,
-        plugins: str | list[str] | None = None,
+        plugins: Any = None,
         model_registry: str | None = None,
     ) -> None:
         self.config = configure(TrainerConfig(  # each section checks its arguments (in the fields' order)

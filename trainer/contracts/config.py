@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from typing import Sequence, Union
+from typing import Any, Sequence, Union
 
 from trainer.contracts import storage
 from trainer.contracts.arguments import check_bool, check_int, check_limit, check_number, check_path, check_str
@@ -204,7 +204,8 @@ class DistributedConfig:
     strategy: str | StrategyView = "auto"
     sync_batchnorm: bool = False
     use_distributed_sampler: bool = True
-    plugins: str | list[str] | None = None  # refused unless None (`REFUSED_TRAINER_ARGUMENTS`)
+    # refused unless None (`REFUSED_TRAINER_ARGUMENTS`), but for one Lightning cluster environment
+    plugins: Any = None
 
     def __post_init__(self) -> None:
         for name in ("sync_batchnorm", "use_distributed_sampler"):

@@ -9,6 +9,7 @@ namespace package explains a name it lacks through `trainer.contracts.missing_na
 - `accelerator_connector`: ``trainer._accelerator_connector``, read by integrations
 - `unsupported`: the hooks, attributes, arguments and names Lockstep refuses, with what to use instead
 - `fabric_types`: the type names of ``lightning.fabric.utilities.types``
+- `environments`, `plugins`: ``lightning.pytorch.plugins.environments`` (cluster-environment plugins)
 - `demos`: ``lightning.pytorch.demos`` (public as ``trainer.demos``)
 - `old_names`: the import paths these modules had at the top of `trainer`
 """

@@ -52,11 +52,13 @@ _SUBMODULES = {
     "accelerators": "trainer.accelerators",
     "demos": "trainer.demos",
     "loops": "trainer.lightning.loops",
+    "plugins": "trainer.lightning.plugins",
 }
 # deeper modules of Lightning's whose names are not in their package's namespace module
 _DEEPER = {
     "trainer.states": "trainer.stage",
     "trainer.connectors.accelerator_connector": "trainer.lightning.accelerator_connector",
+    "plugins.environments": "trainer.lightning.environments",
 }
 # Lightning's packages below the first level: only in these can a name three levels down be a module
 # (`utilities.parsing.get_init_args` is a function; tests/project/test_as_lightning.py checks the list)

@@ -137,6 +137,11 @@ class _AliasModule(types.ModuleType):
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *dir(self.__dict__["_lockstep_target"])})
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # pickled by name, as a plain module is: Ray's cloudpickle sends a function's globals (``pl``)
+        # to its workers by reference only for types.ModuleType itself, not a subclass
+        return importlib.import_module, (self.__name__,)
+
 
 def _is_aliased_module(value: Any, name: str) -> bool:
     return isinstance(value, types.ModuleType) and bool(lockstep_module_for(name))

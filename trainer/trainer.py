@@ -24,6 +24,7 @@ from trainer.metrics.results_table import print_results
 from trainer.lightning.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.lightning.attributes import lightning_attribute
+from trainer.lightning.environments import connect_environment_plugin
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
 from trainer.contracts.progress import FitProgress
@@ -112,6 +113,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         self.profiler = make_profiler(profiler)  # the argument as given; its section keeps it unbuilt
         self.precision = normalize_precision(self.config.precision.precision)
         self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(self.config.distributed.accelerator), self.precision)
+        connect_environment_plugin(self._strategy, self.config.distributed.plugins)
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
         self.precision = self.precision_plugin.precision  # "16-mixed" on CPU falls back to "bf16-mixed", as in Lightning
         set_torch_flags(self.config.precision.deterministic, self.config.precision.benchmark)

@@ -147,7 +147,8 @@ IN_PROCESS = textwrap.dedent('''
         ("import lightning.fabric.strategies", "Lightning Fabric"),
         ("from lightning_fabric.utilities import rank_zero_only", "Lightning Fabric"),
         ("from lightning.pytorch.profilers import SimpleProfiler", "profilers"),
-        ("from lightning.pytorch.strategies import DeepSpeedStrategy", "DeepSpeedStrategy"),
+        ("from lightning.pytorch.strategies import ModelParallelStrategy", "ModelParallelStrategy"),
+        ("from lightning.pytorch.plugins import CheckpointIO", "CheckpointIO"),
         ("from lightning.pytorch.utilities import is_picklable", "is_picklable"),
     ]:
         try:
@@ -188,7 +189,8 @@ def test_lightning_s_module_names_map_to_lockstep_s():
     assert lockstep_module_for("lightning.pytorch.callbacks.progress.tqdm_progress") == "trainer.callbacks"
     # a name inside a module is not a module: `from ...parsing import get_init_args` reads the attribute
     assert lockstep_module_for("lightning.pytorch.utilities.parsing.get_init_args") is None
-    assert lockstep_module_for("lightning.pytorch.plugins") == ""  # Lightning's, not provided
+    assert lockstep_module_for("lightning.pytorch.profilers") == ""  # Lightning's, not provided
+    assert lockstep_module_for("lightning.pytorch.plugins.environments") == "trainer.lightning.environments"
     assert lockstep_module_for("lightning.pytorch.demos") == "trainer.demos"
     assert lockstep_module_for("lightning.pytorch.demos.boring_classes") == "trainer.demos.boring_classes"  # module for module
     assert lockstep_module_for("lightning_utilities") is None  # not an alias: found as usual

@@ -134,10 +134,7 @@ def distribute_dataloader(
     DataLoaders, which cannot be rebuilt without losing behaviour.
     """
     _check_place(num_replicas, rank)
-    if not isinstance(dataloader, DataLoader):
-        _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
-        return dataloader
-    if _shards_already(dataloader):
+    if _kept_as_is(dataloader, num_replicas):
         return dataloader
 
     batch_sampler = dataloader.batch_sampler
@@ -184,6 +181,13 @@ def distribute_dataloader(
     else:
         kwargs.update(sampler=sampler, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     return DataLoader(dataloader.dataset, **kwargs)
+
+
+def _kept_as_is(dataloader: Any, num_replicas: int) -> bool:
+    if not isinstance(dataloader, DataLoader):
+        _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
+        return True
+    return _shards_already(dataloader)
 
 
 def _check_place(num_replicas: Any, rank: Any) -> None:

@@ -43,7 +43,7 @@ _FABRIC_PROVIDED = {
 _SUBMODULES = {
     "callbacks": "trainer.callbacks",
     "loggers": "trainer.loggers",
-    "strategies": "trainer.strategies",
+    "strategies": "trainer.lightning.strategies",  # trainer.strategies' names and DeepSpeedStrategy
     "utilities": "trainer.utilities",
     "cli": "trainer.cli",
     "tuner": "trainer.tuner",

@@ -172,6 +172,15 @@ def split_environment_plugin(plugins: Any) -> tuple[ClusterEnvironment | None, A
     return (environments[0] if environments else None), (rest or None)
 
 
+def connect_environment_plugin(strategy: Any, plugins: Any) -> None:
+    """Give ``strategy`` the cluster-environment plugin among ``Trainer(plugins=...)``, if any, once
+    `check_environment_plugin` has found it agrees with the strategy's placement."""
+    plugin, _ = split_environment_plugin(plugins)
+    if plugin is not None:
+        check_environment_plugin(plugin, strategy.placement)
+        strategy.use_environment_plugin(plugin)
+
+
 def check_environment_plugin(plugin: ClusterEnvironment, placement: Any) -> None:
     """Tell ``plugin`` the world Lockstep detected (``placement``, a
     `trainer.distributed.cluster_environment.ClusterEnvironment`), as Lightning's strategy does, and

@@ -9,7 +9,6 @@ import importlib
 from typing import Any
 
 from trainer.contracts.missing_names import missing_name
-from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, refused_class
 
 _PUBLIC = {
     "Strategy": "trainer.strategies.strategy",
@@ -21,9 +20,6 @@ _PUBLIC = {
     "ParallelStrategy": "trainer.strategies.process_group",  # Lightning's name for the multi-process base
 }
 __all__ = list(_PUBLIC)
-# Lightning's DeepSpeed strategy, which Lockstep cannot run: libraries subclass it (Ray Train's
-# RayDeepSpeedStrategy) in modules that must still import
-DeepSpeedStrategy = refused_class(__name__, "DeepSpeedStrategy", NOT_PROVIDED_NAMES["strategies.DeepSpeedStrategy"])
 
 
 def __getattr__(name: str) -> Any:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.config import DistributedConfig
 from trainer.distributed.cluster_environment import detect_cluster_environment
-from trainer.lightning.environments import split_environment_plugin
 from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
 
 if TYPE_CHECKING:
@@ -21,16 +20,7 @@ if TYPE_CHECKING:
 
 def select_strategy(distributed: DistributedConfig, accelerator: Accelerator, precision: str = "32-true") -> Strategy:
     """The strategy for this run (``distributed``, as its section checked it), connected to
-    ``accelerator`` and placed in the job; a Lightning cluster-environment plugin among
-    ``plugins`` becomes its ``cluster_environment`` once checked against that placement."""
-    chosen = _select(distributed, accelerator, precision)
-    plugin, _ = split_environment_plugin(distributed.plugins)
-    if plugin is not None:
-        chosen.use_environment_plugin(plugin)
-    return chosen
-
-
-def _select(distributed: DistributedConfig, accelerator: Accelerator, precision: str) -> Strategy:
+    ``accelerator`` and placed in the job."""
     strategy, per_node, num_nodes = distributed.strategy, distributed.devices, distributed.num_nodes
     if not isinstance(strategy, (Strategy, str)):
         raise TypeError(f"strategy must be a str or a Strategy instance, got {strategy!r}")

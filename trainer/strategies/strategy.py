@@ -95,11 +95,9 @@ class Strategy:
         return self._cluster_environment
 
     def use_environment_plugin(self, plugin: Any) -> None:
-        """Take Lightning's cluster-environment ``plugin`` (``Trainer(plugins=[...])``) as
-        `cluster_environment`, after telling it the detected world and checking it agrees."""
-        from trainer.lightning.environments import check_environment_plugin
-
-        check_environment_plugin(plugin, self.placement)
+        """Take Lightning's cluster-environment ``plugin`` (``Trainer(plugins=[...])``, checked
+        against `placement` by `trainer.lightning.environments.connect_environment_plugin`) as
+        `cluster_environment`."""
         self._environment_plugin = plugin
 
     def _not_connected(self) -> str:

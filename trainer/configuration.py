@@ -14,6 +14,7 @@ from typing import Any, Callable, Generic, NoReturn, TypeVar, overload
 from trainer.contracts.config import TrainerConfig
 from trainer.distributed.rank_zero import rank_zero_info
 from trainer.run_state import check_reads
+from trainer.lightning.environments import split_environment_plugin
 from trainer.lightning.unsupported import check_trainer_supported
 
 
@@ -21,7 +22,7 @@ def configure(config: TrainerConfig) -> TrainerConfig:
     """``config`` checked for refused arguments, with ``fast_dev_run`` / ``overfit_batches`` applied."""
     check_trainer_supported({
         "barebones": config.debug.barebones,
-        "plugins": config.distributed.plugins,
+        "plugins": split_environment_plugin(config.distributed.plugins)[1],  # a cluster environment is taken
         "model_registry": config.checkpointing.model_registry,
     })
     n = config.debug.fast_dev_run

@@ -146,8 +146,8 @@ IN_PROCESS = textwrap.dedent('''
         ("from lightning.fabric import Fabric", "Lightning Fabric"),
         ("import lightning.fabric.strategies", "Lightning Fabric"),
         ("from lightning_fabric.utilities import rank_zero_only", "Lightning Fabric"),
-        ("from lightning.pytorch.profilers import NoSuchProfiler", "NoSuchProfiler"),  # issue 41: the classes resolve  # issue 41: the classes resolve
-        ("from lightning.pytorch.strategies import DeepSpeedStrategy", "DeepSpeedStrategy"),
+        ("from lightning.pytorch.profilers import NoSuchProfiler", "NoSuchProfiler"),  # issue 41: the classes resolve
+        ("from lightning.pytorch.strategies import ModelParallelStrategy", "ModelParallelStrategy"),
         ("from lightning.pytorch.utilities import is_picklable", "is_picklable"),
     ]:
         try:
@@ -189,8 +189,9 @@ def test_lightning_s_module_names_map_to_lockstep_s():
     # a name inside a module is not a module: `from ...parsing import get_init_args` reads the attribute
     assert lockstep_module_for("lightning.pytorch.utilities.parsing.get_init_args") is None
     assert lockstep_module_for("lightning.pytorch.serve") == ""  # Lightning's, not provided
-    # issue 41: the checkpoint I/O plugins (the others raise from there, naming what to use)
+    # issue 41: the checkpoint I/O plugins; issue 44: the cluster environments
     assert lockstep_module_for("lightning.pytorch.plugins.io") == "trainer.lightning.plugins"
+    assert lockstep_module_for("lightning.pytorch.plugins.environments") == "trainer.lightning.environments"
     assert lockstep_module_for("lightning.pytorch.demos") == "trainer.demos"
     assert lockstep_module_for("lightning.pytorch.demos.boring_classes") == "trainer.demos.boring_classes"  # module for module
     assert lockstep_module_for("lightning_utilities") is None  # not an alias: found as usual

@@ -204,7 +204,8 @@ class DistributedConfig:
     strategy: str | StrategyView = "auto"
     sync_batchnorm: bool = False
     use_distributed_sampler: bool = True
-    plugins: Any = None  # refused unless None or a checkpoint I/O (`REFUSED_TRAINER_ARGUMENTS`)
+    # refused unless None (`REFUSED_TRAINER_ARGUMENTS`), but for a checkpoint I/O and one Lightning cluster environment
+    plugins: Any = None
 
     def __post_init__(self) -> None:
         for name in ("sync_batchnorm", "use_distributed_sampler"):

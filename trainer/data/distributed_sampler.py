@@ -110,6 +110,7 @@ def distribute_dataloader(
     evaluation: bool = False,
     contiguous: bool = False,
     share_seed: Callable[[int], int] | None = None,
+    global_batches: bool = True,
 ) -> DataLoader:
     """Return a DataLoader that yields only this rank's shard of ``dataloader``'s data.
 
@@ -118,7 +119,9 @@ def distribute_dataloader(
     draws it (its seed from torch's default generator, rank 0's shared by ``share_seed``), or
     from the user's ``generator`` (the loader's, or its ``RandomSampler``'s) when there is one;
     the loader's ``drop_last`` drops the epoch's shorter last global window. A loader with
-    ``batch_size=None`` (no batching) gets a ``DistributedSampler`` instead (unchanged at one rank).
+    ``batch_size=None`` (no batching), or any loader with ``global_batches=False`` (Lightning's
+    sampler: ``seed + epoch`` orders, padded shares), gets a ``DistributedSampler`` instead
+    (unchanged at one rank).
     With ``evaluation=True`` an ``UnpaddedDistributedSampler`` (each sample exactly once;
     ``contiguous=True``: in consecutive blocks, for ``predict``). ``shuffle=None`` keeps the
     original order type: a ``RandomSampler`` shuffles, a ``SequentialSampler`` does not. Batch
@@ -132,10 +135,7 @@ def distribute_dataloader(
     DataLoaders, which cannot be rebuilt without losing behaviour.
     """
     _check_place(num_replicas, rank)
-    if not isinstance(dataloader, DataLoader):
-        _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
-        return dataloader
-    if _shards_already(dataloader):
+    if _kept_as_is(dataloader, num_replicas):
         return dataloader
 
     batch_sampler = dataloader.batch_sampler
@@ -149,7 +149,7 @@ def distribute_dataloader(
     if shuffle is None:
         shuffle = isinstance(inner, RandomSampler)
     kwargs = rebuild_kwargs(dataloader)
-    if not evaluation and (user_batch_sampler or dataloader.batch_size is not None):
+    if global_batches and not evaluation and (user_batch_sampler or dataloader.batch_size is not None):
         # the user's batch sampler (torch's Sampler type declares no batch size), or the DataLoader's
         batching: Any = batch_sampler if user_batch_sampler else dataloader
         size, drop_last = batching.batch_size, batching.drop_last
@@ -182,6 +182,13 @@ def distribute_dataloader(
     else:
         kwargs.update(sampler=sampler, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     return DataLoader(dataloader.dataset, **kwargs)
+
+
+def _kept_as_is(dataloader: Any, num_replicas: int) -> bool:
+    if not isinstance(dataloader, DataLoader):
+        _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
+        return True
+    return _shards_already(dataloader)
 
 
 def _check_place(num_replicas: Any, rank: Any) -> None:

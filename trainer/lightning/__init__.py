@@ -10,6 +10,7 @@ namespace package explains a name it lacks through `trainer.contracts.missing_na
 - `unsupported`: the hooks, attributes, arguments and names Lockstep refuses, with what to use instead
 - `fabric_types`: the type names of ``lightning.fabric.utilities.types``
 - `fabric_io`, `plugins`: Lightning's checkpoint I/O (``Trainer(plugins=[CheckpointIO])``)
+- `environments`: ``lightning.pytorch.plugins.environments`` (cluster-environment plugins)
 - `accelerators`, `profilers`: ``lightning.pytorch.accelerators`` / ``.profilers`` under the runner
 - `demos`: ``lightning.pytorch.demos`` (public as ``trainer.demos``)
 - `old_names`: the import paths these modules had at the top of `trainer`

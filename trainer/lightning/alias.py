@@ -45,7 +45,7 @@ _FABRIC_PROVIDED = {
 _SUBMODULES = {
     "callbacks": "trainer.callbacks",
     "loggers": "trainer.loggers",
-    "strategies": "trainer.strategies",
+    "strategies": "trainer.lightning.strategies",  # trainer.strategies' names and DeepSpeedStrategy
     "utilities": "trainer.utilities",
     "cli": "trainer.cli",
     "tuner": "trainer.tuner",
@@ -61,6 +61,7 @@ _SUBMODULES = {
 _DEEPER = {
     "trainer.states": "trainer.stage",
     "trainer.connectors.accelerator_connector": "trainer.lightning.accelerator_connector",
+    "plugins.environments": "trainer.lightning.environments",
 }
 # Lightning's packages below the first level: only in these can a name three levels down be a module
 # (`utilities.parsing.get_init_args` is a function; tests/project/test_as_lightning.py checks the list)
@@ -138,6 +139,11 @@ class _AliasModule(types.ModuleType):
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *dir(self.__dict__["_lockstep_target"])})
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # pickled by name, as a plain module is: Ray's cloudpickle sends a function's globals (``pl``)
+        # to its workers by reference only for types.ModuleType itself, not a subclass
+        return importlib.import_module, (self.__name__,)
 
 
 def _is_aliased_module(value: Any, name: str) -> bool:

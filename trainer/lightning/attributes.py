@@ -52,7 +52,7 @@ class LightningAttributes:
     @property
     def device_ids(self) -> list[int]:
         """This node's device indices, one per process (``0..devices-1``)."""
-        return list(range(self._trainer.strategy.cluster_environment.local_world_size))
+        return list(range(self._trainer.strategy.placement.local_world_size))
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:

@@ -2,18 +2,20 @@
 (`CheckpointIO`, `TorchCheckpointIO`), which a library subclasses and passes as
 ``Trainer(plugins=[...])``; the strategy then writes, reads and removes every checkpoint through it
 (`checkpoint_io_plugin`). Lightning's other plugins (precision, environments, layer sync) are not
-provided: ``precision=...``, a Strategy object and Lockstep's detection of the cluster do their work.
+provided but for the cluster environments (``lightning.pytorch.plugins.environments``,
+`trainer.lightning.environments`): ``precision=...`` and a Strategy object do their work.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from trainer.contracts.protocols import CheckpointIOPlugin
+from trainer.lightning import environments
 from trainer.lightning.fabric_io import CheckpointIO, TorchCheckpointIO
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, is_checkpoint_io, not_provided, refused_class
 from trainer.strategies.strategy import Strategy
 
-__all__ = ["CheckpointIO", "TorchCheckpointIO"]
+__all__ = ["CheckpointIO", "TorchCheckpointIO", "environments"]
 
 AsyncCheckpointIO = refused_class(
     __name__, "AsyncCheckpointIO", "a CheckpointIO subclass that writes in the background, or FSDPStrategy(async_checkpoint=True)"

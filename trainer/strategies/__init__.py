@@ -26,3 +26,4 @@ def __getattr__(name: str) -> Any:
     if name not in _PUBLIC:
         raise missing_name(__name__, name)
     return getattr(importlib.import_module(_PUBLIC[name]), "ProcessGroupStrategy" if name == "ParallelStrategy" else name)
+

@@ -69,7 +69,7 @@ class ProcessGroupStrategy(Strategy):
     # -- process group ------------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Pin this rank's device, then join the group (NCCL needs the device first)."""
-        cluster = self.cluster_environment
+        cluster = self.placement
         die_with_elastic_agent()  # a torchrun killed with SIGKILL must not leave its workers training
         device = self.root_device
         self.accelerator.pin_device(device)
@@ -137,7 +137,7 @@ class ProcessGroupStrategy(Strategy):
         if reaches_every_rank(exc):  # pre-emption and Ctrl-C reach every rank: nothing to explain
             note_reached(self.global_rank, global_step)
             return None
-        address = f"{self.cluster_environment.master_addr}:{self.cluster_environment.master_port}"
+        address = f"{self.placement.master_addr}:{self.placement.master_port}"
         clearer = explain_failure(store, self.global_rank, self.world_size, exc, where, address, self.collectives.record())
         note_reached(self.global_rank, global_step)
         if clearer is None and hasattr(exc, "add_note"):  # Python >= 3.11: shown under the traceback

@@ -39,6 +39,8 @@ class Strategy:
         self.requested_accelerator = _accelerator_name(accelerator)
         self._accelerator: Accelerator | None = None
         self._cluster_environment: ClusterEnvironment | None = None
+        # Lightning's plugin from Trainer(plugins=[...]), checked against the detected placement
+        self._environment_plugin: Any = None
         self.sync_batchnorm = False
         self.use_distributed_sampler = True
         self.model: nn.Module | None = None
@@ -81,12 +83,26 @@ class Strategy:
         return self._accelerator
 
     @property
-    def cluster_environment(self) -> ClusterEnvironment:
+    def cluster_environment(self) -> Any:
         """This process's place in the job (ranks, sizes, rendezvous address, restart count): the
-        one reading of the launcher's environment, given by `connect`."""
+        one reading of the launcher's environment, given by `connect` (a
+        `trainer.distributed.cluster_environment.ClusterEnvironment`); the Lightning plugin given
+        in ``Trainer(plugins=[...])`` instead when there is one, as in Lightning."""
+        return self.placement if self._environment_plugin is None else self._environment_plugin
+
+    @property
+    def placement(self) -> ClusterEnvironment:
+        """Lockstep's reading of this process's place in the job, given by `connect` (the
+        `cluster_environment` when no Lightning plugin was given)."""
         if self._cluster_environment is None:
             raise RuntimeError(self._not_connected())
         return self._cluster_environment
+
+    def use_environment_plugin(self, plugin: Any) -> None:
+        """Take Lightning's cluster-environment ``plugin`` (``Trainer(plugins=[...])``, checked
+        against `placement` by `trainer.lightning.environments.connect_environment_plugin`) as
+        `cluster_environment`."""
+        self._environment_plugin = plugin
 
     def _not_connected(self) -> str:
         return (
@@ -97,27 +113,27 @@ class Strategy:
     @property
     def global_rank(self) -> int:
         """Rank of this process among all processes."""
-        return self.cluster_environment.global_rank
+        return self.placement.global_rank
 
     @property
     def local_rank(self) -> int:
         """Rank of this process on its node (selects its device)."""
-        return self.cluster_environment.local_rank
+        return self.placement.local_rank
 
     @property
     def node_rank(self) -> int:
         """Rank of this node among the nodes."""
-        return self.cluster_environment.node_rank
+        return self.placement.node_rank
 
     @property
     def world_size(self) -> int:
         """Number of processes, W."""
-        return self.cluster_environment.world_size
+        return self.placement.world_size
 
     @property
     def num_nodes(self) -> int:
         """Number of nodes."""
-        return self.cluster_environment.num_nodes
+        return self.placement.num_nodes
 
     @property
     def root_device(self) -> torch.device:
@@ -207,6 +223,11 @@ class Strategy:
         if isinstance(dataloader, ShardingLoader):
             return dataloader.sharded(self.global_rank, self.world_size, training=stage == "fit")
         if stage == "fit" and self.use_distributed_sampler:
+            lightning_kwargs = getattr(self, "distributed_sampler_kwargs", None)
+            if lightning_kwargs is not None:
+                # a Lightning strategy subclass naming its sampler's arguments (Ray Train's
+                # RayDDPStrategy) gets Lightning's DistributedSampler: its order, padding included
+                return distribute_dataloader(dataloader, global_batches=False, **{"seed": global_seed(), **lightning_kwargs})
             return distribute_dataloader(
                 dataloader, num_replicas=self.world_size, rank=self.global_rank, seed=global_seed(),
                 share_seed=self.broadcast if self.world_size > 1 else None,
@@ -292,7 +313,7 @@ class Strategy:
 
     def is_restart(self) -> bool:
         """Whether this run is a restart of the job (it resumes from its last checkpoint then)."""
-        return self.cluster_environment.restart_count > 0
+        return self.placement.restart_count > 0
 
     def steps_reached_before(self, world_size: int) -> int | None:
         """On a restart: the most optimizer steps the ``world_size`` ranks before it had done

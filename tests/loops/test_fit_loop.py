@@ -47,7 +47,8 @@ def test_max_steps_stops_mid_epoch_without_ending_the_epoch(tmp_path):
     # ... and ModelCheckpoint (no monitor) still saves the final state, which resumes at batch 5
     assert os.path.basename(saves.best_model_path) == "epoch=0-step=5.ckpt"
     ckpt = torch.load(saves.best_model_path, weights_only=True)
-    assert ckpt["epoch"] == 0 and ckpt["loops"]["fit_loop"] == {
+    ours = {k: v for k, v in ckpt["loops"]["fit_loop"].items() if not k.startswith(("epoch_loop.", "epoch_progress"))}
+    assert ckpt["epoch"] == 0 and ours == {
         "batches_done": 5, "epoch_finished": False, "samples_done": 20, "global_batch_size": 4, "dataset_size": 32,
         "shuffle": False, "batches_total": 5,
     }

@@ -228,6 +228,7 @@ def test_get_init_args_reads_an_init_frame_as_lightning_s():
     assert get_init_args(inspect.currentframe()) == {}
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize(
     "args, err",
     [

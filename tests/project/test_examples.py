@@ -74,12 +74,12 @@ def test_the_readmes_demo_then_resume_last_then_its_hint(tmp_path):
     """README: the demo on 2 processes, `--resume last` (the demo had finished: nothing to train, on the
     checkpoint's world size, nothing written), then the command it prints, pasted: it trains on."""
     root = tmp_path / "run"
-    demo = [SCRIPT, "--accelerator", "cpu", "--max-epochs", "1", "--root", str(root)]
-    proc = run_script([*demo, "--devices", "2"], launcher="python", timeout=240)
+    demo = ["--max-epochs", "1", "--root", str(root)]
+    proc = run_script([SCRIPT, "--accelerator", "cpu", *demo, "--devices", "2"], launcher="python", timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     written = sorted(p.relative_to(root) for p in root.rglob("*"))
 
-    proc = run_script([*demo, "--resume", "last"], launcher="python", timeout=240)
+    proc = run_script([SCRIPT, "--accelerator", "cpu", *demo, "--resume", "last"], launcher="python", timeout=240)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == written  # no version_1, no last.ckpt copy
@@ -88,7 +88,8 @@ def test_the_readmes_demo_then_resume_last_then_its_hint(tmp_path):
     command = shlex.split(hint[0].split(" more: ", 1)[1])
     assert command[:2] == ["python", SCRIPT] and command[-2:] == ["--max-epochs", "2"]
 
-    proc = run_script(command[1:], launcher="python", timeout=240)
+    assert command[command.index("--accelerator") + 1] == "cpu"  # the hint keeps every argument given
+    proc = run_script([SCRIPT, "--accelerator", "cpu", *command[2:]], launcher="python", timeout=240)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert "world_size=2" in proc.stdout and "val_acc=" in proc.stdout

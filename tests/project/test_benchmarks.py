@@ -91,7 +91,7 @@ def test_sharded_state_is_judged_against_one_over_the_world_size():
 
 
 def test_the_plot_is_a_png_of_every_scenario(tmp_path):
-    from matplotlib import image
+    image = pytest.importorskip("matplotlib.image", reason="the plot needs matplotlib (the bench or dev extra)")
 
     path = report.plot(_summary(1.01), tmp_path / "plot" / "ratios.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -532,5 +532,5 @@ class _MainCLI(LightningCLI):
         # the parser checks types only; the Trainer checks values (an int >= 1), before any work
         try:
             return super().instantiate_trainer(**kwargs)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, NotImplementedError) as err:  # NotImplementedError: a refused Lightning argument
             raise _TrainerArgumentError(f"{type(err).__name__}: {err}") from err

@@ -139,7 +139,8 @@ class StochasticWeightAveraging(Callback):
                 avg.copy_(self._loaded_average[name])
         if self._scheduler_state is not None:
             # resumed during SWA: the restored scheduler slot held SWALR's state; SWALR is rebuilt below
-            cast(list, trainer.lr_scheduler_configs).clear()
+            # the view is read-only (a Sequence); SWA alone replaces the Trainer's list of configs
+            cast("list[LRSchedulerConfig]", trainer.lr_scheduler_configs).clear()
 
     def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         epoch = trainer.current_epoch
@@ -198,7 +199,7 @@ class StochasticWeightAveraging(Callback):
                 "StochasticWeightAveraging starts after swa_start without its checkpoint state.",
                 stacklevel=user_stacklevel(),
             )
-        configs = cast(list, trainer.lr_scheduler_configs)
+        configs = cast("list[LRSchedulerConfig]", trainer.lr_scheduler_configs)  # the Trainer's list (above)
         config = LRSchedulerConfig(self._swa_scheduler)
         if configs:
             if configs[0].interval != "epoch" or configs[0].frequency != 1:

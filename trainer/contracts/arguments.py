@@ -38,8 +38,12 @@ def check_bool(name: str, value: object, *, allow_none: bool = False) -> bool | 
 
 @overload
 def check_int(name: str, value: object, minimum: int, *, allow_none: Literal[False] = False) -> int: ...
+
+
 @overload
 def check_int(name: str, value: object, minimum: int, *, allow_none: bool) -> int | None: ...
+
+
 def check_int(name: str, value: object, minimum: int, *, allow_none: bool = False) -> int | None:
     """``value`` must be an int (not a bool or a float) >= ``minimum``; returns it."""
     if value is None and allow_none:
@@ -57,11 +61,15 @@ def check_number(
     name: str, value: object, minimum: float | None = None, *, above: float | None = None,
     below: float | None = None, maximum: float | None = None, allow_none: Literal[False] = False,
 ) -> float: ...
+
+
 @overload
 def check_number(
     name: str, value: object, minimum: float | None = None, *, above: float | None = None,
     below: float | None = None, maximum: float | None = None, allow_none: bool,
 ) -> float | None: ...
+
+
 def check_number(
     name: str,
     value: object,
@@ -134,8 +142,12 @@ def check_limit(name: str, limit: int | float | None) -> None:
 
 @overload
 def check_path_component(name: str, value: object, *, allow_none: Literal[False] = False) -> str: ...
+
+
 @overload
 def check_path_component(name: str, value: object, *, allow_none: bool) -> str | None: ...
+
+
 def check_path_component(name: str, value: object, *, allow_none: bool = False) -> str | None:
     """``value`` must be a ``str`` naming one path component: not empty, ``.`` or ``..``, no path
     separator, no NUL (so not absolute either). A run id, a logger's name or version becomes a

@@ -16,6 +16,8 @@ from trainer.contracts.arguments import hint_misspelled_arguments
 from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from trainer.contracts.protocols import ModuleView, TrainerView
 
 AvgFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -223,7 +225,8 @@ class StochasticWeightAveraging(Callback):
         module.train()
         try:
             with torch.no_grad():
-                for index, batch in enumerate(trainer.train_dataloader):
+                # the fit's training loader: set while its callbacks run (None only outside a fit)
+                for index, batch in enumerate(cast("Iterable[object]", trainer.train_dataloader)):
                     if limit is not None and index >= limit:
                         break
                     inputs = batch[0] if isinstance(batch, (list, tuple)) else batch

@@ -15,7 +15,8 @@ from trainer.contracts.user_line import user_stacklevel
 if TYPE_CHECKING:
     from trainer.contracts.protocols import ModuleView, TrainerView
 
-Modules = Union[Module, Iterable[Union[Module, Iterable]]]
+# a module, or an iterable of modules or of such iterables, at any depth
+Modules = Union[Module, Iterable["Modules"]]
 
 
 class BaseFinetuning(Callback):

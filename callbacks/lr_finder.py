@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -201,7 +201,8 @@ def lr_find(
         optimizers = list(out) if isinstance(out, (list, tuple)) else [out]
         if len(optimizers) != 1:
             raise ValueError(f"lr_find works with one optimizer; configure_optimizers returned {len(optimizers)}.")
-        optimizer = optimizers[0]
+        # the module's own configure_optimizers (typed object on ModuleView) gave one optimizer
+        optimizer = cast("torch.optim.Optimizer", optimizers[0])
         for group in optimizer.param_groups:
             group["lr"] = group["initial_lr"] = min_lr
         schedule = _RangeSchedule(optimizer, max_lr, num_training, exponential=mode == "exponential")

@@ -702,4 +702,5 @@ def _check_schedule(
             f"train_time_interval={train_time_interval}): these are mutually exclusive; use one "
             "ModelCheckpoint per schedule."
         )
-    return every_n_epochs
+    epochs: int | None = every_n_epochs  # checked above: None or an int >= 0
+    return epochs

@@ -16,6 +16,8 @@ from trainer.contracts.arguments import hint_misspelled_arguments
 from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from trainer.contracts.protocols import ModuleView, TrainerView
 
 AvgFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -139,7 +141,8 @@ class StochasticWeightAveraging(Callback):
                 avg.copy_(self._loaded_average[name])
         if self._scheduler_state is not None:
             # resumed during SWA: the restored scheduler slot held SWALR's state; SWALR is rebuilt below
-            cast(list, trainer.lr_scheduler_configs).clear()
+            # the view is read-only (a Sequence); SWA alone replaces the Trainer's list of configs
+            cast("list[LRSchedulerConfig]", trainer.lr_scheduler_configs).clear()
 
     def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
         epoch = trainer.current_epoch
@@ -198,7 +201,7 @@ class StochasticWeightAveraging(Callback):
                 "StochasticWeightAveraging starts after swa_start without its checkpoint state.",
                 stacklevel=user_stacklevel(),
             )
-        configs = cast(list, trainer.lr_scheduler_configs)
+        configs = cast("list[LRSchedulerConfig]", trainer.lr_scheduler_configs)  # the Trainer's list (above)
         config = LRSchedulerConfig(self._swa_scheduler)
         if configs:
             if configs[0].interval != "epoch" or configs[0].frequency != 1:
@@ -222,7 +225,8 @@ class StochasticWeightAveraging(Callback):
         module.train()
         try:
             with torch.no_grad():
-                for index, batch in enumerate(trainer.train_dataloader):
+                # the fit's training loader: set while its callbacks run (None only outside a fit)
+                for index, batch in enumerate(cast("Iterable[object]", trainer.train_dataloader)):
                     if limit is not None and index >= limit:
                         break
                     inputs = batch[0] if isinstance(batch, (list, tuple)) else batch

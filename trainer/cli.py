@@ -40,7 +40,7 @@ SUBCOMMANDS = {
 CONFIG_NAME = "config.yaml"
 
 # Lightning's types of the optimizer and scheduler factories a module's ``__init__`` takes from the CLI
-OptimizerCallable = Callable[[Iterable], torch.optim.Optimizer]
+OptimizerCallable = Callable[[Iterable[Any]], torch.optim.Optimizer]
 LRSchedulerCallable = Callable[
     [torch.optim.Optimizer], Union[torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau]
 ]
@@ -123,12 +123,16 @@ class LightningArgumentParser(ArgumentParser):
         """Add a Trainer, module, DataModule or callback class's arguments under ``nested_key``."""
         if isinstance(lightning_class, type) and issubclass(lightning_class, Callback):
             self.callback_keys.append(nested_key)
+        # jsonargparse (not type-checked here) returns the list of the keys it added
+        keys: list[str]
         if subclass_mode:
-            return self.add_subclass_arguments(lightning_class, nested_key, fail_untyped=False, required=required)
+            keys = self.add_subclass_arguments(lightning_class, nested_key, fail_untyped=False, required=required)
+            return keys
         instantiate = not (isinstance(lightning_class, type) and issubclass(lightning_class, Trainer))
-        return self.add_class_arguments(
+        keys = self.add_class_arguments(
             lightning_class, nested_key, fail_untyped=False, instantiate=instantiate, sub_configs=True
         )
+        return keys
 
     def add_optimizer_args(
         self, optimizer_class: Any = (torch.optim.Optimizer,), nested_key: str = "optimizer", link_to: str = "AUTOMATIC"

@@ -121,11 +121,11 @@ def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callba
 
 
 def _checked_callbacks(extra: Any) -> list[Callback]:
-    extra = list(extra) if isinstance(extra, (list, tuple)) else [extra]
-    for cb in extra:
+    checked: list[Callback] = list(extra) if isinstance(extra, (list, tuple)) else [extra]  # each checked below
+    for cb in checked:
         if not isinstance(cb, Callback):
             raise TypeError(f"configure_callbacks must return Callback instances; got {type(cb).__name__}")
-    return extra
+    return checked
 
 
 def _replaced_kinds(callbacks: list[Callback], extra: list[Callback], module_name: str) -> set[type]:

@@ -15,7 +15,7 @@ from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.contracts.user_line import user_stacklevel
 
 
-class AttributeDict(dict):
+class AttributeDict(dict[str, Any]):
     """A dict whose keys also read as attributes: ``hparams["lr"] == hparams.lr`` (as in Lightning)."""
 
     def __getattr__(self, key: str) -> Any:

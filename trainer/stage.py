@@ -12,10 +12,10 @@ __all__ = ["EVALUATION", "EvaluationSettings", "RunningStage", "Stage", "StageFl
 
 
 def _stage_flag(stage: Stage, doc: str) -> property:
-    def get(self: Any) -> bool:
+    def get(self: StageFlags) -> bool:
         return self.state.stage == stage
 
-    def set_(self: Any, value: bool) -> None:  # as Lightning: True enters the stage, False leaves it
+    def set_(self: StageFlags, value: bool) -> None:  # as Lightning: True enters the stage, False leaves it
         if value:
             self.state.stage = stage
         elif get(self):

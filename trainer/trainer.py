@@ -246,7 +246,10 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
 
         ``ckpt_path`` loads the weights first (``weights_only=False``: any pickled object, for files
         you trust); ``verbose``: global rank 0 prints the results table."""
-        return self._evaluate(Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
+        # `_evaluate` serves predict too (typed Any): validate's results are one metric dict per loader
+        results: list[dict[str, float]] = self._evaluate(
+            Stage.VALIDATE, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
+        return results
 
     def test(
         self,
@@ -258,7 +261,9 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         weights_only: bool = True,
     ) -> list[dict[str, float]]:
         """Run ``test_step`` over the test data; one metric dict per loader (see `validate`)."""
-        return self._evaluate(Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
+        results: list[dict[str, float]] = self._evaluate(
+            Stage.TEST, model, dataloaders, ckpt_path, weights_only, datamodule, verbose)
+        return results
 
     def predict(
         self,

@@ -23,14 +23,14 @@ from trainer.contracts.user_line import user_stacklevel
 class PendingSave:
     """An asynchronous sharded save in flight; `wait` blocks until it is complete and published."""
 
-    def __init__(self, future: Future, publish: Any, path: str = "", rank: int = 0) -> None:
+    def __init__(self, future: Future[Any], publish: Any, path: str = "", rank: int = 0) -> None:
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._publish = publish
         self._path, self._rank = path, rank
         future.add_done_callback(self._finish)
 
-    def _finish(self, future: Future) -> None:
+    def _finish(self, future: Future[Any]) -> None:  # its result is not read, only its end
         try:
             future.result()
             if self._publish is not None:

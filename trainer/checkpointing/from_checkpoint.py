@@ -48,7 +48,9 @@ def load_module(
     module = instantiate(cls, *saved, overrides, os.fspath(path))
     module.on_load_checkpoint(checkpoint)
     module.load_state_dict(checkpoint["state_dict"], strict=strict)
-    return module.to(device).eval()
+    # `instantiate` (typed Any) built ``cls(...)``: an _M, which `to` and `eval` return
+    loaded: _M = module.to(device).eval()
+    return loaded
 
 
 def load_datamodule(
@@ -68,7 +70,8 @@ def load_datamodule(
     datamodule = instantiate(cls, *saved, overrides, os.fspath(path))
     if DATAMODULE_STATE_KEY in checkpoint:
         datamodule.load_state_dict(move_to_device(checkpoint[DATAMODULE_STATE_KEY], device))
-    return datamodule
+    built: _D = datamodule  # `instantiate` (typed Any) built ``cls(...)``: a _D
+    return built
 
 
 def hparams_entries(owner: Any, key: str, name_key: str) -> dict[str, Any]:

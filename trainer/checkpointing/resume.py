@@ -127,7 +127,8 @@ def fast_forward(loader: Any, skip: int) -> Iterable[Any]:
     be advanced by drawing and discarding their first batches.
     """
     if skip == 0:
-        return loader
+        batches: Iterable[Any] = loader  # the user's loader: an iterable of batches
+        return batches
     if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset) and loader.batch_sampler is not None:
         from trainer.data.distributed_sampler import rebuild_kwargs
 

@@ -19,7 +19,7 @@ import os
 from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
 
 
-def _fail(error: type[Exception], name: str, expected: str, value: Any) -> Exception:
+def _fail(error: type[Exception], name: str, expected: str, value: object) -> Exception:
     return error(f"{name} must be {expected}, got {value!r}")
 
 
@@ -27,7 +27,7 @@ def _or_none(expected: str, allow_none: bool) -> str:
     return f"None or {expected}" if allow_none else expected
 
 
-def check_bool(name: str, value: Any, *, allow_none: bool = False) -> Any:
+def check_bool(name: str, value: object, *, allow_none: bool = False) -> Any:
     """``value`` must be ``True`` or ``False`` (not ``"no"``, ``1``; ``None`` only if allowed)."""
     if value is None and allow_none:
         return value
@@ -36,7 +36,7 @@ def check_bool(name: str, value: Any, *, allow_none: bool = False) -> Any:
     return value
 
 
-def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False) -> Any:
+def check_int(name: str, value: object, minimum: int, *, allow_none: bool = False) -> Any:
     """``value`` must be an int (not a bool or a float) >= ``minimum``; returns it."""
     if value is None and allow_none:
         return value
@@ -50,7 +50,7 @@ def check_int(name: str, value: Any, minimum: int, *, allow_none: bool = False) 
 
 def check_number(
     name: str,
-    value: Any,
+    value: object,
     minimum: float | None = None,
     *,
     above: float | None = None,
@@ -90,7 +90,7 @@ def _bounds(minimum: float | None, above: float | None, below: float | None, max
     return ""
 
 
-def check_path(name: str, value: Any, *, allow_none: bool = True) -> None:
+def check_path(name: str, value: object, *, allow_none: bool = True) -> None:
     """``value`` must be a ``str`` or ``os.PathLike`` naming a text path (or None)."""
     if value is None and allow_none:
         return
@@ -98,7 +98,7 @@ def check_path(name: str, value: Any, *, allow_none: bool = True) -> None:
         raise _fail(TypeError, name, "None, a str or an os.PathLike path" if allow_none else "a str or an os.PathLike path", value)
 
 
-def check_str(name: str, value: Any, *, allow_none: bool = False) -> None:
+def check_str(name: str, value: object, *, allow_none: bool = False) -> None:
     """``value`` must be a ``str`` (or None)."""
     if value is None and allow_none:
         return
@@ -118,7 +118,7 @@ def check_limit(name: str, limit: int | float | None) -> None:
         raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")
 
 
-def check_path_component(name: str, value: Any, *, allow_none: bool = False) -> Any:
+def check_path_component(name: str, value: object, *, allow_none: bool = False) -> Any:
     """``value`` must be a ``str`` naming one path component: not empty, ``.`` or ``..``, no path
     separator, no NUL (so not absolute either). A run id, a logger's name or version becomes a
     directory or file name under the run's root: one from a checkpoint or a config file must not
@@ -134,15 +134,15 @@ def check_path_component(name: str, value: Any, *, allow_none: bool = False) -> 
     return value
 
 
-def _explicit_parameters(init: Callable[..., Any]) -> list[str]:
+_P = ParamSpec("_P")
+_Self = TypeVar("_Self")
+
+
+def _explicit_parameters(init: Callable[_P, object]) -> list[str]:
     return [
         p.name for p in inspect.signature(init).parameters.values()
         if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
-
-
-_P = ParamSpec("_P")
-_Self = TypeVar("_Self")
 
 
 def hint_misspelled_arguments(init: Callable[Concatenate[_Self, _P], None]) -> Callable[Concatenate[_Self, _P], None]:

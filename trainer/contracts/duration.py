@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import datetime
 import re
-from typing import Any
 
 _DURATION_KEYS = ("days", "hours", "minutes", "seconds", "milliseconds", "microseconds", "weeks")
 
 
-def parse_duration(name: str, value: Any) -> datetime.timedelta | None:
+def parse_duration(name: str, value: object) -> datetime.timedelta | None:
     """A duration from ``"DD:HH:MM:SS"``, a dict of `datetime.timedelta` keywords or a timedelta.
 
     ``None`` stays ``None``. A wrong type is a `TypeError`, a bad value a `ValueError`, both naming

@@ -2,7 +2,6 @@
 rank they came from), so they live on the floor every part imports."""
 from __future__ import annotations
 
-from typing import Any
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -16,7 +15,7 @@ class NonFiniteLossError(FloatingPointError):
         super().__init__(message)
         self.rank = rank
 
-    def __reduce__(self) -> Any:  # picklable with its rank (spawned workers hand errors back)
+    def __reduce__(self) -> tuple[type[BaseException], tuple[str, int | None]]:  # picklable with its rank (spawned workers hand errors back)
         return (type(self), (str(self), self.rank))
 
 

@@ -6,7 +6,7 @@ its position through its own ``state_dict``. Any other iterable is a plain loade
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Iterator, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -17,12 +17,12 @@ class ShardingLoader(Protocol):
         """A copy reading shard ``shard_id`` of ``num_shards`` (``training``: the fit's loader)."""
         ...
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The position inside the epoch (what a checkpoint saves)."""
         ...
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, object]) -> None:
         """Continue from a saved position."""
         ...
 
-    def __iter__(self) -> Iterator[Any]: ...
+    def __iter__(self) -> Iterator[object]: ...  # a user's batches

@@ -156,7 +156,9 @@ def mtime(path: str) -> float:
     if not is_url(path):
         return os.path.getmtime(path)
     fs, inner = _fs(path)
-    return fs.modified(inner).timestamp()
+    # fsspec is not type-checked: `modified` gives a datetime
+    stamp: float = fs.modified(inner).timestamp()
+    return stamp
 
 
 def read_bytes(path: str) -> bytes:
@@ -165,7 +167,8 @@ def read_bytes(path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     fs, inner = _fs(path)
-    return fs.cat_file(inner)
+    content: bytes = fs.cat_file(inner)  # fsspec is not type-checked
+    return content
 
 
 def write_bytes(path: str, data: bytes) -> None:

@@ -20,10 +20,13 @@ __all__ = ["apply_to_tensors", "batch_size", "leaves", "tensors"]
 def _children(item: Any) -> Iterable[Any] | None:
     """The parts of a container, in order, or None for a leaf."""
     kind = type(item)
+    parts: Iterable[Any]  # a typed name, not a cast: this walk runs for every batch
     if kind is tuple or kind is list:  # the common batches first: the ABC checks cost more
-        return item
+        parts = item
+        return parts
     if kind is dict:
-        return item.values()
+        parts = item.values()
+        return parts
     if isinstance(item, (str, bytes)):
         return None
     if isinstance(item, Mapping):

@@ -47,5 +47,6 @@ class BatchTransfer:
 def _override(owners: list[Any], name: str) -> Callable[..., Any] | None:
     for owner in owners:
         if getattr(type(owner), name, None) is not getattr(DataHooks, name):
-            return getattr(owner, name)
+            hook: Callable[..., Any] = getattr(owner, name)  # the owner's override of a DataHooks method
+            return hook
     return None

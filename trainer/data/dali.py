@@ -211,7 +211,8 @@ class DALILoader:
                 raise ValueError(
                     f"DALILoader: the pipeline has no reader named {self.reader_name!r} (readers: {sorted(readers)})."
                 )
-            return readers[self.reader_name]
+            meta: dict[str, Any] = readers[self.reader_name]  # DALI is not type-checked: a reader's meta dict
+            return meta
         if len(readers) != 1:
             raise ValueError(
                 "DALILoader: the pipeline must have one reader (fn.readers.*) to define the epoch, "

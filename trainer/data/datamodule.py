@@ -59,7 +59,7 @@ class DataModule(DataHooks, HyperparametersMixin):
         from torch.utils.data import DataLoader, IterableDataset
 
         def loaders(data: Any, shuffle: bool) -> Any:
-            def one(ds: Any) -> DataLoader:
+            def one(ds: Any) -> DataLoader[Any]:
                 return DataLoader(ds, batch_size=batch_size, num_workers=num_workers,
                                   shuffle=shuffle and not isinstance(ds, IterableDataset), **loader_kwargs)
 

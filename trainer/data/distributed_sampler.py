@@ -45,7 +45,7 @@ _KEPT_LOADER_ARGS = (
 )
 
 
-class UnpaddedDistributedSampler(DistributedSampler):
+class UnpaddedDistributedSampler(DistributedSampler[int]):
     """Shard ``dataset`` over ``num_replicas`` ranks so that every index appears exactly once.
 
     Rank ``r`` gets positions ``r, r + num_replicas, ...`` of the (optionally shuffled) index
@@ -61,7 +61,7 @@ class UnpaddedDistributedSampler(DistributedSampler):
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: Dataset[Any],
         num_replicas: int,
         rank: int,
         shuffle: bool = False,
@@ -101,7 +101,7 @@ class UnpaddedDistributedSampler(DistributedSampler):
 
 
 def distribute_dataloader(
-    dataloader: DataLoader,
+    dataloader: DataLoader[Any],
     *,
     num_replicas: int,
     rank: int,
@@ -111,7 +111,7 @@ def distribute_dataloader(
     contiguous: bool = False,
     share_seed: Callable[[int], int] | None = None,
     global_batches: bool = True,
-) -> DataLoader:
+) -> DataLoader[Any]:
     """Return a DataLoader that yields only this rank's shard of ``dataloader``'s data.
 
     Training (``evaluation=False``): a `GlobalBatchSampler` as the batch sampler, also for
@@ -166,7 +166,7 @@ def distribute_dataloader(
         return DataLoader(dataloader.dataset, **kwargs)
     if num_replicas == 1:
         return dataloader
-    sampler: DistributedSampler
+    sampler: DistributedSampler[int]
     if evaluation:
         sampler = UnpaddedDistributedSampler(
             dataloader.dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed,
@@ -201,7 +201,7 @@ def _check_place(num_replicas: Any, rank: Any) -> None:
         )
 
 
-def _shards_already(dataloader: DataLoader) -> bool:
+def _shards_already(dataloader: DataLoader[Any]) -> bool:
     """An ``IterableDataset`` (it shards itself), or a loader already given a distributed sampler."""
     return (
         isinstance(dataloader.dataset, IterableDataset)
@@ -227,8 +227,8 @@ def set_epoch(dataloader: Any, epoch: int) -> None:
             obj.set_epoch(epoch)
 
 
-def _user_generator(sampler: Any, dataloader: DataLoader) -> torch.Generator | None:
-    own = getattr(sampler, "generator", None)
+def _user_generator(sampler: Any, dataloader: DataLoader[Any]) -> torch.Generator | None:
+    own: torch.Generator | None = getattr(sampler, "generator", None)  # a sampler's own, if it has one
     return own if own is not None else dataloader.generator
 
 
@@ -246,7 +246,7 @@ def _warn_full_data(what: str, num_replicas: int) -> None:
     )
 
 
-def _is_distributed(dataloader: DataLoader) -> bool:
+def _is_distributed(dataloader: DataLoader[Any]) -> bool:
     batch_sampler = dataloader.batch_sampler
     return any(
         isinstance(obj, DistributedSampler)
@@ -254,7 +254,7 @@ def _is_distributed(dataloader: DataLoader) -> bool:
     )
 
 
-def _custom_part(dataloader: DataLoader, sampler: Any, batch_sampler: Any) -> str | None:
+def _custom_part(dataloader: DataLoader[Any], sampler: Any, batch_sampler: Any) -> str | None:
     """Describe what makes the loader impossible to rebuild faithfully, or None."""
     if type(dataloader) is not DataLoader:
         return f"a DataLoader subclass ({type(dataloader).__qualname__})"
@@ -269,7 +269,7 @@ def _custom_part(dataloader: DataLoader, sampler: Any, batch_sampler: Any) -> st
     return f"a custom sampler ({type(sampler).__qualname__})"
 
 
-def rebuild_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+def rebuild_kwargs(dataloader: DataLoader[Any]) -> dict[str, Any]:
     """The arguments to build an equivalent DataLoader, except dataset, sampler and batching."""
     # Only arguments this torch version's DataLoader keeps (in_order is recent): read from the
     # loader itself, not from the signature of ``DataLoader.__init__``, which a library may have

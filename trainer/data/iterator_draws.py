@@ -28,7 +28,7 @@ __all__ = ["draw_ahead", "iterate_from"]
 T = TypeVar("T")
 
 
-def _sampler_draws_default(loader: DataLoader) -> bool:
+def _sampler_draws_default(loader: DataLoader[Any]) -> bool:
     batches = global_batch_sampler(loader)
     if batches is not None:
         return batches.shuffle and batches.generator is None and batches.seed is None

@@ -36,7 +36,7 @@ class Accelerator(metaclass=_ByKind):
 
     def lockstep_flag(self) -> str:
         """The Trainer's ``accelerator`` string this object stands for; raises for a kind Lockstep cannot run."""
-        kind = next((k.__dict__["_kind"] for k in type(self).__mro__ if k.__dict__.get("_kind")), None)
+        kind: str | None = next((k.__dict__["_kind"] for k in type(self).__mro__ if k.__dict__.get("_kind")), None)
         if kind is None or kind == "mps":
             raise NotImplementedError(
                 f"Trainer(accelerator={type(self).__name__}()): Lockstep runs on CPUs and CUDA GPUs only; use "

@@ -224,8 +224,8 @@ def _as_scalar_tensor(name: str, value: Any) -> torch.Tensor:
                 f"self.log({name!r}) needs a scalar, got a tensor of shape {tuple(value.shape)}; "
                 "reduce it first (e.g. .mean())."
             )
-        value = value.detach()
-        return value if value.dim() == 0 else value.reshape(())  # a loss is 0-d: no view to make
+        scalar: torch.Tensor = value.detach()  # a typed name, not a cast: self.log runs every step
+        return scalar if scalar.dim() == 0 else scalar.reshape(())  # a loss is 0-d: no view to make
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return torch.tensor(float(value))
     raise TypeError(

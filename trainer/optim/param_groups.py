@@ -83,7 +83,8 @@ def _resolve_exclude(exclude: Any) -> Optional[ExcludeFn]:
     if isinstance(exclude, str):
         exclude = [exclude]
     elif callable(exclude):
-        return exclude
+        predicate: ExcludeFn = exclude  # a callable the user gave: (name, param) -> bool
+        return predicate
     if not isinstance(exclude, Iterable):
         raise TypeError(
             "exclude must be None, a callable (name, param) -> bool, or a list of name substrings, "
@@ -276,7 +277,8 @@ class _ExcludingOptimizer(Optimizer):
         self, closure: Optional[Callable[[], float]] = None
     ) -> Optional[float]:
         """Take one optimization step; ``closure`` re-evaluates the model and returns the loss."""
-        loss = _evaluate_closure(closure)
+        # torch's Optimizer.step types the closure's value as the loss it returns
+        loss: Optional[float] = _evaluate_closure(closure)
         for group in self.param_groups:
             for bucket in self._buckets(group):
                 self._step_bucket(group, bucket)

@@ -91,7 +91,8 @@ class SyncBatchNorm(_BatchNorm):
         shape = [1, -1] + [1] * (x.dim() - 2)
         local_count = torch.full((1,), x.numel() // x.shape[1], dtype=x.dtype, device=x.device)
 
-        sum_and_count = _AllReduceSum.apply(torch.cat([x.sum(reduce_dims), local_count]), group)
+        # autograd.Function.apply is typed Any: _AllReduceSum returns the summed tensor
+        sum_and_count: Tensor = _AllReduceSum.apply(torch.cat([x.sum(reduce_dims), local_count]), group)
         count = sum_and_count[-1].detach()
         if count.item() <= 1:
             raise ValueError(
@@ -101,7 +102,7 @@ class SyncBatchNorm(_BatchNorm):
         mean = sum_and_count[:-1] / count
         centred = x - mean.view(shape)
         # Second pass on centred values: no cancellation of E[x^2] - E[x]^2.
-        var = _AllReduceSum.apply((centred * centred).sum(reduce_dims), group) / count
+        var: Tensor = _AllReduceSum.apply((centred * centred).sum(reduce_dims), group) / count
         out = centred * torch.rsqrt(var + self.eps).view(shape)
         if self.affine:
             out = out * self.weight.view(shape) + self.bias.view(shape)
@@ -164,7 +165,8 @@ def convert_sync_batchnorm(
     if use_torch_impl is None:
         use_torch_impl = any(t.is_cuda for t in itertools.chain(module.parameters(), module.buffers()))
     if use_torch_impl:
-        return nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
+        converted: nn.Module = nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)  # typed Any in torch
+        return converted
     return _convert(module, process_group)
 
 

@@ -7,7 +7,7 @@ construction (``(length, size)``), the iterable ones one ``randn(size)`` per ite
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -17,8 +17,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, Subset
 from trainer.data.datamodule import DataModule
 from trainer.module import TrainModule
 
+_Item = TypeVar("_Item", covariant=True)
 
-class _DrawnOnce(Dataset):
+
+class _DrawnOnce(Dataset[_Item]):
     # Lightning's map-style random datasets are unrelated classes: a shared private base keeps
     # isinstance checks between them as false as there
     def __init__(self, size: int, length: int) -> None:
@@ -29,14 +31,14 @@ class _DrawnOnce(Dataset):
         return self.len
 
 
-class RandomDataset(_DrawnOnce):
+class RandomDataset(_DrawnOnce[Tensor]):
     """``length`` random vectors of ``size`` features, drawn once."""
 
     def __getitem__(self, index: int) -> Tensor:
         return self.data[index]
 
 
-class RandomDictDataset(_DrawnOnce):
+class RandomDictDataset(_DrawnOnce["dict[str, Tensor]"]):
     """``length`` random vectors ``x`` of ``size`` features, drawn once; items are ``{"a": x, "b": x + 2}``."""
 
     def __getitem__(self, index: int) -> dict[str, Tensor]:
@@ -44,7 +46,7 @@ class RandomDictDataset(_DrawnOnce):
         return {"a": a, "b": a + 2}
 
 
-class _DrawnOnRead(IterableDataset):
+class _DrawnOnRead(IterableDataset[Tensor]):
     def __init__(self, size: int, count: int) -> None:
         self.count = count
         self.size = size
@@ -72,7 +74,8 @@ class BoringModel(TrainModule):
         self.layer = nn.Linear(32, 2)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.layer(x)
+        out: Tensor = self.layer(x)  # nn.Module.__call__ is typed Any: a Linear returns a Tensor
+        return out
 
     def loss(self, preds: Tensor, labels: Tensor | None = None) -> Tensor:
         """MSE to ``labels``, ones if not given: any loss that moves the weights."""
@@ -95,16 +98,16 @@ class BoringModel(TrainModule):
         optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
         return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)]
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(RandomDataset(32, 64))
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(RandomDataset(32, 64))
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(RandomDataset(32, 64))
 
-    def predict_dataloader(self) -> DataLoader:
+    def predict_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(RandomDataset(32, 64))
 
 
@@ -126,21 +129,21 @@ class ManualOptimBoringModel(BoringModel):
 
 class _OneLoaderPerStage(DataModule):
     # the loaders of both boring data modules: batches of one over what their setup made
-    random_train: Dataset
-    random_val: Dataset
-    random_test: Dataset
-    random_predict: Dataset
+    random_train: Dataset[Tensor]
+    random_val: Dataset[Tensor]
+    random_test: Dataset[Tensor]
+    random_predict: Dataset[Tensor]
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(self.random_train)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(self.random_val)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(self.random_test)
 
-    def predict_dataloader(self) -> DataLoader:
+    def predict_dataloader(self) -> DataLoader[Tensor]:
         return DataLoader(self.random_predict)
 
 
@@ -181,13 +184,13 @@ class IterableBoringDataModule(DataModule):
     """Each stage's loaders are a list of two: a `RandomDataset` and a `RandomIterableDataset` of 4 features."""
 
     _LENGTHS = {"train": 16, "val": 32, "test": 64, "predict": 128}
-    train_datasets: list[Dataset]
-    val_datasets: list[Dataset]
-    test_datasets: list[Dataset]
-    predict_datasets: list[Dataset]
+    train_datasets: list[Dataset[Tensor]]
+    val_datasets: list[Dataset[Tensor]]
+    test_datasets: list[Dataset[Tensor]]
+    predict_datasets: list[Dataset[Tensor]]
 
     def setup(self, stage: str) -> None:
-        def pair(name: str) -> list[Dataset]:
+        def pair(name: str) -> list[Dataset[Tensor]]:
             return [RandomDataset(4, self._LENGTHS[name]), RandomIterableDataset(4, self._LENGTHS[name])]
 
         if stage == "fit":
@@ -197,16 +200,16 @@ class IterableBoringDataModule(DataModule):
         if stage in ("test", "predict"):
             setattr(self, f"{stage}_datasets", pair(stage))
 
-    def train_dataloader(self) -> list[DataLoader]:
+    def train_dataloader(self) -> list[DataLoader[Tensor]]:
         return [DataLoader(d) for d in self.train_datasets]
 
-    def val_dataloader(self) -> list[DataLoader]:
+    def val_dataloader(self) -> list[DataLoader[Tensor]]:
         return [DataLoader(d) for d in self.val_datasets]
 
-    def test_dataloader(self) -> list[DataLoader]:
+    def test_dataloader(self) -> list[DataLoader[Tensor]]:
         return [DataLoader(d) for d in self.test_datasets]
 
-    def predict_dataloader(self) -> list[DataLoader]:
+    def predict_dataloader(self) -> list[DataLoader[Tensor]]:
         return [DataLoader(d) for d in self.predict_datasets]
 
 
@@ -222,7 +225,8 @@ class DemoModel(TrainModule):
         return torch.relu(self.l1(x.flatten(1)))
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        return self(batch).sum()
+        out: Tensor = self(batch)  # nn.Module.__call__ is typed Any: forward returns a Tensor
+        return out.sum()
 
     def configure_optimizers(self) -> Any:
         return torch.optim.Adam(self.parameters(), lr=self.learning_rate)

@@ -89,7 +89,7 @@ class LightningLSTM(TrainModule):
     def prepare_data(self) -> None:
         WikiText2(download=True)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader[tuple[Tensor, Tensor]]:
         dataset = WikiText2()
         return DataLoader(dataset, batch_sampler=SequenceSampler(dataset, batch_size=20))
 

@@ -46,7 +46,7 @@ def _import_torchvision(name: str) -> ModuleType:
             f"install the torchvision build that matches torch {torch.__version__}") from error
 
 
-class _MNIST(Dataset):
+class _MNIST(Dataset["tuple[Tensor, int]"]):
     """Lightning's hosted MNIST: ``(image [1, 28, 28] float, label)`` items, the image normalized as
     ``(pixel - mean) / std`` on the 0..255 scale (``normalize=(mean, std)``; None: raw pixels).
 
@@ -61,7 +61,7 @@ class _MNIST(Dataset):
     TEST_FILE_NAME = "test.pt"
     cache_folder_name = "complete"
 
-    def __init__(self, root: str, train: bool = True, normalize: tuple | None = (0.1307, 0.3081),
+    def __init__(self, root: str, train: bool = True, normalize: tuple[float, ...] | None = (0.1307, 0.3081),
                  download: bool = True, **kwargs: Any) -> None:
         super().__init__()
         self.root = root
@@ -123,10 +123,10 @@ class _MNIST(Dataset):
             torch.as_tensor(std, dtype=tensor.dtype, device=tensor.device))
 
 
-def MNIST(*args: Any, **kwargs: Any) -> Dataset:  # noqa: N802  (Lightning's name: a function standing for a class)
+def MNIST(*args: Any, **kwargs: Any) -> Dataset[tuple[Any, int]]:  # noqa: N802  (Lightning's name: a function standing for a class)
     """``torchvision.datasets.MNIST(*args, **kwargs)``, after downloading it into ``./data``; if that
     download answers an HTTP error, or ``PL_USE_MOCKED_MNIST`` is set, Lightning's hosted `_MNIST`."""
-    dataset_class: Callable[..., Dataset] = _MNIST
+    dataset_class: Callable[..., Dataset[tuple[Any, int]]] = _MNIST
     if not os.getenv("PL_USE_MOCKED_MNIST"):
         torchvision_mnist = _import_torchvision("torchvision.datasets").MNIST
         try:
@@ -178,29 +178,33 @@ class MNISTDataModule(DataModule):
         sizes = [len(dataset) - self.val_split, self.val_split]  # type: ignore[arg-type]
         self.dataset_train, self.dataset_val = random_split(dataset, sizes, generator=torch.Generator().manual_seed(42))
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader[tuple[Any, int]]:
         return self._loader(self.dataset_train, shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> DataLoader[tuple[Any, int]]:
         return self._loader(self.dataset_val, shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> DataLoader[tuple[Any, int]]:
         return self._loader(MNIST(self.data_dir, train=False, download=False, **self._transform()), shuffle=False)
 
     @property
-    def default_transforms(self) -> Callable | None:
+    def default_transforms(self) -> Callable[..., Any] | None:
         """``ToTensor()`` (then ``Normalize((0.5,), (0.5,))`` if ``normalize``); None without torchvision."""
         if importlib.util.find_spec("torchvision") is None:
             return None
         transforms = _import_torchvision("torchvision.transforms")
+        # the module is imported by name (typed ModuleType): its transforms are callables
+        transform: Callable[..., Any]
         if not self.normalize:
-            return transforms.ToTensor()
-        return transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean=(0.5,), std=(0.5,))])
+            transform = transforms.ToTensor()
+        else:
+            transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean=(0.5,), std=(0.5,))])
+        return transform
 
     def _transform(self) -> dict[str, Any]:
         transform = self.default_transforms
         return {"transform": transform} if transform else {}
 
-    def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset[tuple[Any, int]], shuffle: bool) -> DataLoader[tuple[Any, int]]:
         return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
                           drop_last=True, pin_memory=True)

@@ -46,7 +46,8 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if self.pe is None:
             self.pe = self._table(x.device)
-        return self.dropout(x + self.pe[:, x.size(1)])
+        out: Tensor = self.dropout(x + self.pe[:, x.size(1)])  # nn.Module.__call__ is typed Any
+        return out
 
     def _table(self, device: torch.device) -> Tensor:
         position = torch.arange(0, self.max_len, dtype=torch.float, device=device).unsqueeze(1)
@@ -117,7 +118,7 @@ def tokenize(path: Path) -> tuple[Tensor, Dictionary]:
     return torch.tensor(ids, dtype=torch.int64), dictionary
 
 
-class WikiText2(Dataset):
+class WikiText2(Dataset["tuple[Tensor, Tensor]"]):
     """WikiText-2's training text as ``(inputs, target)`` blocks of ``block_size`` token ids, the target
     shifted one token on; consecutive, non-overlapping blocks."""
 
@@ -163,7 +164,8 @@ class LightningTransformer(TrainModule):
         self.model = Transformer(vocab_size=vocab_size)
 
     def forward(self, inputs: Tensor, target: Tensor) -> Tensor:
-        return self.model(inputs, target)
+        out: Tensor = self.model(inputs, target)  # nn.Module.__call__ is typed Any: the Transformer's output
+        return out
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         inputs, target = batch
@@ -175,5 +177,5 @@ class LightningTransformer(TrainModule):
     def prepare_data(self) -> None:
         WikiText2(download=True)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader[tuple[Tensor, Tensor]]:
         return DataLoader(WikiText2())

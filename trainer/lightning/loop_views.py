@@ -290,8 +290,11 @@ def _reached(count: int, limit: int) -> bool:
 
 def _owner(loop: FitLoop) -> Any:
     # whose hooks make the loaders: the DataModule, else the module (None before the first run)
-    module = loop.trainer.lightning_module
-    return None if module is None else data_source(loop.trainer, module)
+    try:
+        module = loop.trainer.module
+    except RuntimeError:
+        return None
+    return data_source(loop.trainer, module)
 
 
 def _train_stages(loop: FitLoop, total: bool) -> _Stages:

@@ -73,8 +73,8 @@ def test_sanity_check_and_validation_schedule():
     t = Trainer(accelerator="cpu", max_epochs=2, val_check_interval=0.5, num_sanity_val_steps=1, limit_val_batches=2, **QUIET)
     t.fit(m, loader(data, 4), loader(data, 8))
     vals = [e for e in m.events if e[0] == "val"]
-    # sanity (1 batch), then after batches 4 and 8 of each epoch
-    assert vals == [("val", 0, 0, True), ("val", 0, 3, False), ("val", 0, 7, False), ("val", 1, 3, False), ("val", 1, 7, False)]
+    # sanity (1 batch; no training batch yet: -1, as Lightning's fit_loop.batch_idx), then after batches 4 and 8 of each epoch
+    assert vals == [("val", 0, -1, True), ("val", 0, 3, False), ("val", 0, 7, False), ("val", 1, 3, False), ("val", 1, 7, False)]
     sanity_batches = m.events[: m.events.index(("epoch", 0))]
     assert [e for e in sanity_batches if e[0] == "val_batch"] == [("val_batch", 0)]
     assert "val_loss" in t.callback_metrics

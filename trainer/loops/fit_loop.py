@@ -46,6 +46,7 @@ from trainer.loops.automatic import optimization_for
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
 from trainer.hyperparameters import hparams_for_loggers
+from trainer.lightning.loop_views import lightning_fit_loop_attribute
 from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
 from trainer.contracts.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
@@ -92,11 +93,6 @@ class FitLoop:
 
     # -- the run's position (read by the Trainer's properties) ---------------------------------
     @property
-    def batch_idx(self) -> int:
-        """Index of the batch being trained."""
-        return self.progress.batch_idx
-
-    @property
     def batches_done(self) -> int:
         """Batches of the current epoch fully trained (the position a checkpoint records)."""
         return self.progress.batches_done
@@ -105,6 +101,16 @@ class FitLoop:
     def epoch_finished(self) -> bool:
         """Whether the current epoch has no batch left."""
         return self.progress.epoch_finished
+
+    @property
+    def given_loaders(self) -> tuple[Any, Any]:
+        """fit's train and validation loader arguments (None: the hooks make them)."""
+        return self._data_sources
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names the class lacks: Lightning's loop names (``fit_loop.epoch_loop``, ...), answered
+        # by views in the Lightning layer (`trainer.lightning.loop_views`), not by Lightning's structure
+        return lightning_fit_loop_attribute(self, name)
 
     def logged_steps(self) -> int:
         """The loggers' step scale, Lightning's ``_batches_that_stepped`` once the current batch
@@ -117,9 +123,8 @@ class FitLoop:
         manual = self.optimization is not None and self.optimization.manual
         return self.progress.batches_total if manual else self.progress.global_step
 
-    @property
-    def done(self) -> bool:
-        """Whether training is finished."""
+    def _done(self) -> bool:
+        """Whether training is finished (between epochs; Lightning's ``fit_loop.done`` is the view's)."""
         t, p = self.trainer, self.progress
         if t.max_steps != -1 and p.global_step >= t.max_steps:
             return True
@@ -305,6 +310,7 @@ class FitLoop:
         self._agreed_stop = self._validated = False
         self._ahead: dict[str, Any] | None = None  # the first epoch's iterator draws, made ahead
         self._reached_last = False  # the epoch trained its last batch (its schedulers step)
+        self.validations_in_epoch = 0  # validation runs finished in this epoch (Lightning's view counts them)
 
     def state_dict(self) -> dict[str, Any]:
         """The loop's checkpoint entries: the position (`FitProgress`) and whether the rates were scaled."""
@@ -412,7 +418,7 @@ class FitLoop:
         self._preemption.install()
         self.in_training = True  # stays True when the loop raises: errors name the batch
         try:
-            while not self.done:
+            while not self._done():
                 with t.profiler.profile("run_training_epoch"):
                     self.run_epoch()
         except BaseException:
@@ -477,6 +483,7 @@ class FitLoop:
         t.strategy.on_epoch_start(loader, self.progress.current_epoch)
         t.metric_logger.start_training_epoch()
         t.hooks.call("on_train_epoch_start")
+        self.validations_in_epoch = 0
         accumulate = self._take_accumulation()
         sampler = global_batch_sampler(loader)
         size = sampler.dataset_size if sampler is not None else dataset_size(loader)
@@ -675,6 +682,7 @@ class FitLoop:
         EvaluationLoop(t, Stage.VALIDATE, within_fit=True, log_step=steps - 1 if window_end else steps).run(
             t.val_dataloaders
         )
+        self.validations_in_epoch += 1
         self._validated = True
         t.state.stage = Stage.TRAIN
         t.metric_logger.end_evaluation()

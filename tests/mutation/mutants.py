@@ -71,8 +71,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "        if not sync or (first and self.ddp_kwargs[\"static_graph\"]):",
        DDP_SYNC, "DDP syncs the non-final micro batches and skips the window's last all-reduce"),
     _m("no_sync_never", "no_sync", "trainer/strategies/ddp.py",
-       "            return NO_CONTEXT\n        return self.model.no_sync()  # type: ignore[operator]",
-       "            return NO_CONTEXT\n        return NO_CONTEXT",
+       "        window: ContextManager[Any] = self.model.no_sync()  # type: ignore[operator]",
+       "        window: ContextManager[Any] = NO_CONTEXT",
        DDP_SYNC, "every micro batch all-reduces (correct numbers, A times the communication)"),
     # -- loss normalization ----------------------------------------------------------------------
     _m("num_items_local_count", "loss_normalization", "trainer/loops/loss_normalization.py",

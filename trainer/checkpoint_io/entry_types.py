@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+import torch
+
 from trainer.checkpoint_io.file_format import CheckpointError
 from trainer.contracts.lightning_progress import BATCH_PROGRESS, EPOCH_PROGRESS, is_lightning_fit_loop
 
@@ -36,7 +38,7 @@ _MAPPING: _Check = ("a dict", _is_mapping)
 _NAMES: _Check = ("a dict keyed by str", lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v))
 _STR: _Check = ("a str", lambda v: isinstance(v, str))
 _BOOL: _Check = ("a bool", lambda v: isinstance(v, bool))
-_BYTES: _Check = ("bytes", lambda v: isinstance(v, bytes))
+_BYTE_TENSOR: _Check = ("a 1-d uint8 tensor", lambda v: isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.dim() == 1)
 
 # Top-level entries: read by the fit loop, the resume plan, load_from_checkpoint and the run identity.
 _TOP: dict[str, _Check] = {
@@ -53,8 +55,8 @@ _TOP: dict[str, _Check] = {
     "hyper_parameters": _optional(_NAMES),
     "hyper_parameters_as_text": _optional(_list_of("str", lambda x: isinstance(x, str))),
     "hparams_name": _optional(_STR),
-    "hyper_parameters_pickled": _optional(_BYTES),
-    "datamodule_hyper_parameters_pickled": _optional(_BYTES),
+    "hyper_parameters_pickled": _optional(_BYTE_TENSOR),
+    "datamodule_hyper_parameters_pickled": _optional(_BYTE_TENSOR),
     "datamodule_hyper_parameters": _optional(_NAMES),
     "datamodule_hyper_parameters_as_text": _optional(_list_of("str", lambda x: isinstance(x, str))),
     "datamodule_hparams_name": _optional(_STR),

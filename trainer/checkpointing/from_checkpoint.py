@@ -92,15 +92,17 @@ def hparams_entries(owner: Any, key: str, name_key: str) -> dict[str, Any]:
     return entries
 
 
-def _pickled(objects: dict[str, Any]) -> bytes | None:
-    """``objects`` as torch.save writes them; None when one cannot be pickled (a lambda, a lock):
-    the run still saves, and loading asks for those arguments, as it does without this entry."""
+def _pickled(objects: dict[str, Any]) -> torch.Tensor | None:
+    """``objects`` as torch.save writes them, held in a uint8 tensor (``bytes`` in a checkpoint stops
+    ``torch.load(weights_only=True)`` before torch 2.4: ``_codecs.encode``); None when one cannot be
+    pickled (a lambda, a lock): the run still saves, and loading asks for those arguments, as it
+    does without this entry."""
     buffer = io.BytesIO()
     try:
         torch.save(objects, buffer)
     except Exception:
         return None
-    return buffer.getvalue()
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
 
 
 def _saved_hparams(
@@ -115,7 +117,7 @@ def _saved_hparams(
     text_only = list(checkpoint.get(key + TEXT_ONLY_SUFFIX) or [])
     pickled = checkpoint.get(key + PICKLED_SUFFIX)
     if pickled is not None and not weights_only:
-        saved.update(torch.load(io.BytesIO(pickled), map_location="cpu", weights_only=False))
+        saved.update(torch.load(io.BytesIO(bytes(pickled.tolist())), map_location="cpu", weights_only=False))
         text_only = []
     name = checkpoint.get(name_key)
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # not self, *args, **kwargs

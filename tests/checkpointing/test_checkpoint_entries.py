@@ -64,7 +64,7 @@ CASES = [
     ("run_id", 5, "None or a str"),
     ("run_attempt", -1, "an int >= 0"),
     ("hparams_name", 5, "None or a str"),
-    ("hyper_parameters_pickled", b"abc", "None or a 1-d uint8 tensor"),
+    ("hyper_parameters_pickled", "abc", "None or a 1-d uint8 tensor"),
     ("hyper_parameters", {1: 2}, "None or a dict keyed by str"),
     ("optimizer_states", {"a": 1}, "a list of dicts"),
     ("optimizer_classes", [5], "a list of str"),

@@ -153,7 +153,31 @@ class ValidationLoopView(_View):
         return [float("inf") if n is None else n for n in _val_counts(self._loop)]
 
 
-class TrainingEpochLoopView(_View):
+class _TrainingView(_View):
+    """What Lightning's fit loop and its training epoch loop both answer."""
+
+    @property
+    def batch_idx(self) -> int:
+        """The latest training batch's index in its epoch (-1 before the first)."""
+        return _train_stages(self._loop, False)[0] - 1
+
+    @property
+    def total_batch_idx(self) -> int:
+        """The latest training batch's index over the fit (-1 before the first)."""
+        return _train_stages(self._loop, True)[0] - 1
+
+    @property
+    def max_steps(self) -> int:
+        """``Trainer(max_steps=...)``."""
+        return self._loop.trainer.max_steps
+
+    @property
+    def min_steps(self) -> int | None:
+        """``Trainer(min_steps=...)``."""
+        return self._loop.trainer.min_steps
+
+
+class TrainingEpochLoopView(_TrainingView):
     """``fit_loop.epoch_loop``: the training epoch, as Lightning's ``_TrainingEpochLoop``."""
 
     _path = "fit_loop.epoch_loop"
@@ -177,28 +201,9 @@ class TrainingEpochLoopView(_View):
     def _batches_that_stepped(self) -> int:
         return _batches_that_stepped(self._loop)
 
-    @property
-    def batch_idx(self) -> int:
-        """The latest training batch's index in its epoch (-1 before the first)."""
-        return _train_stages(self._loop, False)[0] - 1
-
-    @property
-    def total_batch_idx(self) -> int:
-        """The latest training batch's index over the fit (-1 before the first)."""
-        return _train_stages(self._loop, True)[0] - 1
-
-    @property
-    def max_steps(self) -> int:
-        """``Trainer(max_steps=...)``."""
-        return self._loop.trainer.max_steps
-
-    @property
-    def min_steps(self) -> int | None:
-        """``Trainer(min_steps=...)``."""
-        return self._loop.trainer.min_steps
 
 
-class LightningFitLoop(_View):
+class LightningFitLoop(_TrainingView):
     """Lightning's ``_FitLoop`` names that Lockstep's `FitLoop` lacks, read from it."""
 
     @property
@@ -211,15 +216,6 @@ class LightningFitLoop(_View):
         """Epochs: ``processed`` counts one when its batches are done, ``completed`` after its end hooks."""
         return Progress(lambda total: _epoch_stages(self._loop))
 
-    @property
-    def batch_idx(self) -> int:
-        """The latest training batch's index in its epoch (-1 before the first)."""
-        return _train_stages(self._loop, False)[0] - 1
-
-    @property
-    def total_batch_idx(self) -> int:
-        """The latest training batch's index over the fit (-1 before the first)."""
-        return _train_stages(self._loop, True)[0] - 1
 
     @property
     def done(self) -> bool:
@@ -247,22 +243,12 @@ class LightningFitLoop(_View):
         return 1 if t.min_steps is not None else 0
 
     @property
-    def max_steps(self) -> int:
-        """``Trainer(max_steps=...)``."""
-        return self._loop.trainer.max_steps
-
-    @property
-    def min_steps(self) -> int | None:
-        """``Trainer(min_steps=...)``."""
-        return self._loop.trainer.min_steps
-
-    @property
     def _data_source(self) -> DataSource:
         given = self._loop.given_loaders[0]
         return DataSource(given if given is not None else _owner(self._loop), "train_dataloader")
 
 
-_NAMES = frozenset(name for name in vars(LightningFitLoop) if not name.startswith("__"))
+_NAMES = frozenset(name for cls in (LightningFitLoop, _TrainingView) for name in vars(cls) if not name.startswith("__"))
 
 
 def lightning_fit_loop_attribute(loop: FitLoop, name: str) -> Any:

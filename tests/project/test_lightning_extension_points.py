@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.helpers.distributed import script_env
+from tests.helpers.optional import importorskip
 
 pytestmark = [pytest.mark.launches, pytest.mark.timeout(300)]
 
@@ -155,7 +156,7 @@ def _run(tmp_path, script: str, *runner: str) -> list:
 
 
 def test_a_library_s_checkpoint_io_saves_loads_and_removes_every_checkpoint_as_in_lightning(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs", CHECKPOINT_IO)
@@ -169,7 +170,7 @@ def test_torch_checkpoint_io_saves_loads_and_removes_as_lightning_s(tmp_path):
 
     from trainer.lightning.fabric_io import TorchCheckpointIO
 
-    lightning_io = pytest.importorskip("lightning.fabric.plugins.io.torch_io").TorchCheckpointIO()
+    lightning_io = importorskip("lightning.fabric.plugins.io.torch_io").TorchCheckpointIO()
     checkpoint = {"state_dict": {"w": torch.arange(3.0)}, "epoch": 2}
     for io, name in [(TorchCheckpointIO(), "ours"), (lightning_io, "theirs")]:
         path = str(tmp_path / name / "sub" / "a.ckpt")
@@ -197,7 +198,7 @@ def test_a_checkpoint_io_plugin_is_taken_and_other_plugins_are_refused():
 
 
 def test_an_accelerator_object_is_its_string_form_as_in_lightning(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs", ACCELERATOR_OBJECTS)
@@ -223,7 +224,7 @@ def test_an_accelerator_of_a_kind_lockstep_cannot_run_is_refused_naming_what_to_
 
 
 def test_lightning_s_profiler_classes_take_lightning_s_arguments_and_write_the_summary_where_lightning_does(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs", PROFILERS)
@@ -233,7 +234,7 @@ def test_lightning_s_profiler_classes_take_lightning_s_arguments_and_write_the_s
 
 
 def test_lightning_s_advanced_profiler_writes_cprofile_statistics_per_section_as_lightning_does(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs", ADVANCED)

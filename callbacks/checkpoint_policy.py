@@ -18,7 +18,8 @@ class TopK:
     """A checkpoint callback's books: the kept checkpoints and their scores, the best and the
     worst kept one, and the last checkpoint written."""
 
-    best_k_models: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # a dict: `ModelCheckpoint.best_k_models` is this very dict, which libraries write into
+    best_k_models: dict[str, float] = dataclasses.field(default_factory=dict)
     best_model_path: str = ""
     best_model_score: Optional[float] = None
     current_score: Optional[float] = None
@@ -133,14 +134,26 @@ def _keep_best(
         kept.pop(evict, None)
         delete = (evict,) if evict != save_path else ()
     kept[save_path] = score
-    ranked = sorted(kept.items(), key=lambda kv: kv[1], reverse=policy.mode == "min")
+    books = rank_kept(books, kept, policy.mode)
+    message = f"{policy.monitor!r} reached {score:.5g} (best {books.best_model_score:.5g}), saving model to {save_path}"
+    return books, save_path, delete, message
+
+
+def rank_kept(books: TopK, kept: dict[str, float], mode: str) -> TopK:
+    """``books`` keeping ``kept``, ranked in ``mode``: the worst kept is the ``kth`` (evicted next),
+    the best kept the best; none kept, neither (the ``kth_value`` the worst possible). A save and a
+    loaded state (`ModelCheckpoint`, a state naming files it does not own) are ranked here."""
+    ranked = sorted(kept.items(), key=lambda kv: float(kv[1]), reverse=mode == "min")
+    if not ranked:
+        worst = math.inf if mode == "min" else -math.inf
+        return dataclasses.replace(
+            books, best_k_models=kept, kth_best_model_path="", kth_value=worst, best_model_path="", best_model_score=None
+        )
     (kth_path, kth_value), (best_path, best_score) = ranked[0], ranked[-1]  # the worst and the best kept
-    books = dataclasses.replace(
+    return dataclasses.replace(
         books, best_k_models=kept, kth_best_model_path=kth_path, kth_value=kth_value,
         best_model_path=best_path, best_model_score=best_score,
     )
-    message = f"{policy.monitor!r} reached {score:.5g} (best {best_score:.5g}), saving model to {save_path}"
-    return books, save_path, delete, message
 
 
 def step_due(step: int, every_n_train_steps: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -24,7 +25,7 @@ from callbacks._utils import (
     _worst,
 )
 from callbacks.checkpoint import Checkpoint
-from callbacks.checkpoint_policy import Policy, Save, TopK, decide, step_due, time_due
+from callbacks.checkpoint_policy import Policy, Save, TopK, decide, rank_kept, step_due, time_due
 from trainer.contracts import run_lock
 from trainer.contracts.errors import MonitorKeyError
 from trainer.contracts.arguments import check_bool, check_int, check_path, hint_misspelled_arguments
@@ -158,13 +159,8 @@ class ModelCheckpoint(Checkpoint):
         self.verbose = verbose
         self.enable_version_counter = enable_version_counter
 
-        self.best_k_models: dict[str, float] = {}
-        self.kth_best_model_path = ""
-        self.kth_value: float = _worst(mode)
-        self.best_model_path = ""
-        self.best_model_score: float | None = None
-        self.current_score: float | None = None
-        self.last_model_path = ""
+        # the book of kept checkpoints, once: Lightning's names below are views of it
+        self._book = TopK(kth_value=_worst(mode))
         self._last_global_step_saved = -1
         self._last_checkpoint_saved = ""  # the newest file written: what save_last="link" points to
         self._last_time_checked: float | None = None
@@ -173,6 +169,70 @@ class ModelCheckpoint(Checkpoint):
         self._pending_state: dict[str, Any] | None = None
         self._lock: run_lock.RunLock | None = None  # its directory's lock, held during fit (global rank 0)
         self._tracker = _ValidationMetricTracker(monitor) if monitor is not None else None
+
+    # -- Lightning's names for the book (assignable, as in Lightning: a write goes to the book) ----
+    @property
+    def best_k_models(self) -> dict[str, float]:
+        """The kept checkpoints and their scores (the book's own dict: writes into it are kept)."""
+        return self._book.best_k_models
+
+    @best_k_models.setter
+    def best_k_models(self, value: dict[str, float]) -> None:
+        self._book = dataclasses.replace(self._book, best_k_models=dict(value))
+
+    @property
+    def best_model_path(self) -> str:
+        """The best kept checkpoint (without ``monitor``: the latest)."""
+        return self._book.best_model_path
+
+    @best_model_path.setter
+    def best_model_path(self, value: str) -> None:
+        self._book = dataclasses.replace(self._book, best_model_path=value)
+
+    @property
+    def best_model_score(self) -> float | None:
+        """The best kept checkpoint's score."""
+        return self._book.best_model_score
+
+    @best_model_score.setter
+    def best_model_score(self, value: float | None) -> None:
+        self._book = dataclasses.replace(self._book, best_model_score=value)
+
+    @property
+    def current_score(self) -> float | None:
+        """The monitored value at the latest save."""
+        return self._book.current_score
+
+    @current_score.setter
+    def current_score(self, value: float | None) -> None:
+        self._book = dataclasses.replace(self._book, current_score=value)
+
+    @property
+    def kth_best_model_path(self) -> str:
+        """The worst kept checkpoint: the next to be replaced."""
+        return self._book.kth_best_model_path
+
+    @kth_best_model_path.setter
+    def kth_best_model_path(self, value: str) -> None:
+        self._book = dataclasses.replace(self._book, kth_best_model_path=value)
+
+    @property
+    def kth_value(self) -> float:
+        """The worst kept checkpoint's score: a new one must beat it."""
+        return self._book.kth_value
+
+    @kth_value.setter
+    def kth_value(self, value: float) -> None:
+        self._book = dataclasses.replace(self._book, kth_value=value)
+
+    @property
+    def last_model_path(self) -> str:
+        """The ``last.ckpt`` this callback wrote (or resumed)."""
+        return self._book.last_model_path
+
+    @last_model_path.setter
+    def last_model_path(self, value: str) -> None:
+        self._book = dataclasses.replace(self._book, last_model_path=value)
 
     @property
     def state_key(self) -> str:
@@ -374,48 +434,41 @@ class ModelCheckpoint(Checkpoint):
 
     def _apply_state(self, state: Mapping[str, Any]) -> None:
         self._last_global_step_saved = int(state.get("last_global_step_saved", self._last_global_step_saved))
-        if state.get("dirpath") == self.dirpath:
-            state = self._own_files_only(state)
-            self.best_k_models = dict(state.get("best_k_models", {}))
-            self.kth_best_model_path = state.get("kth_best_model_path", "")
-            self.kth_value = state.get("kth_value", _worst(self.mode))
-            self.best_model_score = state.get("best_model_score")
-            self.current_score = state.get("current_score")
-            self.last_model_path = state.get("last_model_path", "")
-        else:
+        if state.get("dirpath") != self.dirpath:
             _rank_zero_warn(
                 f"ModelCheckpoint: the checkpoint directory changed from {state.get('dirpath')!r} to "
                 f"{self.dirpath!r}; only best_model_path is restored.",
             )
-        self.best_model_path = state.get("best_model_path", self.best_model_path)
+            self.best_model_path = state.get("best_model_path", self.best_model_path)
+            return
+        self._book = self._own_files_only(TopK(
+            best_k_models=dict(state.get("best_k_models", {})),
+            best_model_path=state.get("best_model_path", self.best_model_path),
+            best_model_score=state.get("best_model_score"), current_score=state.get("current_score"),
+            kth_best_model_path=state.get("kth_best_model_path", ""),
+            kth_value=state.get("kth_value", _worst(self.mode)), last_model_path=state.get("last_model_path", ""),
+        ), state.get("best_model_path", ""))
 
-    def _own_files_only(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
-        """``state`` without the paths that are not checkpoint files in this callback's directory.
+    def _own_files_only(self, book: TopK, best_named: str) -> TopK:
+        """A loaded ``book`` without the paths that are not checkpoint files in this callback's
+        directory (``best_named``: the best path the state itself named).
 
         The top-k list is deleted from and ``last_model_path`` overwritten, so a loaded state
         (a file anyone may have written) must not name anything else; what is dropped is warned
-        about, and the ranking is rebuilt from the files that remain.
+        about, and the files that remain are ranked as a save ranks them (`rank_kept`).
         """
-        best_k = dict(state.get("best_k_models", {}))
-        named = [*best_k, state.get("kth_best_model_path", ""), state.get("best_model_path", ""),
-                 state.get("last_model_path", "")]
+        named = [*book.best_k_models, book.kth_best_model_path, best_named, book.last_model_path]
         foreign = sorted({str(p) for p in named if p and not self._is_own_file(p)})
         if not foreign:
-            return state
+            return book
         _rank_zero_warn(
             f"ModelCheckpoint: the checkpoint's state names paths outside its directory {self.dirpath!r}: "
             f"{', '.join(foreign)}; they are dropped (a checkpoint callback deletes and overwrites only "
             "checkpoint files in its own directory).",
         )
-        kept = {p: v for p, v in best_k.items() if str(p) not in foreign}
-        ranked = sorted(kept.items(), key=lambda kv: _to_float(kv[1]), reverse=self.mode == "min")
-        own = dict(state)
-        own["best_k_models"] = kept
-        own["kth_best_model_path"], own["kth_value"] = ranked[0] if ranked else ("", _worst(self.mode))
-        own["best_model_path"], own["best_model_score"] = ranked[-1] if ranked else ("", None)
-        if own.get("last_model_path") in foreign:
-            own["last_model_path"] = ""
-        return own
+        kept = {p: v for p, v in book.best_k_models.items() if str(p) not in foreign}
+        book = rank_kept(book, kept, self.mode)
+        return dataclasses.replace(book, last_model_path="") if book.last_model_path in foreign else book
 
     def _is_own_file(self, path: Any) -> bool:
         """Whether ``path`` is a checkpoint file (``*.ckpt``) inside this callback's directory."""
@@ -523,7 +576,7 @@ class ModelCheckpoint(Checkpoint):
         metrics = self._metrics(trainer)
         score = self._score(trainer, metrics) if self.monitor is not None and top_k else None
         policy = Policy(self.monitor, self.mode, self.save_top_k, self.save_last)
-        return decide(self._books(), policy, score, top_k, last, self._last_checkpoint_saved, _Names(self, metrics))
+        return decide(self._book, policy, score, top_k, last, self._last_checkpoint_saved, _Names(self, metrics))
 
     def _score(self, trainer: TrainerView, metrics: Mapping[str, Any]) -> float | None:
         """The monitored value to rank by (NaN is the worst), or None while validation has not logged it yet."""
@@ -534,9 +587,9 @@ class ModelCheckpoint(Checkpoint):
         return _worst(self.mode) if math.isnan(score) else score
 
     def _apply_decision(self, trainer: TrainerView, decision: Save) -> None:
-        before = self._books()
-        # the books first: the checkpoint being written records itself as saved
-        self._set_books(decision.books)
+        before = self._book
+        # the book first: the checkpoint being written records itself as saved
+        self._book = decision.books
         if decision.save_path is not None or decision.last_path is not None:
             self._last_global_step_saved = trainer.global_step
         if self.verbose and decision.message:
@@ -549,7 +602,7 @@ class ModelCheckpoint(Checkpoint):
                 self._last_checkpoint_saved = decision.save_path
         except BaseException:
             # the write failed: keep pointing at the files that exist
-            self._set_books(before)
+            self._book = before
             raise
         if decision.link_to is not None:
             if trainer.is_global_zero:
@@ -568,23 +621,6 @@ class ModelCheckpoint(Checkpoint):
         self.last_model_path = path
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
-
-    def _books(self) -> TopK:
-        return TopK(
-            best_k_models=dict(self.best_k_models), best_model_path=self.best_model_path,
-            best_model_score=self.best_model_score, current_score=self.current_score,
-            kth_best_model_path=self.kth_best_model_path, kth_value=self.kth_value,
-            last_model_path=self.last_model_path,
-        )
-
-    def _set_books(self, books: TopK) -> None:
-        self.best_k_models = dict(books.best_k_models)
-        self.best_model_path = books.best_model_path
-        self.best_model_score = books.best_model_score
-        self.current_score = books.current_score
-        self.kth_best_model_path = books.kth_best_model_path
-        self.kth_value = books.kth_value
-        self.last_model_path = books.last_model_path
 
     def last_checkpoint_path(self, taken: Mapping[str, Any] | None = None) -> str:
         """Where this run writes its last checkpoint: the one it wrote (or resumed) before, else

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Optional, Protocol, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,15 +145,42 @@ def rank_kept(books: TopK, kept: dict[str, float], mode: str) -> TopK:
     loaded state (`ModelCheckpoint`, a state naming files it does not own) are ranked here."""
     ranked = sorted(kept.items(), key=lambda kv: float(kv[1]), reverse=mode == "min")
     if not ranked:
-        worst = math.inf if mode == "min" else -math.inf
         return dataclasses.replace(
-            books, best_k_models=kept, kth_best_model_path="", kth_value=worst, best_model_path="", best_model_score=None
+            books, best_k_models=kept, kth_best_model_path="", kth_value=worst(mode), best_model_path="", best_model_score=None
         )
     (kth_path, kth_value), (best_path, best_score) = ranked[0], ranked[-1]  # the worst and the best kept
     return dataclasses.replace(
         books, best_k_models=kept, kth_best_model_path=kth_path, kth_value=kth_value,
         best_model_path=best_path, best_model_score=best_score,
     )
+
+
+def loaded_books(
+    state: Mapping[str, Any], mode: str, best_model_path: str, owned: Callable[[str], bool]
+) -> tuple[TopK, list[str]]:
+    """The books a checkpoint callback's saved ``state`` describes (``best_model_path``: the one
+    kept when the state names none), and the paths it names that are not ``owned`` (sorted). Those
+    are dropped, and the checkpoints that remain are ranked as a save ranks them (`rank_kept`)."""
+    books = TopK(
+        best_k_models=dict(state.get("best_k_models", {})),
+        best_model_path=state.get("best_model_path", best_model_path),
+        best_model_score=state.get("best_model_score"), current_score=state.get("current_score"),
+        kth_best_model_path=state.get("kth_best_model_path", ""),
+        kth_value=state.get("kth_value", worst(mode)), last_model_path=state.get("last_model_path", ""),
+    )
+    named = [*books.best_k_models, books.kth_best_model_path, state.get("best_model_path", ""), books.last_model_path]
+    foreign = sorted({str(p) for p in named if p and not owned(p)})
+    if not foreign:
+        return books, []
+    books = rank_kept(books, {p: v for p, v in books.best_k_models.items() if str(p) not in foreign}, mode)
+    if books.last_model_path in foreign:
+        books = dataclasses.replace(books, last_model_path="")
+    return books, foreign
+
+
+def worst(mode: str) -> float:
+    """The worst score in ``mode`` (``"min"``: +inf)."""
+    return math.inf if mode == "min" else -math.inf
 
 
 def step_due(step: int, every_n_train_steps: int) -> bool:

@@ -1,5 +1,6 @@
 """A fit's set-up, before its first epoch: the module, the loaders, the optimizers, a restored
-checkpoint, the learning-rate scaling; and the loaders again when an epoch reloads them.
+checkpoint, the learning-rate scaling; and each epoch's data: the loaders again when an epoch
+reloads them, the first epoch's draws made ahead or its resume (`plan_resume`'s plan checked).
 
 `FitSetup` belongs to one `FitLoop` (`fit_loop.setup`), which runs the epochs. It reads the loop
 through `SetUpLoop` (what the set-up gives the loop and asks of it), so this module does not

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -209,10 +209,13 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         return checkpoint_callbacks(self.callbacks)
 
     # -- entry points -------------------------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        # only for names the class lacks: Lightning's other Trainer attributes, answered by a view of
-        # this Trainer in the Lightning layer (`trainer.lightning.attributes`), not by a base class
-        return lightning_attribute(self, name)
+    if not TYPE_CHECKING:
+        # the type checker does not see it, so a name the class lacks is a type error and the
+        # floor's protocols are checked against the real members (tests/project/conformance_check.py)
+        def __getattr__(self, name: str) -> Any:
+            # only for names the class lacks: Lightning's other Trainer attributes, answered by a view of
+            # this Trainer in the Lightning layer (`trainer.lightning.attributes`), not by a base class
+            return lightning_attribute(self, name)
 
     def fit(
         self,

@@ -1,4 +1,5 @@
-"""The contracts floor: what callbacks may use, held against the real objects and the code."""
+"""The contracts floor: what callbacks may use, held against the code (tests/project/test_types.py holds
+the real classes against its protocols with mypy: tests/project/conformance_check.py)."""
 from __future__ import annotations
 
 import ast
@@ -6,73 +7,20 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Protocol
 
 import pytest
 
-from callbacks import Callback, Logger
-from trainer import TrainModule, Trainer
-from trainer.contracts import protocols
-from trainer.contracts.progress import FitProgress
-from trainer.strategies.strategy import SingleDeviceStrategy
+from callbacks import Callback
+from trainer import Trainer
 
 from tests.helpers.source_imports import runtime_imports
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _members(proto: type) -> set[str]:
-    names: set[str] = set()
-    for cls in proto.__mro__:
-        if cls in (Protocol, object) or not issubclass(cls, Protocol):
-            continue
-        names.update(getattr(cls, "__annotations__", {}))
-        names.update(n for n in vars(cls) if not n.startswith("_"))
-    return names
-
-
-def _has(obj: object, name: str) -> bool:
-    return name in dir(type(obj)) or name in vars(obj)
-
-
 @pytest.fixture(scope="module")
 def trainer():
     return Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False)
-
-
-@pytest.mark.parametrize(
-    "proto, real",
-    [
-        (protocols.TrainerView, "trainer"),
-        (protocols.TrainerInternals, "trainer"),
-        (protocols.StrategyView, "strategy"),
-        (protocols.FitPosition, "progress"),
-        (protocols.FitLoopView, "fit_loop"),
-        (protocols.ModuleView, "module"),
-        (protocols.CallbackView, "callback"),
-        (protocols.LoggerView, "logger"),
-    ],
-)
-def test_every_protocol_member_exists_on_the_real_object(proto, real, trainer):
-    obj = {
-        "trainer": trainer,
-        "strategy": trainer.strategy,
-        "progress": FitProgress(),
-        "fit_loop": trainer.fit_loop,
-        "module": TrainModule(),
-        "callback": Callback(),
-        "logger": Logger(),
-    }[real]
-    assert isinstance(trainer.strategy, SingleDeviceStrategy)
-    missing = sorted(name for name in _members(proto) if not _has(obj, name))
-    assert missing == [], f"{proto.__name__} names members {type(obj).__name__} lacks: {missing}"
-
-
-def test_the_member_check_finds_a_missing_member(trainer):
-    class Wider(protocols.TrainerView, Protocol):
-        def no_such_method(self) -> None: ...
-
-    assert [n for n in _members(Wider) if not _has(trainer, n)] == ["no_such_method"]
 
 
 def _imports(path: Path) -> set[str]:

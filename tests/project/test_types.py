@@ -56,6 +56,38 @@ def test_mypy_finds_a_callback_reaching_past_the_trainers_contract(tmp_path):
 
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mypy_holds_the_real_classes_against_the_floor_s_protocols(tmp_path):
+    # tests/project/conformance_check.py gives each real class as the protocol its users receive;
+    # the sample shows the check sees a member's type and a member the class lacks
+    sample = tmp_path / "wrong_protocol.py"
+    sample.write_text(
+        "from typing import Protocol\n"
+        "from trainer.loops.fit_loop import FitLoop\n"
+        "from trainer.trainer import Trainer\n\n\n"
+        "class Epochs(Protocol):\n"
+        "    @property\n"
+        "    def max_epochs(self) -> bytes | None: ...\n\n\n"
+        "class Lacking(Protocol):\n"
+        "    def no_such_method(self) -> None: ...\n\n\n"
+        "def epochs(trainer: Trainer) -> Epochs:\n"
+        "    return trainer\n\n\n"
+        "def lacking(loop: FitLoop) -> Lacking:\n"
+        "    return loop\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", "tests/project/conformance_check.py", str(sample)],
+        capture_output=True, text=True, cwd=REPO, timeout=580,
+    )
+    errors = [line.split(": error: ")[1] for line in out.stdout.splitlines() if ": error: " in line]
+    assert [e.split("  [")[0] for e in errors] == [
+        'Incompatible return value type (got "Trainer", expected "Epochs")',
+        'Incompatible return value type (got "FitLoop", expected "Lacking")',
+    ], out.stdout
+    assert "wrong_protocol.py" in out.stdout and "conformance_check.py" not in out.stdout, out.stdout
+
+
 def _member_types(proto: type) -> dict[str, str]:
     """Each attribute's and property's declared type (as written), over the protocol's own classes."""
     types: dict[str, str] = {}

@@ -3,7 +3,8 @@
 These protocols are the contract between the callbacks and the trainer (docs/architecture.md has
 the table). Callbacks annotate with them instead of importing `trainer.Trainer`, so the callbacks
 depend on this floor only; `tests/project/test_contracts.py` checks that the real `Trainer`,
-`Strategy`, `FitProgress` and `TrainModule` have every member named here.
+`Strategy`, `FitProgress` and `TrainModule` have every member named here, with its type
+(mypy reads `tests/project/conformance_check.py`).
 """
 from __future__ import annotations
 

@@ -10,21 +10,51 @@ from __future__ import annotations
 import torch
 
 from callbacks import Callback, Logger, ModelCheckpoint, ProgressBar
+from trainer.accelerators.accelerator import Accelerator
+from trainer.accelerators.precision import Precision
+from trainer.contracts.internals import (
+    AcceleratorInternals,
+    CollectivesView,
+    FitLoopInternals,
+    FitLoopView,
+    HookCalls,
+    LossCheckView,
+    MetricLoggerView,
+    MetricStoreView,
+    ModuleInternals,
+    OptimizationView,
+    PlacementView,
+    PrecisionView,
+    ProfilerView,
+    StrategyInternals,
+    TrainerInternals,
+)
 from trainer.contracts.progress import FitProgress
 from trainer.contracts.protocols import (
     CallbackView,
     CheckpointCallbackView,
-    FitLoopView,
     FitPosition,
     LoggerView,
     ModuleView,
     ProgressBarView,
     StrategyView,
-    TrainerInternals,
     TrainerView,
 )
+from trainer.contracts.run_state import DataHooksView, DataModuleView
+from trainer.contracts.stage import EvaluationRun
+from trainer.data.datamodule import DataModule
+from trainer.distributed.cluster_environment import ClusterEnvironment
+from trainer.distributed.stall import CollectiveProgress
+from trainer.hooks import HookDispatcher
+from trainer.loops.anomaly import NonFiniteLossCheck
+from trainer.loops.automatic import AutomaticOptimization
+from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
+from trainer.loops.manual import ManualOptimization
+from trainer.metrics.metric_logger import MetricLogger
+from trainer.metrics.metric_store import MetricStore
 from trainer.module import TrainModule
+from trainer.profiler import Profiler
 from trainer.strategies.strategy import Strategy
 from trainer.trainer import Trainer
 
@@ -39,6 +69,70 @@ def trainer_for_callbacks(trainer: Trainer) -> TrainerView:
 
 def fit_loop_for_optimization(loop: FitLoop) -> FitLoopView:
     return loop
+
+
+def fit_loop_for_the_parts(loop: FitLoop) -> FitLoopInternals:
+    return loop
+
+
+def strategy_for_the_parts(strategy: Strategy) -> StrategyInternals:
+    return strategy
+
+
+def module_for_the_parts(module: TrainModule) -> ModuleInternals:
+    return module
+
+
+def data_hooks_of_a_module(module: TrainModule) -> DataHooksView:
+    return module
+
+
+def datamodule_for_the_parts(datamodule: DataModule) -> DataModuleView:
+    return datamodule
+
+
+def precision_for_the_parts(precision: Precision) -> PrecisionView:
+    return precision
+
+
+def hooks_for_the_parts(hooks: HookDispatcher) -> HookCalls:
+    return hooks
+
+
+def metric_logger_for_the_parts(metric_logger: MetricLogger) -> MetricLoggerView:
+    return metric_logger
+
+
+def metric_store_for_the_parts(store: MetricStore) -> MetricStoreView:
+    return store
+
+
+def profiler_for_the_parts(profiler: Profiler) -> ProfilerView:
+    return profiler
+
+
+def loss_check_for_the_parts(check: NonFiniteLossCheck) -> LossCheckView:
+    return check
+
+
+def optimizations_for_the_parts(automatic: AutomaticOptimization, manual: ManualOptimization) -> list[OptimizationView]:
+    return [automatic, manual]
+
+
+def accelerator_for_the_parts(accelerator: Accelerator) -> AcceleratorInternals:
+    return accelerator
+
+
+def placement_for_the_parts(environment: ClusterEnvironment) -> PlacementView:
+    return environment
+
+
+def collectives_for_the_parts(collectives: CollectiveProgress) -> CollectivesView:
+    return collectives
+
+
+def evaluation_for_the_trainer_state(evaluation: EvaluationLoop) -> EvaluationRun:
+    return evaluation
 
 
 def strategy_for_callbacks(strategy: Strategy) -> StrategyView:

@@ -73,6 +73,8 @@ def _definitions(name_pattern: str) -> list[str]:
         for path in [*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.FunctionDef) and pattern.fullmatch(node.name)
+        # an ``@overload`` signature types the one definition (by its ``allow_none``), it is not another
+        and not any(ast.unparse(d).split(".")[-1] == "overload" for d in node.decorator_list)
     )
 
 

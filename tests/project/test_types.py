@@ -1,7 +1,8 @@
 """The static type check: mypy over trainer/ and callbacks/ (setup.cfg [mypy]) finds no error.
 
 It checks what name- and text-matching tests cannot: that each part uses the Trainer, the fit loop
-and the callbacks as their protocols (`trainer.contracts.protocols`) type them, and that every
+and the callbacks as their protocols (`trainer.contracts.protocols`, `trainer.contracts.internals`)
+type them, and that every
 `# type: ignore` names its error code (``ignore-without-code``) and is still needed
 (``warn_unused_ignores``).
 """
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from trainer.contracts import protocols
+from trainer.contracts import internals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,7 +100,7 @@ def _member_types(proto: type) -> dict[str, str]:
     return types
 
 
-@pytest.mark.parametrize("proto", [protocols.TrainerInternals, protocols.FitLoopView])
+@pytest.mark.parametrize("proto", [internals.TrainerInternals, internals.FitLoopView, internals.StrategyInternals, internals.ModuleInternals])
 def test_the_internal_protocols_give_each_member_a_type(proto):
     # what the trainer's parts receive says what each component is: mypy checks each use against it
     untyped = sorted(name for name, written in _member_types(proto).items() if written == "Any")
@@ -107,7 +108,7 @@ def test_the_internal_protocols_give_each_member_a_type(proto):
 
 
 def test_the_member_type_check_finds_an_any_member():
-    class Loose(protocols.TrainerInternals, Protocol):
+    class Loose(internals.TrainerInternals, Protocol):
         anything: Any
 
     assert "Any" in _member_types(Loose).values()

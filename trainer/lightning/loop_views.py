@@ -17,7 +17,7 @@ from trainer.module import TrainModule
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
-    from trainer.loops.evaluation_loop import EvaluationLoop
+    from trainer.contracts.stage import EvaluationRun as EvaluationLoop
     from trainer.loops.fit_loop import FitLoop
 
 # (ready, started, processed, completed): Lightning's four stages of a counted event

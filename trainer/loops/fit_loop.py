@@ -47,7 +47,8 @@ from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.distributed.rank_zero import rank_zero_info, rank_zero_warn
 from trainer.hyperparameters import hparams_for_loggers
 from trainer.lightning.loop_views import lightning_fit_loop_attribute
-from trainer.loops.optimization import SchedulerMetrics, lr_scale_factor, parse_optimizers, scale_learning_rates
+from trainer.loops.optimization import lr_scale_factor, parse_optimizers, scale_learning_rates
+from trainer.contracts.schedulers import SchedulerMetrics
 from trainer.contracts.progress import FitProgress
 from trainer.model_setup import check_trainable, configure_model
 from trainer.module import TrainModule
@@ -59,7 +60,7 @@ from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.loops.optimization import Optimization
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import ModuleInternals, TrainerInternals as Trainer
 
 
 class FitLoop:
@@ -234,7 +235,7 @@ class FitLoop:
             f"{t.global_batch_size}), resumed from global step {resumed}; {again}."
         )
 
-    def setup_data(self, model: TrainModule, train: Any, val: Any) -> None:
+    def setup_data(self, model: ModuleInternals, train: Any, val: Any) -> None:
         """The fit's loaders (given, or the DataModule's or module's hooks), sharded, seeded, pinned and counted."""
         t, strategy = self.trainer, self.trainer.strategy
         self._data_sources, self._loaded_epoch = (train, val), self.progress.current_epoch
@@ -263,7 +264,7 @@ class FitLoop:
             for dl in (t.train_dataloader, *t.val_dataloaders):
                 strategy.accelerator.pin_loader_memory(dl)
 
-    def _val_loaders(self, model: TrainModule, source: Any, val: Any, before_train: dict[str, Any]) -> list[Any]:
+    def _val_loaders(self, model: ModuleInternals, source: Any, val: Any, before_train: dict[str, Any]) -> list[Any]:
         """Fit's validation loaders, asked for as Lightning asks: not at all without a ``validation_step``;
         for a sanity check, inside it, so before the train loader and with the RNG isolated (a hook that
         draws, as ``BoringModel``'s datasets do, draws from the state the train loader's drew from)."""

@@ -2,9 +2,9 @@
 
 These protocols are the contract between the callbacks and the trainer (docs/architecture.md has
 the table). Callbacks annotate with them instead of importing `trainer.Trainer`, so the callbacks
-depend on this floor only; `tests/project/test_contracts.py` checks that the real `Trainer`,
-`Strategy`, `FitProgress` and `TrainModule` have every member named here, with its type
-(mypy reads `tests/project/conformance_check.py`).
+depend on this floor only; mypy checks that the real `Trainer`, `Strategy`, `FitProgress`,
+`TrainModule` and callbacks have every member named here, with its type
+(`tests/project/conformance_check.py`). What the trainer's own parts use is in `internals.py`.
 """
 from __future__ import annotations
 

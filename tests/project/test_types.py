@@ -117,18 +117,22 @@ def test_the_member_type_check_finds_an_any_member():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(tmp_path):
-    # the signature survives `hint_misspelled_arguments`; a setting or run field has its field's type
+    # the signature survives `hint_misspelled_arguments`; a setting or run field has its field's type;
+    # a misspelled attribute is an error (the Lightning `__getattr__` is not seen by the type checker)
     sample = tmp_path / "typed_trainer.py"
     sample.write_text(
         "from typing_extensions import assert_type\n"
-        "from trainer import Trainer\n\n"
+        "from trainer import Trainer\n"
+        "from trainer.loops.fit_loop import FitLoop\n\n"
         "Trainer(max_epoch=3)\n"
         "Trainer(max_epochs='x')\n"
         "t = Trainer(max_epochs=3)\n"
         "assert_type(t.max_epochs, int | None)\n"
         "assert_type(t.default_root_dir, str)\n"
         "assert_type(t.should_stop, bool)\n"
+        "assert_type(t.fit_loop, FitLoop)\n"
         "t.should_stop = True\n"
+        "t.max_epoch\n"
     )
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", str(sample)],
@@ -138,6 +142,8 @@ def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(tmp_pat
     assert [e.split("  [")[0] for e in errors] == [
         'Unexpected keyword argument "max_epoch" for "Trainer"; did you mean "max_epochs"?',
         'Argument "max_epochs" to "Trainer" has incompatible type "str"; expected "int | None"',
+        # the Lightning names the Trainer answers at run time are not guessed from a misspelling
+        '"Trainer" has no attribute "max_epoch"',
     ], out.stdout
 
 

@@ -132,6 +132,19 @@ pl.Trainer(accelerator="cpu", max_epochs=1, profiler=p, logger=False, enable_pro
 print(json.dumps([sorted(os.listdir("prof")), isinstance(p, Profiler), isinstance(PassThroughProfiler(), Profiler)]))
 '''
 
+ADVANCED = PROFILERS.split("p = SimpleProfiler")[0] + '''
+p = AdvancedProfiler(dirpath="adv", filename="perf", line_count_restriction=5, dump_stats=True)
+pl.Trainer(accelerator="cpu", max_epochs=1, profiler=p, logger=False, enable_progress_bar=False, enable_checkpointing=False).fit(M(), dl)
+files = sorted(os.listdir("adv"))
+report = open("adv/fit-perf.txt").read()
+by_name = pl.Trainer(accelerator="cpu", max_steps=1, profiler="advanced", logger=False, enable_progress_bar=False,
+                     enable_checkpointing=False)
+by_name.fit(M(), dl)
+print(json.dumps([[f for f in files if not f.endswith(".prof")], "fit-perf-run_training_batch.prof" in files,
+                  "Profile stats for: run_training_batch" in report, isinstance(p, Profiler),
+                  by_name.global_step]))
+'''
+
 
 def _run(tmp_path, script: str, *runner: str) -> list:
     (tmp_path / "script.py").write_text(script)
@@ -217,3 +230,12 @@ def test_lightning_s_profiler_classes_take_lightning_s_arguments_and_write_the_s
     ours = _run(tmp_path / "ours", PROFILERS, "-m", "trainer.as_lightning")
     assert ours == theirs == [["fit-perf.txt"], True, True]
     assert "run_training_batch" in (tmp_path / "ours" / "prof" / "fit-perf.txt").read_text()
+
+
+def test_lightning_s_advanced_profiler_writes_cprofile_statistics_per_section_as_lightning_does(tmp_path):
+    pytest.importorskip("lightning")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "ours").mkdir()
+    theirs = _run(tmp_path / "theirs", ADVANCED)
+    ours = _run(tmp_path / "ours", ADVANCED, "-m", "trainer.as_lightning")
+    assert ours == theirs == [["fit-perf.txt"], True, True, True, 1]

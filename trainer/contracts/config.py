@@ -166,7 +166,7 @@ class LoggingConfig:
     enable_progress_bar: bool = True
     enable_model_summary: bool = True
     enable_autolog_hparams: bool = True  # the hyperparameters go to the loggers at the start of a fit
-    profiler: object = None  # as given (None, "simple", "pytorch" or a Profiler): `make_profiler` checks and builds it
+    profiler: object = None  # as given (None, "simple", "advanced", "pytorch" or a Profiler): `make_profiler` checks and builds it
 
     def __post_init__(self) -> None:
         check_int("log_every_n_steps", self.log_every_n_steps, minimum=1)

@@ -13,7 +13,7 @@ import pytest
 from callbacks import Callback
 from trainer import Trainer
 
-from tests.helpers.source_imports import all_imports, runtime_imports
+from tests.helpers.source_imports import all_imports
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,9 @@ protocol (`tests/project/conformance_check.py`).
 """
 from __future__ import annotations
 
-import os
 from typing import Callable, ContextManager, Iterable, Mapping, ParamSpec, Protocol, Sequence, TypeVar
+
+import torch
 
 from trainer.contracts.config import TrainerConfig
 from trainer.contracts.progress import FitProgress
@@ -19,10 +20,7 @@ from trainer.contracts.protocols import (
 )
 from trainer.contracts.run_state import DataHooksView, DataModuleView, RunState
 from trainer.contracts.schedulers import LRSchedulerConfig, SchedulerMetrics
-from trainer.contracts.stage import EvaluationRun, TrainerState
-
-import torch
-
+from trainer.contracts.stage import TrainerState
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")

@@ -17,8 +17,8 @@ from trainer.module import TrainModule
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
-    from trainer.loops.evaluation_loop import EvaluationLoop
-    from trainer.loops.fit_loop import FitLoop
+    from trainer.contracts.stage import EvaluationRun as EvaluationLoop
+    from trainer.contracts.internals import FitLoopInternals as FitLoop
 
 # (ready, started, processed, completed): Lightning's four stages of a counted event
 _Stages = tuple[int, int, int, int]

@@ -27,13 +27,13 @@ from trainer.loops.accumulation import AccumulationWindows
 from trainer.loops.anomaly import NonFiniteLossCheck
 from trainer.loops.fit_setup import FitSetup
 from trainer.loops.fit_validation import FitValidation, validation_due, validation_index
-from trainer.loops.optimization import SchedulerMetrics
+from trainer.contracts.schedulers import SchedulerMetrics
 from trainer.module import TrainModule
 
 if TYPE_CHECKING:
     from trainer.data.batch_transfer import BatchTransfer
     from trainer.loops.optimization import Optimization
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import ModuleInternals, TrainerInternals as Trainer
 
 
 class FitLoop:
@@ -80,10 +80,13 @@ class FitLoop:
         """fit's train and validation loader arguments (None: the hooks make them)."""
         return self.setup.given_loaders
 
-    def __getattr__(self, name: str) -> Any:
-        # only for names the class lacks: Lightning's loop names (``fit_loop.epoch_loop``, ...), answered
-        # by views in the Lightning layer (`trainer.lightning.loop_views`), not by Lightning's structure
-        return lightning_fit_loop_attribute(self, name)
+    if not TYPE_CHECKING:
+        # the type checker does not see it, so a name the class lacks is a type error and the
+        # floor's protocols are checked against the real members (tests/project/conformance_check.py)
+        def __getattr__(self, name: str) -> Any:
+            # only for names the class lacks: Lightning's loop names (``fit_loop.epoch_loop``, ...), answered
+            # by views in the Lightning layer (`trainer.lightning.loop_views`), not by Lightning's structure
+            return lightning_fit_loop_attribute(self, name)
 
     def logged_steps(self) -> int:
         """The loggers' step scale, Lightning's ``_batches_that_stepped`` once the current batch

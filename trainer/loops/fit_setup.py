@@ -18,7 +18,7 @@ from trainer.checkpointing.resume import (
     restore_boundary_states, resumed_epoch,
 )
 from trainer.contracts.accumulation import GlobalBatchError, accumulation_for, global_batch_size
-from trainer.contracts.protocols import FitLoopView
+from trainer.contracts.internals import FitLoopView
 from trainer.contracts.user_line import user_stacklevel
 from trainer.data.batch_transfer import BatchTransfer
 from trainer.data.datamodule import data_source
@@ -37,7 +37,7 @@ from trainer.seed import install_worker_seeding
 
 if TYPE_CHECKING:
     from trainer.contracts.progress import FitProgress
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import ModuleInternals, TrainerInternals as Trainer
     from trainer.loops.optimization import Optimization
 
 
@@ -156,7 +156,7 @@ class FitSetup:
         every = self.trainer.reload_dataloaders_every_n_epochs
         return bool(every) and epoch - self._loaded_epoch >= every
 
-    def setup_data(self, model: TrainModule, train: Any, val: Any, epoch: int) -> None:
+    def setup_data(self, model: ModuleInternals, train: Any, val: Any, epoch: int) -> None:
         """The fit's loaders (given, or the DataModule's or module's hooks), sharded, seeded, pinned and counted."""
         t, strategy = self.trainer, self.trainer.strategy
         self.given_loaders, self._loaded_epoch = (train, val), epoch
@@ -185,7 +185,7 @@ class FitSetup:
             for dl in (t.train_dataloader, *t.val_dataloaders):
                 strategy.accelerator.pin_loader_memory(dl)
 
-    def _val_loaders(self, model: TrainModule, source: Any, val: Any, before_train: dict[str, Any]) -> list[Any]:
+    def _val_loaders(self, model: ModuleInternals, source: Any, val: Any, before_train: dict[str, Any]) -> list[Any]:
         """Fit's validation loaders, asked for as Lightning asks: not at all without a ``validation_step``;
         for a sanity check, inside it, so before the train loader and with the RNG isolated (a hook that
         draws, as ``BoringModel``'s datasets do, draws from the state the train loader's drew from)."""

@@ -14,7 +14,7 @@ from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.contracts.progress import FitProgress
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 
 class FitValidation:

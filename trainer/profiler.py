@@ -52,7 +52,24 @@ class _NoProfiler(Profiler):
     active = False
 
 
-class SimpleProfiler(Profiler):
+class _Reported(Profiler):
+    """A profiler whose `summary` rank 0 prints and writes to ``<log_dir>/<stage>-profiler.txt``."""
+
+    def summary(self) -> str:
+        raise NotImplementedError
+
+    def stop(self, stage: str, log_dir: str, rank: int, write: bool = True) -> None:
+        if rank != 0:
+            return
+        report = self.summary()
+        print(report, flush=True)
+        if write:
+            os.makedirs(log_dir, exist_ok=True)
+            with open(os.path.join(log_dir, f"{stage}-profiler.txt"), "w", encoding="utf-8") as f:
+                f.write(report + "\n")
+
+
+class SimpleProfiler(_Reported):
     """Wall time per section: calls, mean, total and share of the run, as a table."""
 
     def __init__(self) -> None:
@@ -84,18 +101,8 @@ class SimpleProfiler(Profiler):
         lines.insert(1, "-" * len(lines[0]))
         return "Profiler report\n" + "\n".join(lines)
 
-    def stop(self, stage: str, log_dir: str, rank: int, write: bool = True) -> None:
-        if rank != 0:
-            return
-        report = self.summary()
-        print(report, flush=True)
-        if write:
-            os.makedirs(log_dir, exist_ok=True)
-            with open(os.path.join(log_dir, f"{stage}-profiler.txt"), "w", encoding="utf-8") as f:
-                f.write(report + "\n")
 
-
-class AdvancedProfiler(Profiler):
+class AdvancedProfiler(_Reported):
     """`cProfile` per section: each section's functions by cumulative time, at the end of the run.
 
     The interpreter has one profiling hook, so a section entered inside another pauses the outer
@@ -137,16 +144,6 @@ class AdvancedProfiler(Profiler):
             stats.strip_dirs().sort_stats("cumulative").print_stats(self.line_count_restriction)
             parts.append(f"Profile stats for: {name}\n{text.getvalue()}")
         return "Profiler report\n\n" + "\n".join(parts)
-
-    def stop(self, stage: str, log_dir: str, rank: int, write: bool = True) -> None:
-        if rank != 0:
-            return
-        report = self.summary()
-        print(report, flush=True)
-        if write:
-            os.makedirs(log_dir, exist_ok=True)
-            with open(os.path.join(log_dir, f"{stage}-profiler.txt"), "w", encoding="utf-8") as f:
-                f.write(report + "\n")
 
 
 class PyTorchProfiler(Profiler):

@@ -26,6 +26,7 @@ import sys
 import types
 from typing import Any, Callable, Sequence
 
+from trainer.lightning import tree
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
 
 LIGHTNING_API_VERSION = "2.6.6"
@@ -74,6 +75,8 @@ SUBPACKAGES = frozenset({
 _MIRRORED = ("demos",)
 # packages named ``lightning``, ``pytorch_lightning`` and ``lightning_fabric`` that `install` puts first on
 # the path of every process this one starts (`replace_in_child`)
+# the Lockstep module of Lightning's modules that have no counterpart (`trainer.lightning.tree`)
+_LIGHTNING_ONLY = "trainer.lightning.lightning_only"
 CHILD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child_path")
 
 
@@ -96,6 +99,8 @@ def lockstep_module_for(name: str) -> str | None:
         return None  # `from lightning.pytorch.callbacks import ModelPruning` looks for a module of that name first
     if rest[0] in _MIRRORED:
         return ".".join(["trainer", *rest])
+    if rest[0] not in _SUBMODULES and tree.is_tree_module(name):
+        return _LIGHTNING_ONLY  # serve, overrides, _graveyard: their names are the tree's stand-ins
     return _SUBMODULES.get(rest[0], "")  # "": a submodule of Lightning's that Lockstep lacks
 
 
@@ -103,6 +108,8 @@ def _may_be_module(rest: list[str]) -> bool:
     # Lightning's module names are lower case; its classes and constants are not, and a name it
     # has that Lockstep lacks must reach the namespace module's error, not become a module; nor
     # can a name inside a module (not a package) be one
+    if tree.is_tree_module("lightning.pytorch." + ".".join(rest)):
+        return True
     last = rest[-1]
     inside_package = len(rest) == 2 or ".".join(rest[:-1]) in SUBPACKAGES
     return inside_package and last.islower() and f"{rest[0]}.{last}" not in NOT_PROVIDED_NAMES
@@ -132,9 +139,14 @@ class _AliasModule(types.ModuleType):
         try:
             value = getattr(self.__dict__["_lockstep_target"], attr)
         except AttributeError:
-            if not lockstep_module_for(submodule):
-                raise
-            return importlib.import_module(submodule)
+            if tree.is_tree_module(submodule) or lockstep_module_for(submodule):
+                return importlib.import_module(submodule)
+            try:  # a public name of Lightning's module here: Lockstep's object elsewhere, or a stand-in
+                return tree.lightning_name(self.__name__, attr, _folded)
+            except AttributeError:
+                if self.__name__.startswith(_FABRIC):
+                    raise _fabric_not_provided(submodule) from None
+            raise
         return importlib.import_module(submodule) if _is_aliased_module(value, submodule) else value
 
     def __dir__(self) -> list[str]:
@@ -150,18 +162,13 @@ def _is_aliased_module(value: Any, name: str) -> bool:
     return isinstance(value, types.ModuleType) and bool(lockstep_module_for(name))
 
 
-class _FabricPackage(types.ModuleType):
-    """``lightning.fabric`` or a package of it: imported only on the way to a module provided
-    (`_FABRIC_PROVIDED`); any other name read from them is not provided."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.__path__: list[str] = []
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        raise _fabric_not_provided(f"{self.__name__}.{attr}")
+def _folded(name: str) -> types.ModuleType | None:
+    # the Lockstep module a Lightning module's names are read from (`tree.lightning_name` looks there)
+    if name.startswith(_FABRIC):
+        target: str | None = _FABRIC_PROVIDED.get(_fabric_rest(name))
+    else:
+        target = lockstep_module_for(name)
+    return importlib.import_module(target) if target else None
 
 
 def _fabric_not_provided(name: str) -> NotProvidedError:
@@ -172,13 +179,19 @@ def _fabric_not_provided(name: str) -> NotProvidedError:
     )
 
 
-def _fabric_module(name: str) -> types.ModuleType:
+def _fabric_rest(name: str) -> str:
     root = next(r for r in _FABRIC if name == r or name.startswith(r + "."))
-    rest = name[len(root) + 1:]
+    return name[len(root) + 1:]
+
+
+def _fabric_module(name: str) -> types.ModuleType:
+    # the Fabric modules of Lightning's tree (`tree`): those Lockstep provides read from its module,
+    # the others (the packages on the way to them included) hold the tree's names only
+    rest = _fabric_rest(name)
     if rest in _FABRIC_PROVIDED:
         return _AliasModule(name, importlib.import_module(_FABRIC_PROVIDED[rest]))
-    if not rest or any(provided.startswith(rest + ".") for provided in _FABRIC_PROVIDED):
-        return _FabricPackage(name)
+    if tree.is_tree_module(name):
+        return _AliasModule(name, importlib.import_module(_LIGHTNING_ONLY))
     raise _fabric_not_provided(name)
 
 

@@ -1,0 +1,165 @@
+"""Lightning's public module tree, read from the installed Lightning (issue 41, build item 1).
+
+``python -m tests.project.lightning_tree`` prints, as one JSON line, every module under the walked
+roots (`ROOTS`, `FABRIC_MODULES`) and each one's public names with what each is; ``--write``
+regenerates `trainer.lightning.tree_index`, the index the runner mirrors the tree from.
+tests/project/test_lightning_tree.py checks the index against the installed Lightning and every
+name under ``python -m trainer.as_lightning``.
+
+A module's public names: its ``__all__`` where it defines one, else each attribute without a
+leading underscore that the module defines (a ``def``, ``class`` or assignment at its top level) or
+imports from Lightning; a submodule is a module of the tree, not a name.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import logging
+import pkgutil
+import sys
+import types
+import typing
+import warnings
+from pathlib import Path
+from typing import Any
+
+INDEX = Path(__file__).resolve().parents[2] / "trainer" / "lightning" / "tree_index.py"
+_LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
+# each family's root and the packages walked whole; Fabric's other modules are not mirrored
+ROOTS = {"lightning.pytorch": ["lightning.pytorch"], "pytorch_lightning": ["pytorch_lightning"]}
+FABRIC_MODULES = [
+    "", "utilities", "utilities.cloud_io", "utilities.rank_zero", "utilities.seed", "utilities.types",
+    "utilities.apply_func", "utilities.warnings", "plugins", "plugins.io", "accelerators",
+]
+FABRIC_WALKED = ["plugins.io", "accelerators"]
+
+
+def _is_lightning(module: str | None) -> bool:
+    return bool(module) and str(module).split(".")[0] in _LIGHTNING
+
+
+def _modules(family: str) -> list[str]:
+    if family in ("lightning.fabric", "lightning_fabric"):
+        names = [f"{family}.{m}" if m else family for m in FABRIC_MODULES]
+        walked = [f"{family}.{m}" for m in FABRIC_WALKED]
+    else:
+        names, walked = [family], [family]
+    for package in walked:
+        path = importlib.import_module(package).__path__
+        names += [info.name for info in pkgutil.walk_packages(path, package + ".", onerror=lambda _: None)]
+    # pytorch_lightning's __about__ / __version__ / __setup__ are its distribution's metadata, not the tree
+    return sorted(n for n in set(names) if not n.rpartition(".")[2].startswith("__"))
+
+
+def _top_level_names(module: types.ModuleType) -> set[str]:
+    try:
+        tree = ast.parse(inspect.getsource(module))
+    except (OSError, TypeError):
+        return set()
+    names: set[str] = set()
+    for statement in tree.body:
+        for node in ast.walk(statement) if isinstance(statement, (ast.If, ast.Try)) else [statement]:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            elif isinstance(node, ast.ImportFrom) and (node.level or _is_lightning(node.module)):
+                names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def public_names(module: types.ModuleType) -> list[str]:
+    """``module``'s public names (see the module's docstring)."""
+    if hasattr(module, "__all__"):
+        return sorted(set(module.__all__))
+    own = _top_level_names(module)
+    return sorted(
+        n for n, v in vars(module).items()
+        if not n.startswith("_") and not isinstance(v, types.ModuleType)
+        and (n in own or ((inspect.isclass(v) or inspect.isroutine(v)) and _is_lightning(getattr(v, "__module__", None))))
+    )
+
+
+def kind_of(value: Any) -> str:
+    """What a stand-in for ``value`` must be: ``class``, ``exception:<builtin base>``, ``function``,
+    ``logger``, ``typing`` (an annotation), or ``value:<type>``."""
+    if isinstance(value, type):
+        if issubclass(value, BaseException):
+            base = next(b for b in value.__mro__ if b.__module__ == "builtins")
+            return f"exception:{base.__name__}"
+        return "class"
+    if isinstance(value, logging.Logger):
+        return "logger"
+    if inspect.isroutine(value) or isinstance(value, typing.TypeVar) or type(value).__module__ == "typing":
+        return "function" if inspect.isroutine(value) else "typing"
+    if callable(value) and not isinstance(value, (int, float, str)):
+        return "function"
+    return f"value:{type(value).__name__}"
+
+
+def walk(families: list[str]) -> dict[str, Any]:
+    """Every module of ``families`` and its public names' kinds; the places each object is named."""
+    warnings.simplefilter("ignore")
+    modules: dict[str, dict[str, str]] = {}
+    places: dict[int, list[str]] = {}
+    failed: dict[str, str] = {}
+    for family in families:
+        for name in _modules(family):
+            try:
+                module = importlib.import_module(name)
+            except Exception as err:  # noqa: BLE001 - a module the installed Lightning cannot import is reported
+                failed[name] = f"{type(err).__name__}: {err}"
+                continue
+            modules[name] = {}
+            for attr in public_names(module):
+                if not hasattr(module, attr):
+                    continue  # in __all__ but not defined (Lightning's own inconsistency)
+                value = getattr(module, attr)
+                if isinstance(value, types.ModuleType):
+                    continue
+                modules[name][attr] = kind_of(value)
+                if not isinstance(value, (int, float, str, bool, type(None))):
+                    places.setdefault(id(value), []).append(f"{name}:{attr}")
+    groups = sorted(sorted(set(group), key=_depth) for group in places.values() if len(set(group)) > 1)
+    return {"modules": modules, "groups": groups, "failed": failed}
+
+
+def _depth(place: str) -> tuple[int, str]:
+    return place.count("."), place
+
+
+def _relative(place: str) -> str:
+    for family, short in (("lightning.pytorch", "pytorch"), ("lightning.fabric", "fabric")):
+        if place == family or place.startswith((family + ".", family + ":")):
+            return short + place[len(family):]
+    raise ValueError(place)
+
+
+def index_source(walked: dict[str, Any]) -> str:
+    """The text of `trainer.lightning.tree_index` for ``walk(["lightning.pytorch", "lightning.fabric"])``."""
+    modules = sorted((_relative(m), names) for m, names in walked["modules"].items())
+    groups = sorted([_relative(p) for p in group] for group in walked["groups"])
+    tree = "\n".join(f" {json.dumps(m)}: {json.dumps(names, sort_keys=True)}," for m, names in modules)
+    same = "\n".join(f" {json.dumps(group)}," for group in groups)
+    return (
+        '"""Lightning 2.6.6\'s public module tree, generated by ``python -m tests.project.lightning_tree --write``\n'
+        "from the installed Lightning (do not edit): `TREE` maps each module (``pytorch.callbacks.early_stopping``\n"
+        "for ``lightning.pytorch.callbacks.early_stopping`` and ``pytorch_lightning.callbacks.early_stopping``;\n"
+        "``fabric.`` for ``lightning.fabric`` and ``lightning_fabric``) to its public names and what each is\n"
+        "(`tests.project.lightning_tree.kind_of`); each of `SAME` lists the places (``module:name``) that name\n"
+        'one object, shallowest first. `trainer.lightning.tree` resolves the names."""\n'
+        "from __future__ import annotations\n\n"
+        f"TREE: dict[str, dict[str, str]] = {{\n{tree}\n}}\n\n"
+        f"SAME: list[list[str]] = [\n{same}\n]\n"
+    )
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        INDEX.write_text(index_source(walk(["lightning.pytorch", "lightning.fabric"])))
+    else:
+        print(json.dumps(walk(sys.argv[1:] or ["lightning.pytorch", "pytorch_lightning", "lightning.fabric",
+                                                "lightning_fabric"])))

@@ -108,8 +108,9 @@ def _may_be_module(rest: list[str]) -> bool:
     # Lightning's module names are lower case; its classes and constants are not, and a name it
     # has that Lockstep lacks must reach the namespace module's error, not become a module; nor
     # can a name inside a module (not a package) be one
-    if tree.is_tree_module("lightning.pytorch." + ".".join(rest)):
-        return True
+    full = "lightning.pytorch." + ".".join(rest)
+    if tree.is_tree_module(full) or tree.is_tree_module(full.rpartition(".")[0]):
+        return tree.is_tree_module(full)  # Lightning's tree says which of its names are modules
     last = rest[-1]
     inside_package = len(rest) == 2 or ".".join(rest[:-1]) in SUBPACKAGES
     return inside_package and last.islower() and f"{rest[0]}.{last}" not in NOT_PROVIDED_NAMES
@@ -139,14 +140,16 @@ class _AliasModule(types.ModuleType):
         try:
             value = getattr(self.__dict__["_lockstep_target"], attr)
         except AttributeError:
-            if tree.is_tree_module(submodule) or lockstep_module_for(submodule):
+            if tree.is_tree_module(submodule):
                 return importlib.import_module(submodule)
             try:  # a public name of Lightning's module here: Lockstep's object elsewhere, or a stand-in
                 return tree.lightning_name(self.__name__, attr, _folded)
             except AttributeError:
                 if self.__name__.startswith(_FABRIC):
                     raise _fabric_not_provided(submodule) from None
-            raise
+            if not lockstep_module_for(submodule):
+                raise
+            return importlib.import_module(submodule)
         return importlib.import_module(submodule) if _is_aliased_module(value, submodule) else value
 
     def __dir__(self) -> list[str]:

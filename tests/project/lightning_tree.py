@@ -1,14 +1,16 @@
-"""Lightning's public module tree, read from the installed Lightning (issue 41, build item 1).
+"""Lightning's module tree, read from the installed Lightning (issue 41, build item 1).
 
-``python -m tests.project.lightning_tree`` prints, as one JSON line, every module under the walked
-roots (`ROOTS`, `FABRIC_MODULES`) and each one's public names with what each is; ``--write``
-regenerates `trainer.lightning.tree_index`, the index the runner mirrors the tree from.
-tests/project/test_lightning_tree.py checks the index against the installed Lightning and every
-name under ``python -m trainer.as_lightning``.
+``python -m tests.project.lightning_tree`` prints, as one JSON line, every module under `FAMILIES`
+(``pkgutil.walk_packages``, and the old paths Lightning's ``_graveyard`` registers) and each one's
+names with what each is; ``--write`` regenerates `trainer.lightning.tree_index`, the index the
+runner mirrors the tree from. tests/project/test_lightning_tree.py checks the index against the
+installed Lightning and every name under ``python -m trainer.as_lightning``.
 
-A module's public names: its ``__all__`` where it defines one, else each attribute without a
-leading underscore that the module defines (a ``def``, ``class`` or assignment at its top level) or
-imports from Lightning; a submodule is a module of the tree, not a name.
+A module's names: its ``__all__`` where it defines one, and each attribute (but dunders) that the
+module defines (a ``def``, ``class`` or assignment at its top level) or imports from Lightning;
+the public ones have no leading underscore, but libraries import private ones too
+(``_CheckpointConnector``), so those are indexed as well. A submodule is a module of the tree,
+not a name.
 """
 from __future__ import annotations
 
@@ -27,13 +29,7 @@ from typing import Any
 
 INDEX = Path(__file__).resolve().parents[2] / "trainer" / "lightning" / "tree_index.py"
 _LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
-# each family's root and the packages walked whole; Fabric's other modules are not mirrored
-ROOTS = {"lightning.pytorch": ["lightning.pytorch"], "pytorch_lightning": ["pytorch_lightning"]}
-FABRIC_MODULES = [
-    "", "utilities", "utilities.cloud_io", "utilities.rank_zero", "utilities.seed", "utilities.types",
-    "utilities.apply_func", "utilities.warnings", "plugins", "plugins.io", "accelerators",
-]
-FABRIC_WALKED = ["plugins.io", "accelerators"]
+FAMILIES = ["lightning.pytorch", "pytorch_lightning", "lightning.fabric", "lightning_fabric"]
 
 
 def _is_lightning(module: str | None) -> bool:
@@ -41,14 +37,15 @@ def _is_lightning(module: str | None) -> bool:
 
 
 def _modules(family: str) -> list[str]:
-    if family in ("lightning.fabric", "lightning_fabric"):
-        names = [f"{family}.{m}" if m else family for m in FABRIC_MODULES]
-        walked = [f"{family}.{m}" for m in FABRIC_WALKED]
-    else:
-        names, walked = [family], [family]
-    for package in walked:
-        path = importlib.import_module(package).__path__
-        names += [info.name for info in pkgutil.walk_packages(path, package + ".", onerror=lambda _: None)]
+    path = importlib.import_module(family).__path__
+    names = [family, *(info.name for info in pkgutil.walk_packages(path, family + ".", onerror=lambda _: None))]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - `walk` reports it
+            pass
+    # and the old module paths Lightning's _graveyard registers as it imports (``accelerators.tpu``)
+    names += [n for n in list(sys.modules) if n.startswith(family + ".")]
     # pytorch_lightning's __about__ / __version__ / __setup__ are its distribution's metadata, not the tree
     return sorted(n for n in set(names) if not n.rpartition(".")[2].startswith("__"))
 
@@ -71,16 +68,14 @@ def _top_level_names(module: types.ModuleType) -> set[str]:
     return names
 
 
-def public_names(module: types.ModuleType) -> list[str]:
-    """``module``'s public names (see the module's docstring)."""
-    if hasattr(module, "__all__"):
-        return sorted(set(module.__all__))
+def module_names(module: types.ModuleType) -> list[str]:
+    """``module``'s names (see the module's docstring), private ones included."""
     own = _top_level_names(module)
-    return sorted(
+    return sorted({*getattr(module, "__all__", ()), *(
         n for n, v in vars(module).items()
-        if not n.startswith("_") and not isinstance(v, types.ModuleType)
+        if not n.startswith("__") and not isinstance(v, types.ModuleType)
         and (n in own or ((inspect.isclass(v) or inspect.isroutine(v)) and _is_lightning(getattr(v, "__module__", None))))
-    )
+    )})
 
 
 def kind_of(value: Any) -> str:
@@ -101,7 +96,7 @@ def kind_of(value: Any) -> str:
 
 
 def walk(families: list[str]) -> dict[str, Any]:
-    """Every module of ``families`` and its public names' kinds; the places each object is named."""
+    """Every module of ``families`` and its names' kinds; the places each object is named."""
     warnings.simplefilter("ignore")
     modules: dict[str, dict[str, str]] = {}
     places: dict[int, list[str]] = {}
@@ -114,7 +109,7 @@ def walk(families: list[str]) -> dict[str, Any]:
                 failed[name] = f"{type(err).__name__}: {err}"
                 continue
             modules[name] = {}
-            for attr in public_names(module):
+            for attr in module_names(module):
                 if not hasattr(module, attr):
                     continue  # in __all__ but not defined (Lightning's own inconsistency)
                 value = getattr(module, attr)
@@ -142,18 +137,18 @@ def index_source(walked: dict[str, Any]) -> str:
     """The text of `trainer.lightning.tree_index` for ``walk(["lightning.pytorch", "lightning.fabric"])``."""
     modules = sorted((_relative(m), names) for m, names in walked["modules"].items())
     groups = sorted([_relative(p) for p in group] for group in walked["groups"])
-    tree = "\n".join(f" {json.dumps(m)}: {json.dumps(names, sort_keys=True)}," for m, names in modules)
-    same = "\n".join(f" {json.dumps(group)}," for group in groups)
+    tree = json.dumps(dict(modules), indent=1, sort_keys=True)
+    same = json.dumps(groups, indent=1)
     return (
-        '"""Lightning 2.6.6\'s public module tree, generated by ``python -m tests.project.lightning_tree --write``\n'
+        '"""Lightning 2.6.6\'s module tree, generated by ``python -m tests.project.lightning_tree --write``\n'
         "from the installed Lightning (do not edit): `TREE` maps each module (``pytorch.callbacks.early_stopping``\n"
         "for ``lightning.pytorch.callbacks.early_stopping`` and ``pytorch_lightning.callbacks.early_stopping``;\n"
-        "``fabric.`` for ``lightning.fabric`` and ``lightning_fabric``) to its public names and what each is\n"
-        "(`tests.project.lightning_tree.kind_of`); each of `SAME` lists the places (``module:name``) that name\n"
-        'one object, shallowest first. `trainer.lightning.tree` resolves the names."""\n'
+        "``fabric.`` for ``lightning.fabric`` and ``lightning_fabric``) to its names (private ones too)\n"
+        "and what each is (`tests.project.lightning_tree.kind_of`); each of `SAME` lists the places\n"
+        '(``module:name``) that name one object, shallowest first. `trainer.lightning.tree` resolves them."""\n'
         "from __future__ import annotations\n\n"
-        f"TREE: dict[str, dict[str, str]] = {{\n{tree}\n}}\n\n"
-        f"SAME: list[list[str]] = [\n{same}\n]\n"
+        f"TREE: dict[str, dict[str, str]] = {tree}\n\n"
+        f"SAME: list[list[str]] = {same}\n"
     )
 
 
@@ -161,5 +156,4 @@ if __name__ == "__main__":
     if "--write" in sys.argv:
         INDEX.write_text(index_source(walk(["lightning.pytorch", "lightning.fabric"])))
     else:
-        print(json.dumps(walk(sys.argv[1:] or ["lightning.pytorch", "pytorch_lightning", "lightning.fabric",
-                                                "lightning_fabric"])))
+        print(json.dumps(walk(sys.argv[1:] or FAMILIES)))

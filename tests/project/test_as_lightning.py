@@ -131,7 +131,6 @@ IN_PROCESS = textwrap.dedent('''
     assert L.pytorch.LightningModule is trainer.TrainModule and L.Callback is callbacks.Callback
     assert ModelCheckpoint is callbacks.ModelCheckpoint and rank_zero_only is trainer.rank_zero_only
     assert pl.__version__ == L.__version__ == trainer.as_lightning.LIGHTNING_API_VERSION
-    assert not hasattr(L, "Fabric")
     import trainer.demos.boring_classes, trainer.demos.mnist_datamodule
     from lightning.pytorch.demos import BoringModel, Transformer
     from lightning.pytorch.demos.boring_classes import RandomDataset
@@ -142,9 +141,9 @@ IN_PROCESS = textwrap.dedent('''
     assert "lightning" not in {m.split(".")[0] for m in sys.modules if m.startswith("lightning.") and
                                getattr(sys.modules[m], "__file__", None)}, "the real Lightning was imported"
     for statement, named in [
-        ("from lightning import Fabric", "Fabric"),
-        ("import lightning.fabric.strategies", "Lightning Fabric"),
-        ("from lightning_fabric.strategies import DDPStrategy", "Lightning Fabric"),
+        ("from lightning import Fabric; Fabric()", "Fabric"),
+        ("from lightning_fabric.strategies import DDPStrategy; DDPStrategy()", "DDPStrategy"),
+        ("import lightning.fabric.no_such_module", "Lightning Fabric"),
         ("from lightning.pytorch.profilers import NoSuchProfiler", "NoSuchProfiler"),  # issue 41: the classes resolve
         # issue 41: Lightning's names Lockstep cannot run import (tests/project/test_lightning_tree.py), used they raise
         ("from lightning.pytorch.callbacks import ModelPruning; ModelPruning()", "ModelPruning"),

@@ -27,7 +27,7 @@ import types
 from typing import Any, Callable, Sequence
 
 from trainer.lightning import tree
-from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
+from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError
 
 LIGHTNING_API_VERSION = "2.6.6"
 
@@ -130,10 +130,11 @@ class _AliasModule(types.ModuleType):
         if attr.startswith("__") and attr != "__all__":  # `from lightning.pytorch.callbacks import *` reads __all__
             raise AttributeError(attr)
         if self.__name__ == "lightning" and attr in ("pytorch", "fabric", "Fabric"):
-            # `import lightning as L; L.pytorch.Trainer`: Lightning's package imports both at once
-            if attr == "pytorch":
-                return importlib.import_module("lightning.pytorch")
-            raise not_provided("trainer", attr)
+            # `import lightning as L; L.pytorch.Trainer`: Lightning's package imports both at once;
+            # `L.Fabric` is Fabric's stand-in (`tree`): it imports, and refuses an instance
+            if attr == "Fabric":
+                return getattr(importlib.import_module("lightning.fabric"), attr)
+            return importlib.import_module(f"lightning.{attr}")
         # `pl.callbacks.early_stopping.EarlyStopping`: a Lightning module read as an attribute is its
         # alias (reading on from Lockstep's module would find no `early_stopping`)
         submodule = f"{self.__name__}.{attr}"
@@ -177,7 +178,7 @@ def _folded(name: str) -> types.ModuleType | None:
 def _fabric_not_provided(name: str) -> NotProvidedError:
     return NotProvidedError(
         f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
-        "(docs/migration.md; of Fabric, only utilities.types, utilities.cloud_io and plugins.io are provided).",
+        "(docs/migration.md; Fabric's own modules and names import, as stand-ins where Lockstep has none).",
         name=name,
     )
 

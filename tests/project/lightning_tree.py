@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 INDEX = Path(__file__).resolve().parents[2] / "trainer" / "lightning" / "tree_index.py"
-_LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
+# lightning_utilities: the Lightning project's helper package, whose names Lightning's modules re-export
+_LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities")
 FAMILIES = ["lightning.pytorch", "pytorch_lightning", "lightning.fabric", "lightning_fabric"]
 
 
@@ -80,7 +81,11 @@ def module_names(module: types.ModuleType) -> list[str]:
 
 def kind_of(value: Any) -> str:
     """What a stand-in for ``value`` must be: ``class``, ``exception:<builtin base>``, ``function``,
-    ``logger``, ``typing`` (an annotation), or ``value:<type>``."""
+    ``logger``, ``typing`` (an annotation), or ``value:<type>``; for a class or function of
+    lightning_utilities, ``from:<module>:<name>``: that object itself."""
+    module = getattr(value, "__module__", None) or ""
+    if module.startswith("lightning_utilities") and (inspect.isclass(value) or inspect.isroutine(value)):
+        return f"from:{module}:{value.__qualname__}"
     if isinstance(value, type):
         if issubclass(value, BaseException):
             base = next(b for b in value.__mro__ if b.__module__ == "builtins")

@@ -9,11 +9,13 @@ other places Lightning names it (``callbacks.early_stopping.rank_zero_warn`` is
 ``utilities.rank_zero_warn``), and where Lockstep has none, gives a stand-in of Lightning's kind
 that imports and raises, naming what to use, only when used: a class to subclass and test with
 ``isinstance`` whose instances are refused, a function that refuses the call, a value that refuses
-every use. Lightning's exception and warning classes stand in as plain subclasses of the same
+every use. A class or function Lightning re-exports from ``lightning_utilities`` (the Lightning
+project's helper package, which Lockstep does not need) is that object where it is installed. Lightning's exception and warning classes stand in as plain subclasses of the same
 built-in base (Lockstep never raises them), and a module's logger is ``logging.getLogger`` of it.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import types
@@ -66,10 +68,22 @@ def lightning_name(module: str, name: str, folded: Callable[[str], types.ModuleT
             return value
     if kind == "logger":
         return logging.getLogger(module)
+    if kind.startswith("from:"):  # lightning_utilities' own object (not Lightning, which is not imported)
+        with contextlib.suppress(ImportError, AttributeError):
+            return _imported(kind)
+        kind = "function"
     home = _PLACES.get(place, [place])[0]  # one stand-in per object, whichever place names it
     if home not in _STAND_INS:
         _STAND_INS[home] = _stand_in(kind, name, _alternative(key, name))
     return _STAND_INS[home]
+
+
+def _imported(kind: str) -> Any:
+    _, module, qualname = kind.split(":")
+    value: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def _provided(place: str, folded: Callable[[str], types.ModuleType | None]) -> Any:

@@ -13,6 +13,7 @@ TREE: dict[str, dict[str, str]] = {
   "_root_logger": "logger",
   "disable_possible_user_warnings": "function",
   "is_wrapped": "function",
+  "package_available": "from:lightning_utilities.core.imports:package_available",
   "seed_everything": "function"
  },
  "fabric._graveyard": {},
@@ -28,7 +29,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "fabric.accelerators": {
   "ACCELERATOR_REGISTRY": "value:_AcceleratorRegistry",
@@ -63,7 +64,7 @@ TREE: dict[str, dict[str, str]] = {
   "find_usable_cuda_devices": "function",
   "is_cuda_available": "function",
   "num_cuda_devices": "function",
-  "rank_zero_info": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info"
  },
  "fabric.accelerators.mps": {
   "Accelerator": "class",
@@ -89,10 +90,11 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "fabric.accelerators.xla": {
   "Accelerator": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "XLAAccelerator": "class",
   "_AcceleratorRegistry": "class",
   "_XLA_AVAILABLE": "value:RequirementCache",
@@ -108,6 +110,7 @@ TREE: dict[str, dict[str, str]] = {
   "CPUAccelerator": "class",
   "CUDAAccelerator": "class",
   "MPSAccelerator": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "STRATEGY_REGISTRY": "value:_StrategyRegistry",
   "_CLICK_AVAILABLE": "value:RequirementCache",
   "_LIGHTNING_SDK_AVAILABLE": "value:RequirementCache",
@@ -174,8 +177,8 @@ TREE: dict[str, dict[str, str]] = {
   "_convert_precision_to_unified_args": "function",
   "_determine_root_gpu_device": "function",
   "_is_using_cli": "function",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.fabric": {
   "Accelerator": "class",
@@ -213,12 +216,14 @@ TREE: dict[str, dict[str, str]] = {
   "_unwrap_objects": "function",
   "_update_dataloader": "function",
   "_update_properties": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "convert_tensors_to_scalars": "function",
   "convert_to_tensors": "function",
   "has_iterable_dataset": "function",
+  "is_overridden": "from:lightning_utilities.core.overrides:is_overridden",
   "move_data_to_device": "function",
-  "rank_zero_deprecation": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "seed_everything": "function"
  },
  "fabric.loggers": {
@@ -236,17 +241,18 @@ TREE: dict[str, dict[str, str]] = {
   "get_filesystem": "function",
   "log": "logger",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.loggers.logger": {
   "Logger": "class",
   "_DummyExperiment": "class",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "fabric.loggers.tensorboard": {
   "Logger": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "TensorBoardLogger": "class",
   "_PATH": "typing",
   "_TENSORBOARDX_AVAILABLE": "value:RequirementCache",
@@ -259,8 +265,8 @@ TREE: dict[str, dict[str, str]] = {
   "_utils_sanitize_params": "function",
   "get_filesystem": "function",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.plugins": {
   "BitsandbytesPrecision": "class",
@@ -324,7 +330,7 @@ TREE: dict[str, dict[str, str]] = {
   "ClusterEnvironment": "class",
   "LightningEnvironment": "class",
   "find_free_network_port": "function",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "fabric.plugins.environments.lsf": {
   "ClusterEnvironment": "class",
@@ -335,6 +341,7 @@ TREE: dict[str, dict[str, str]] = {
  "fabric.plugins.environments.mpi": {
   "ClusterEnvironment": "class",
   "MPIEnvironment": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_MPI4PY_AVAILABLE": "value:RequirementCache",
   "find_free_network_port": "function",
   "log": "logger"
@@ -347,13 +354,13 @@ TREE: dict[str, dict[str, str]] = {
   "_is_slurm_interactive_mode": "function",
   "_is_srun_used": "function",
   "log": "logger",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.plugins.environments.torchelastic": {
   "ClusterEnvironment": "class",
   "TorchElasticEnvironment": "class",
   "log": "logger",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.plugins.environments.xla": {
   "ClusterEnvironment": "class",
@@ -382,10 +389,12 @@ TREE: dict[str, dict[str, str]] = {
   "pl_load": "function"
  },
  "fabric.plugins.io.xla": {
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "TorchCheckpointIO": "class",
   "XLACheckpointIO": "class",
   "_PATH": "typing",
   "_XLA_AVAILABLE": "value:RequirementCache",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "get_filesystem": "function",
   "log": "logger"
  },
@@ -409,11 +418,13 @@ TREE: dict[str, dict[str, str]] = {
   "Precision": "class",
   "_TORCH_GREATER_EQUAL_2_4": "value:bool",
   "_convert_fp_tensor": "function",
-  "_optimizer_handles_unscaling": "function"
+  "_optimizer_handles_unscaling": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "fabric.plugins.precision.bitsandbytes": {
   "BitsandbytesPrecision": "class",
   "Precision": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_BITSANDBYTES_AVAILABLE": "value:RequirementCache",
   "_ClassReplacementContextManager": "class",
   "_DEVICE": "typing",
@@ -424,6 +435,7 @@ TREE: dict[str, dict[str, str]] = {
   "_import_bitsandbytes": "function",
   "_quantize_on_load_hook": "function",
   "_replace_param": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "log": "logger"
  },
  "fabric.plugins.precision.deepspeed": {
@@ -432,13 +444,15 @@ TREE: dict[str, dict[str, str]] = {
   "Steppable": "class",
   "_DtypeContextManager": "class",
   "_PRECISION_INPUT": "typing",
-  "_convert_fp_tensor": "function"
+  "_convert_fp_tensor": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "fabric.plugins.precision.double": {
   "DoublePrecision": "class",
   "Precision": "class",
   "_DtypeContextManager": "class",
-  "_convert_fp_tensor": "function"
+  "_convert_fp_tensor": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "fabric.plugins.precision.fsdp": {
   "FSDPPrecision": "class",
@@ -448,13 +462,15 @@ TREE: dict[str, dict[str, str]] = {
   "_PRECISION_INPUT": "typing",
   "_convert_fp_tensor": "function",
   "_optimizer_handles_unscaling": "function",
-  "rank_zero_warn": "function"
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.plugins.precision.half": {
   "HalfPrecision": "class",
   "Precision": "class",
   "_DtypeContextManager": "class",
-  "_convert_fp_tensor": "function"
+  "_convert_fp_tensor": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "fabric.plugins.precision.precision": {
   "Optimizable": "class",
@@ -478,7 +494,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "fabric.plugins.precision.tpu_bf16": {
   "SingleDeviceXLAStrategy": "class",
@@ -492,19 +508,21 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "fabric.plugins.precision.transformer_engine": {
   "Precision": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "TransformerEnginePrecision": "class",
   "_ClassReplacementContextManager": "class",
   "_DtypeContextManager": "class",
   "_TRANSFORMER_ENGINE_AVAILABLE": "value:RequirementCache",
   "_convert_fp_tensor": "function",
   "_convert_layers": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.plugins.precision.utils": {
   "_ClassReplacementContextManager": "class",
@@ -530,7 +548,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "fabric.strategies": {
   "DDPStrategy": "class",
@@ -571,7 +589,8 @@ TREE: dict[str, dict[str, str]] = {
   "_init_dist_connection": "function",
   "_sync_ddp_if_available": "function",
   "default_pg_timeout": "value:timedelta",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "utils_rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "fabric.strategies.deepspeed": {
   "Accelerator": "class",
@@ -580,6 +599,7 @@ TREE: dict[str, dict[str, str]] = {
   "DDPStrategy": "class",
   "DeepSpeedStrategy": "class",
   "Precision": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_DEEPSPEED_AVAILABLE": "value:RequirementCache",
   "_DEEPSPEED_GREATER_EQUAL_0_16": "value:RequirementCache",
   "_PATH": "typing",
@@ -595,8 +615,8 @@ TREE: dict[str, dict[str, str]] = {
   "_validate_state_keys": "function",
   "default_pg_timeout": "value:timedelta",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "reset_seed": "function"
  },
  "fabric.strategies.dp": {
@@ -609,7 +629,7 @@ TREE: dict[str, dict[str, str]] = {
   "TBroadcast": "typing",
   "TReduce": "typing",
   "_StrategyRegistry": "class",
-  "apply_to_collection": "function"
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "fabric.strategies.fsdp": {
   "Accelerator": "class",
@@ -620,6 +640,7 @@ TREE: dict[str, dict[str, str]] = {
   "ParallelStrategy": "class",
   "Precision": "class",
   "ReduceOp": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "TBroadcast": "typing",
   "_BackwardSyncControl": "class",
   "_FSDPBackwardSyncControl": "class",
@@ -658,10 +679,11 @@ TREE: dict[str, dict[str, str]] = {
   "_sync_ddp_if_available": "function",
   "_validate_keys_for_strict_loading": "function",
   "default_pg_timeout": "value:timedelta",
-  "rank_zero_deprecation": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function",
-  "reset_seed": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
+  "reset_seed": "function",
+  "utils_rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "fabric.strategies.launchers": {
   "_MultiProcessingLauncher": "class",
@@ -683,10 +705,12 @@ TREE: dict[str, dict[str, str]] = {
   "_disable_module_memory_sharing": "function",
   "_set_num_threads_if_needed": "function",
   "_set_rng_states": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "move_data_to_device": "function"
  },
  "fabric.strategies.launchers.subprocess_script": {
   "ClusterEnvironment": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_ChildProcessObserver": "class",
   "_HYDRA_AVAILABLE": "value:RequirementCache",
   "_Launcher": "class",
@@ -696,7 +720,7 @@ TREE: dict[str, dict[str, str]] = {
   "_launch_process_observer": "function",
   "_logger": "logger",
   "_set_num_threads_if_needed": "function",
-  "rank_prefixed_message": "function"
+  "rank_prefixed_message": "from:lightning_utilities.core.rank_zero:rank_prefixed_message"
  },
  "fabric.strategies.launchers.xla": {
   "_GlobalStateSnapshot": "class",
@@ -746,8 +770,9 @@ TREE: dict[str, dict[str, str]] = {
   "_sync_ddp_if_available": "function",
   "_validate_keys_for_strict_loading": "function",
   "default_pg_timeout": "value:timedelta",
-  "rank_zero_only": "function",
-  "reset_seed": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "reset_seed": "function",
+  "utils_rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "fabric.strategies.parallel": {
   "Accelerator": "class",
@@ -783,7 +808,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "fabric.strategies.single_xla": {
   "Accelerator": "class",
@@ -834,7 +859,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_XLALauncher": "class",
   "_XLA_GREATER_EQUAL_2_1": "value:RequirementCache",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "fabric.strategies.xla_fsdp": {
   "Accelerator": "class",
@@ -864,22 +889,22 @@ TREE: dict[str, dict[str, str]] = {
   "_auto_wrap_policy_kwargs": "function",
   "_validate_keys_for_strict_loading": "function",
   "get_filesystem": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.utilities": {
   "AttributeDict": "class",
-  "LightningEnum": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum",
   "Throughput": "class",
   "ThroughputMonitor": "class",
   "disable_possible_user_warnings": "function",
   "is_shared_filesystem": "function",
   "measure_flops": "function",
   "move_data_to_device": "function",
-  "rank_zero_deprecation": "function",
-  "rank_zero_info": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "suggested_max_num_workers": "function"
  },
  "fabric.utilities.apply_func": {
@@ -889,6 +914,7 @@ TREE: dict[str, dict[str, str]] = {
   "_NUMPY_AVAILABLE": "value:RequirementCache",
   "_TransferableDataType": "class",
   "_from_numpy": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "convert_tensors_to_scalars": "function",
   "convert_to_tensors": "function",
   "move_data_to_device": "function"
@@ -902,7 +928,8 @@ TREE: dict[str, dict[str, str]] = {
   "_is_object_storage": "function",
   "_load": "function",
   "get_filesystem": "function",
-  "log": "logger"
+  "log": "logger",
+  "module_available": "from:lightning_utilities.core.imports:module_available"
  },
  "fabric.utilities.consolidate_checkpoint": {
   "_METADATA_FILENAME": "value:str",
@@ -914,7 +941,7 @@ TREE: dict[str, dict[str, str]] = {
  },
  "fabric.utilities.data": {
   "AttributeDict": "class",
-  "LightningEnum": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum",
   "MisconfigurationException": "exception:Exception",
   "_WrapAttrTag": "class",
   "_auto_add_worker_init_fn": "function",
@@ -928,10 +955,11 @@ TREE: dict[str, dict[str, str]] = {
   "_update_dataloader": "function",
   "_wrap_attr_method": "function",
   "_wrap_init_method": "function",
+  "get_all_subclasses": "from:lightning_utilities.core.inheritance:get_all_subclasses",
   "has_iterable_dataset": "function",
   "has_len": "function",
   "pl_worker_init_function": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "sized_len": "function",
   "suggested_max_num_workers": "function"
  },
@@ -977,13 +1005,16 @@ TREE: dict[str, dict[str, str]] = {
   "group": "class",
   "is_shared_filesystem": "function",
   "log": "logger",
-  "rank_zero_info": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info"
  },
- "fabric.utilities.enums": {},
+ "fabric.utilities.enums": {
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum"
+ },
  "fabric.utilities.exceptions": {
   "MisconfigurationException": "exception:Exception"
  },
  "fabric.utilities.imports": {
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_IS_INTERACTIVE": "value:bool",
   "_IS_WINDOWS": "value:bool",
   "_NUMPY_AVAILABLE": "value:RequirementCache",
@@ -996,7 +1027,8 @@ TREE: dict[str, dict[str, str]] = {
   "_TORCH_GREATER_EQUAL_2_4_1": "value:bool",
   "_TORCH_GREATER_EQUAL_2_5": "value:bool",
   "_TORCH_GREATER_EQUAL_2_6": "value:bool",
-  "_TORCH_LESS_EQUAL_2_6": "value:bool"
+  "_TORCH_LESS_EQUAL_2_6": "value:bool",
+  "compare_version": "from:lightning_utilities.core.imports:compare_version"
  },
  "fabric.utilities.init": {
   "_DEVICE": "typing",
@@ -1005,7 +1037,7 @@ TREE: dict[str, dict[str, str]] = {
   "_materialize": "function",
   "_materialize_distributed_module": "function",
   "_materialize_meta_tensors": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.utilities.load": {
   "_LazyLoadingUnpickler": "class",
@@ -1017,7 +1049,8 @@ TREE: dict[str, dict[str, str]] = {
   "_lazy_load": "function",
   "_load_distributed_checkpoint": "function",
   "_materialize_tensors": "function",
-  "_move_state_into": "function"
+  "_move_state_into": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "fabric.utilities.logger": {
   "_NUMPY_AVAILABLE": "value:RequirementCache",
@@ -1033,19 +1066,26 @@ TREE: dict[str, dict[str, str]] = {
   "_DEVICE": "typing",
   "_optimizer_to_device": "function",
   "_optimizers_to_device": "function",
-  "apply_to_collection": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "move_data_to_device": "function"
  },
  "fabric.utilities.rank_zero": {
   "LightningDeprecationWarning": "exception:DeprecationWarning",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_get_rank": "function",
-  "rank_zero_only": "function"
+  "rank_prefixed_message": "from:lightning_utilities.core.rank_zero:rank_prefixed_message",
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug",
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.utilities.registry": {
   "_PYTHON_GREATER_EQUAL_3_10_0": "value:bool",
   "_load_external_callbacks": "function",
   "_log": "logger",
-  "_register_classes": "function"
+  "_register_classes": "function",
+  "is_overridden": "from:lightning_utilities.core.overrides:is_overridden"
  },
  "fabric.utilities.seed": {
   "_NUMPY_AVAILABLE": "value:RequirementCache",
@@ -1057,9 +1097,9 @@ TREE: dict[str, dict[str, str]] = {
   "max_seed_value": "value:int",
   "min_seed_value": "value:int",
   "pl_worker_init_function": "function",
-  "rank_prefixed_message": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function",
+  "rank_prefixed_message": "from:lightning_utilities.core.rank_zero:rank_prefixed_message",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "reset_seed": "function",
   "seed_everything": "function"
  },
@@ -1078,6 +1118,7 @@ TREE: dict[str, dict[str, str]] = {
   "_DEEPSPEED_AVAILABLE": "value:RequirementCache",
   "_TORCH_GREATER_EQUAL_2_4": "value:bool",
   "_runif_reasons": "function",
+  "compare_version": "from:lightning_utilities.core.imports:compare_version",
   "num_cuda_devices": "function"
  },
  "fabric.utilities.throughput": {
@@ -1091,8 +1132,8 @@ TREE: dict[str, dict[str, str]] = {
   "_plugin_to_compute_dtype": "function",
   "get_available_flops": "function",
   "measure_flops": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "fabric.utilities.types": {
   "CollectibleGroup": "class",
@@ -1134,6 +1175,8 @@ TREE: dict[str, dict[str, str]] = {
   "_to_compiled": "function",
   "_unwrap_compiled": "function",
   "_unwrap_objects": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
+  "is_overridden": "from:lightning_utilities.core.overrides:is_overridden",
   "is_wrapped": "function",
   "move_data_to_device": "function"
  },
@@ -1147,11 +1190,13 @@ TREE: dict[str, dict[str, str]] = {
   "_root_logger": "logger",
   "cli_lightning_logo": "function",
   "disable_possible_user_warnings": "function",
+  "module_available": "from:lightning_utilities.core.imports:module_available",
   "seed_everything": "function"
  },
  "pytorch._graveyard": {},
  "pytorch._graveyard._torchmetrics": {
   "_TORCHMETRICS_GREATER_EQUAL_0_8_0": "value:RequirementCache",
+  "_compare_version": "from:lightning_utilities.core.imports:compare_version",
   "_patch_pl_to_mirror_if_necessary": "function",
   "compare_version": "function"
  },
@@ -1178,7 +1223,7 @@ TREE: dict[str, dict[str, str]] = {
   "_create_class": "function",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch._graveyard.tpu": {
   "SingleDeviceXLAStrategy": "class",
@@ -1192,7 +1237,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch.accelerators": {
   "Accelerator": "class",
@@ -1216,6 +1261,7 @@ TREE: dict[str, dict[str, str]] = {
   "Accelerator": "class",
   "CPUAccelerator": "class",
   "MisconfigurationException": "exception:Exception",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_AcceleratorRegistry": "class",
   "_CPU_PERCENT": "value:str",
   "_CPU_SWAP_PERCENT": "value:str",
@@ -1274,7 +1320,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch.accelerators.xla": {
   "Accelerator": "class",
@@ -1318,7 +1364,7 @@ TREE: dict[str, dict[str, str]] = {
   "_TunerExitException": "exception:Exception",
   "_scale_batch_size": "function",
   "lightning_hasattr": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.callback": {
   "Callback": "class",
@@ -1342,8 +1388,8 @@ TREE: dict[str, dict[str, str]] = {
   "EarlyStoppingReason": "class",
   "MisconfigurationException": "exception:Exception",
   "log": "logger",
-  "rank_prefixed_message": "function",
-  "rank_zero_warn": "function"
+  "rank_prefixed_message": "from:lightning_utilities.core.rank_zero:rank_prefixed_message",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.finetuning": {
   "BackboneFinetuning": "class",
@@ -1353,14 +1399,14 @@ TREE: dict[str, dict[str, str]] = {
   "_TORCHVISION_AVAILABLE": "value:RequirementCache",
   "log": "logger",
   "multiplicative": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.gradient_accumulation_scheduler": {
   "Callback": "class",
   "GradientAccumulationScheduler": "class",
   "MisconfigurationException": "exception:Exception",
   "is_overridden": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.lambda_function": {
   "Callback": "class",
@@ -1379,21 +1425,21 @@ TREE: dict[str, dict[str, str]] = {
   "LRSchedulerConfig": "class",
   "LearningRateMonitor": "class",
   "MisconfigurationException": "exception:Exception",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.model_checkpoint": {
   "Checkpoint": "class",
   "MisconfigurationException": "exception:Exception",
   "ModelCheckpoint": "class",
   "STEP_OUTPUT": "typing",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_PATH": "typing",
   "_is_dir": "function",
   "_is_local_file_protocol": "function",
   "get_filesystem": "function",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "warning_cache": "value:WarningCache"
  },
  "pytorch.callbacks.model_summary": {
@@ -1413,7 +1459,7 @@ TREE: dict[str, dict[str, str]] = {
  "pytorch.callbacks.prediction_writer": {
   "BasePredictionWriter": "class",
   "Callback": "class",
-  "LightningEnum": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum",
   "MisconfigurationException": "exception:Exception",
   "WriteInterval": "class",
   "is_param_in_hook_signature": "function"
@@ -1427,7 +1473,7 @@ TREE: dict[str, dict[str, str]] = {
   "Callback": "class",
   "ProgressBar": "class",
   "get_standard_metrics": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.progress.rich_progress": {
   "BatchesProcessedColumn": "class",
@@ -1443,7 +1489,8 @@ TREE: dict[str, dict[str, str]] = {
   "STEP_OUTPUT": "typing",
   "_IS_INTERACTIVE": "value:bool",
   "_RICH_AVAILABLE": "value:RequirementCache",
-  "_RefreshThread": "class"
+  "_RefreshThread": "class",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "pytorch.callbacks.progress.tqdm_progress": {
   "ProgressBar": "class",
@@ -1453,7 +1500,7 @@ TREE: dict[str, dict[str, str]] = {
   "_PAD_SIZE": "value:int",
   "_update_n": "function",
   "convert_inf": "function",
-  "rank_zero_debug": "function"
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug"
  },
  "pytorch.callbacks.pruning": {
   "Callback": "class",
@@ -1466,9 +1513,10 @@ TREE: dict[str, dict[str, str]] = {
   "_PARAM_TUPLE": "function",
   "_PYTORCH_PRUNING_FUNCTIONS": "value:dict",
   "_PYTORCH_PRUNING_METHOD": "value:dict",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "log": "logger",
-  "rank_zero_debug": "function",
-  "rank_zero_only": "function"
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.callbacks.rich_model_summary": {
   "ModelSummary": "class",
@@ -1490,8 +1538,8 @@ TREE: dict[str, dict[str, str]] = {
   "MisconfigurationException": "exception:Exception",
   "StochasticWeightAveraging": "class",
   "_AVG_FN": "typing",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.throughput_monitor": {
   "BitsandbytesPrecision": "class",
@@ -1512,18 +1560,18 @@ TREE: dict[str, dict[str, str]] = {
   "_plugin_to_compute_dtype": "function",
   "fabric_plugin_to_compute_dtype": "function",
   "get_available_flops": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.callbacks.timer": {
   "Callback": "class",
   "Interval": "class",
-  "LightningEnum": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum",
   "MisconfigurationException": "exception:Exception",
   "RunningStage": "class",
   "Timer": "class",
   "log": "logger",
-  "rank_zero_info": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info"
  },
  "pytorch.callbacks.weight_averaging": {
   "Callback": "class",
@@ -1531,8 +1579,8 @@ TREE: dict[str, dict[str, str]] = {
   "STEP_OUTPUT": "typing",
   "WeightAveraging": "class",
   "is_overridden": "function",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.cli": {
   "ArgsType": "typing",
@@ -1549,6 +1597,7 @@ TREE: dict[str, dict[str, str]] = {
   "ModuleType": "typing",
   "OptimizerCallable": "typing",
   "ReduceLROnPlateau": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "SaveConfigCallback": "class",
   "Trainer": "class",
   "_InstantiatorFn": "class",
@@ -1560,11 +1609,12 @@ TREE: dict[str, dict[str, str]] = {
   "_given_hyperparameters_context": "function",
   "_global_add_class_path": "function",
   "_set_dict_nested": "function",
+  "_warn": "from:lightning_utilities.core.rank_zero:_warn",
   "get_filesystem": "function",
   "instantiate_class": "function",
   "instantiate_module": "function",
   "is_overridden": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "seed_everything": "function"
  },
  "pytorch.core": {
@@ -1580,7 +1630,8 @@ TREE: dict[str, dict[str, str]] = {
   "_MAP_LOCATION_TYPE": "typing",
   "_PATH": "typing",
   "_load_from_checkpoint": "function",
-  "_restricted_classmethod": "class"
+  "_restricted_classmethod": "class",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "pytorch.core.hooks": {
   "CheckpointHooks": "class",
@@ -1620,8 +1671,9 @@ TREE: dict[str, dict[str, str]] = {
   "MisconfigurationException": "exception:Exception",
   "ModelHooks": "class",
   "OptimizerLRScheduler": "typing",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "STEP_OUTPUT": "typing",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_DeviceDtypeModuleMixin": "class",
   "_FabricOptimizer": "class",
   "_FxValidator": "class",
@@ -1640,12 +1692,13 @@ TREE: dict[str, dict[str, str]] = {
   "_jit_is_scripting": "function",
   "_load_from_checkpoint": "function",
   "_restricted_classmethod": "class",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "convert_to_tensors": "function",
   "get_filesystem": "function",
   "is_param_in_hook_signature": "function",
   "log": "logger",
-  "rank_zero_deprecation": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "warning_cache": "value:WarningCache"
  },
  "pytorch.core.optimizer": {
@@ -1667,7 +1720,7 @@ TREE: dict[str, dict[str, str]] = {
   "do_nothing_closure": "function",
   "is_overridden": "function",
   "is_param_in_hook_signature": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.core.saving": {
   "AttributeDict": "class",
@@ -1686,6 +1739,7 @@ TREE: dict[str, dict[str, str]] = {
   "_load_from_checkpoint": "function",
   "_load_state": "function",
   "_pl_migrate_checkpoint": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "convert": "function",
   "get_filesystem": "function",
   "is_overridden": "function",
@@ -1695,7 +1749,7 @@ TREE: dict[str, dict[str, str]] = {
   "parse_class_init_keys": "function",
   "pl_legacy_patch": "class",
   "pl_load": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "save_hparams_to_tags_csv": "function",
   "save_hparams_to_yaml": "function",
   "update_hparams": "function"
@@ -1726,7 +1780,8 @@ TREE: dict[str, dict[str, str]] = {
   "RandomDictDataset": "class",
   "RandomIterableDataset": "class",
   "RandomIterableDatasetWithLen": "class",
-  "STEP_OUTPUT": "typing"
+  "STEP_OUTPUT": "typing",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "pytorch.demos.lstm": {
   "LightningLSTM": "class",
@@ -1750,6 +1805,7 @@ TREE: dict[str, dict[str, str]] = {
   "LightningTransformer": "class",
   "MultiheadAttention": "class",
   "PositionalEncoding": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "Transformer": "class",
   "WikiText2": "class",
   "_REQUESTS_AVAILABLE": "value:RequirementCache",
@@ -1768,13 +1824,14 @@ TREE: dict[str, dict[str, str]] = {
   "CometLogger": "class",
   "FRAMEWORK_NAME": "value:str",
   "Logger": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_COMET_AVAILABLE": "value:RequirementCache",
   "_convert_params": "function",
   "_get_rank": "function",
   "comet_experiment": "typing",
   "log": "logger",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.loggers.csv_logs": {
   "CSVLogger": "class",
@@ -1785,13 +1842,14 @@ TREE: dict[str, dict[str, str]] = {
   "_PATH": "typing",
   "_convert_params": "function",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
   "save_hparams_to_yaml": "function"
  },
  "pytorch.loggers.litlogger": {
   "LitLogger": "class",
   "Logger": "class",
   "ModelCheckpoint": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_LITLOGGER_AVAILABLE": "value:RequirementCache",
   "_PATH": "typing",
   "_add_prefix": "function",
@@ -1800,7 +1858,7 @@ TREE: dict[str, dict[str, str]] = {
   "get_filesystem": "function",
   "log": "logger",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.loggers.logger": {
   "DummyExperiment": "class",
@@ -1816,6 +1874,7 @@ TREE: dict[str, dict[str, str]] = {
   "Logger": "class",
   "MLFlowLogger": "class",
   "ModelCheckpoint": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_MLFLOW_AVAILABLE": "value:RequirementCache",
   "_MLFLOW_SYNCHRONOUS_AVAILABLE": "value:RequirementCache",
   "_add_prefix": "function",
@@ -1825,8 +1884,8 @@ TREE: dict[str, dict[str, str]] = {
   "_scan_checkpoints": "function",
   "log": "logger",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.loggers.neptune": {
   "NeptuneLogger": "class"
@@ -1841,8 +1900,8 @@ TREE: dict[str, dict[str, str]] = {
   "_TENSORBOARD_AVAILABLE": "value:RequirementCache",
   "_convert_params": "function",
   "_is_dir": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "save_hparams_to_yaml": "function"
  },
  "pytorch.loggers.utilities": {
@@ -1855,6 +1914,7 @@ TREE: dict[str, dict[str, str]] = {
   "Logger": "class",
   "MisconfigurationException": "exception:Exception",
   "ModelCheckpoint": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "WandbLogger": "class",
   "_PATH": "typing",
   "_WANDB_AVAILABLE": "value:RequirementCache",
@@ -1864,8 +1924,8 @@ TREE: dict[str, dict[str, str]] = {
   "_sanitize_callable_params": "function",
   "_scan_checkpoints": "function",
   "rank_zero_experiment": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.loops": {
   "_AutomaticOptimization": "class",
@@ -1901,6 +1961,7 @@ TREE: dict[str, dict[str, str]] = {
   "_select_data_fetcher": "function",
   "_set_sampler_epoch": "function",
   "_verify_dataloader_idx_requirement": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "has_len_all_ranks": "function",
   "is_overridden": "function",
   "is_param_in_hook_signature": "function"
@@ -1943,9 +2004,9 @@ TREE: dict[str, dict[str, str]] = {
   "has_len_all_ranks": "function",
   "is_overridden": "function",
   "log": "logger",
-  "rank_zero_debug": "function",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "sized_len": "function"
  },
  "pytorch.loops.loop": {
@@ -1963,7 +2024,7 @@ TREE: dict[str, dict[str, str]] = {
   "MisconfigurationException": "exception:Exception",
   "OutputResult": "class",
   "STEP_OUTPUT": "typing",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_AutomaticOptimization": "class",
   "_Loop": "class",
   "_OUTPUTS_TYPE": "function",
@@ -1994,6 +2055,7 @@ TREE: dict[str, dict[str, str]] = {
   "MisconfigurationException": "exception:Exception",
   "RunningStage": "class",
   "TrainerFn": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_DataFetcher": "class",
   "_DataLoaderIterDataFetcher": "class",
   "_DataLoaderSource": "class",
@@ -2033,7 +2095,7 @@ TREE: dict[str, dict[str, str]] = {
   "RunningStage": "class",
   "SIGTERMException": "exception:SystemExit",
   "TrainerFn": "class",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_AutomaticOptimization": "class",
   "_BATCH_OUTPUTS_TYPE": "typing",
   "_BatchProgress": "class",
@@ -2048,7 +2110,7 @@ TREE: dict[str, dict[str, str]] = {
   "_TrainingEpochLoop": "class",
   "_is_max_limit_reached": "function",
   "is_param_in_hook_signature": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.loops.utilities": {
   "FSDPStrategy": "class",
@@ -2073,7 +2135,7 @@ TREE: dict[str, dict[str, str]] = {
   "_verify_dataloader_idx_requirement": "function",
   "check_finite_loss": "function",
   "is_param_in_hook_signature": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.overrides": {},
  "pytorch.overrides.distributed": {
@@ -2086,8 +2148,8 @@ TREE: dict[str, dict[str, str]] = {
   "_register_ddp_comm_hook": "function",
   "_sync_module_states": "function",
   "prepare_for_backward": "function",
-  "rank_zero_debug": "function",
-  "rank_zero_info": "function"
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info"
  },
  "pytorch.plugins": {
   "AsyncCheckpointIO": "class",
@@ -2143,7 +2205,8 @@ TREE: dict[str, dict[str, str]] = {
  "pytorch.plugins.io.async_plugin": {
   "AsyncCheckpointIO": "class",
   "_WrappingCheckpointIO": "class",
-  "_clone_tensor": "function"
+  "_clone_tensor": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "pytorch.plugins.io.checkpoint_plugin": {
   "CheckpointIO": "class"
@@ -2220,10 +2283,11 @@ TREE: dict[str, dict[str, str]] = {
   "MisconfigurationException": "exception:Exception",
   "Precision": "class",
   "Steppable": "class",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_DtypeContextManager": "class",
   "_PRECISION_INPUT": "typing",
   "_convert_fp_tensor": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "is_overridden": "function",
   "warning_cache": "value:WarningCache"
  },
@@ -2235,7 +2299,8 @@ TREE: dict[str, dict[str, str]] = {
   "_DeviceDtypeModuleMixin": "class",
   "_DtypeContextManager": "class",
   "_convert_fp_tensor": "function",
-  "rank_zero_deprecation": "function"
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch.plugins.precision.fsdp": {
   "FSDPMixedPrecisionPlugin": "class",
@@ -2248,14 +2313,16 @@ TREE: dict[str, dict[str, str]] = {
   "_PRECISION_INPUT": "typing",
   "_convert_fp_tensor": "function",
   "_optimizer_handles_unscaling": "function",
-  "rank_zero_warn": "function"
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.plugins.precision.half": {
   "HalfPrecision": "class",
   "HalfPrecisionPlugin": "class",
   "Precision": "class",
   "_DtypeContextManager": "class",
-  "_convert_fp_tensor": "function"
+  "_convert_fp_tensor": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection"
  },
  "pytorch.plugins.precision.hpu": {
   "HPUAccelerator": "class",
@@ -2294,7 +2361,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch.plugins.precision.tpu_bf16": {
   "SingleDeviceXLAStrategy": "class",
@@ -2308,7 +2375,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch.plugins.precision.transformer_engine": {
   "FabricTEPrecision": "class",
@@ -2337,7 +2404,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch.profilers": {
   "AdvancedProfiler": "class",
@@ -2352,7 +2419,7 @@ TREE: dict[str, dict[str, str]] = {
   "Profiler": "class",
   "get_filesystem": "function",
   "log": "logger",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.profilers.base": {
   "PassThroughProfiler": "class",
@@ -2369,14 +2436,14 @@ TREE: dict[str, dict[str, str]] = {
   "PyTorchProfiler": "class",
   "RegisterRecordFunction": "class",
   "ScheduleWrapper": "class",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_KINETO_AVAILABLE": "value:bool",
   "_PROFILER": "typing",
   "_TORCH_GREATER_EQUAL_2_4": "value:bool",
   "_default_sort_by_key": "function",
   "is_cuda_available": "function",
   "log": "logger",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "warning_cache": "value:WarningCache"
  },
  "pytorch.profilers.simple": {
@@ -2406,12 +2473,13 @@ TREE: dict[str, dict[str, str]] = {
   "DeepSpeedStrategy": "class",
   "FSDPStrategy": "class",
   "MisconfigurationException": "exception:Exception",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "ServableModule": "class",
   "ServableModuleValidator": "class",
   "_NOT_SUPPORTED_STRATEGIES": "value:tuple",
   "_logger": "logger",
   "is_overridden": "function",
-  "rank_zero_only": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.strategies": {
   "DDPStrategy": "class",
@@ -2460,10 +2528,11 @@ TREE: dict[str, dict[str, str]] = {
   "default_pg_timeout": "value:timedelta",
   "log": "logger",
   "prepare_for_backward": "function",
-  "rank_zero_deprecation": "function",
-  "rank_zero_info": "function",
-  "rank_zero_only": "function",
-  "reset_seed": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "reset_seed": "function",
+  "utils_rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.strategies.deepspeed": {
   "CUDAAccelerator": "class",
@@ -2475,7 +2544,7 @@ TREE: dict[str, dict[str, str]] = {
   "MisconfigurationException": "exception:Exception",
   "Precision": "class",
   "TrainerFn": "class",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_DEEPSPEED_AVAILABLE": "value:RequirementCache",
   "_DEEPSPEED_GREATER_EQUAL_0_16": "value:RequirementCache",
   "_PATH": "typing",
@@ -2489,8 +2558,8 @@ TREE: dict[str, dict[str, str]] = {
   "default_pg_timeout": "value:timedelta",
   "is_overridden": "function",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "remove_module_hooks": "function",
   "reset_seed": "function",
   "warning_cache": "value:WarningCache"
@@ -2538,10 +2607,11 @@ TREE: dict[str, dict[str, str]] = {
   "default_pg_timeout": "value:timedelta",
   "is_overridden": "function",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function",
-  "reset_seed": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
+  "reset_seed": "function",
+  "utils_rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.strategies.hpu_parallel": {
   "HPUAccelerator": "class",
@@ -2578,12 +2648,14 @@ TREE: dict[str, dict[str, str]] = {
   "_disable_module_memory_sharing": "function",
   "_set_num_threads_if_needed": "function",
   "_set_rng_states": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "log": "logger",
   "move_data_to_device": "function",
-  "rank_zero_debug": "function"
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug"
  },
  "pytorch.strategies.launchers.subprocess_script": {
   "ClusterEnvironment": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_HYDRA_AVAILABLE": "value:RequirementCache",
   "_Launcher": "class",
   "_SIGNUM": "typing",
@@ -2603,7 +2675,7 @@ TREE: dict[str, dict[str, str]] = {
   "_XLA_AVAILABLE": "value:RequirementCache",
   "_rank_teardown": "function",
   "move_data_to_device": "function",
-  "rank_zero_debug": "function"
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug"
  },
  "pytorch.strategies.model_parallel": {
   "LightningOptimizer": "class",
@@ -2631,8 +2703,9 @@ TREE: dict[str, dict[str, str]] = {
   "_sync_ddp_if_available": "function",
   "default_pg_timeout": "value:timedelta",
   "is_overridden": "function",
-  "rank_zero_only": "function",
-  "reset_seed": "function"
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "reset_seed": "function",
+  "utils_rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only"
  },
  "pytorch.strategies.parallel": {
   "CheckpointIO": "class",
@@ -2674,7 +2747,7 @@ TREE: dict[str, dict[str, str]] = {
   "_StrategyRegistry": "class",
   "_patch_classes": "function",
   "_patch_sys_modules": "function",
-  "rank_zero_deprecation": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation"
  },
  "pytorch.strategies.single_xla": {
   "CheckpointIO": "class",
@@ -2735,7 +2808,7 @@ TREE: dict[str, dict[str, str]] = {
   "_XLA_GREATER_EQUAL_2_1": "value:RequirementCache",
   "_optimizers_to_device": "function",
   "find_shared_parameters": "function",
-  "rank_zero_only": "function",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
   "set_shared_parameters": "function"
  },
  "pytorch.trainer": {
@@ -2766,8 +2839,8 @@ TREE: dict[str, dict[str, str]] = {
   "_interrupt": "function",
   "is_overridden": "function",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.trainer.configuration_validator": {
   "MisconfigurationException": "exception:Exception",
@@ -2776,8 +2849,8 @@ TREE: dict[str, dict[str, str]] = {
   "_verify_loop_configurations": "function",
   "is_overridden": "function",
   "is_param_in_hook_signature": "function",
-  "rank_zero_deprecation": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.trainer.connectors": {},
  "pytorch.trainer.connectors.accelerator_connector": {
@@ -2827,8 +2900,8 @@ TREE: dict[str, dict[str, str]] = {
   "_select_auto_accelerator": "function",
   "_set_torch_flags": "function",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.trainer.connectors.callback_connector": {
   "BatchSizeFinder": "class",
@@ -2840,6 +2913,7 @@ TREE: dict[str, dict[str, str]] = {
   "ModelCheckpoint": "class",
   "ModelSummary": "class",
   "ProgressBar": "class",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "RichModelSummary": "class",
   "RichProgressBar": "class",
   "TQDMProgressBar": "class",
@@ -2850,7 +2924,7 @@ TREE: dict[str, dict[str, str]] = {
   "_log": "logger",
   "_validate_callbacks_list": "function",
   "is_overridden": "function",
-  "rank_zero_info": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info"
  },
  "pytorch.trainer.connectors.checkpoint_connector": {
   "MisconfigurationException": "exception:Exception",
@@ -2867,9 +2941,10 @@ TREE: dict[str, dict[str, str]] = {
   "find_model_local_ckpt_path": "function",
   "get_filesystem": "function",
   "log": "logger",
+  "module_available": "from:lightning_utilities.core.imports:module_available",
   "pl_legacy_patch": "class",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.trainer.connectors.data_connector": {
   "CombinedLoader": "class",
@@ -2881,7 +2956,7 @@ TREE: dict[str, dict[str, str]] = {
   "TRAIN_DATALOADERS": "class",
   "TrainerFn": "class",
   "UnrepeatedDistributedSamplerWrapper": "class",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_DataConnector": "class",
   "_DataHookSelector": "class",
   "_DataLoaderSource": "class",
@@ -2900,7 +2975,7 @@ TREE: dict[str, dict[str, str]] = {
   "_worker_check": "function",
   "has_iterable_dataset": "function",
   "is_overridden": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "suggested_max_num_workers": "function",
   "warning_cache": "value:WarningCache"
  },
@@ -2917,22 +2992,23 @@ TREE: dict[str, dict[str, str]] = {
   "Logger": "class",
   "SLURMEnvironment": "class",
   "TensorBoardLogger": "class",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_LoggerConnector": "class",
   "_METRICS": "class",
   "_OUT_DICT": "function",
   "_PBAR_DICT": "function",
   "_TENSORBOARDX_AVAILABLE": "value:RequirementCache",
   "_TENSORBOARD_AVAILABLE": "value:RequirementCache",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "convert_tensors_to_scalars": "function",
   "move_data_to_device": "function",
-  "rank_zero_info": "function",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
   "warning_cache": "value:WarningCache"
  },
  "pytorch.trainer.connectors.logger_connector.result": {
   "MisconfigurationException": "exception:Exception",
   "PossibleUserWarning": "exception:UserWarning",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_METRICS": "class",
   "_Metadata": "class",
   "_OUT_DICT": "function",
@@ -2944,10 +3020,11 @@ TREE: dict[str, dict[str, str]] = {
   "_VALUE": "typing",
   "_distributed_is_initialized": "function",
   "_get_default_dtype": "function",
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "convert_tensors_to_scalars": "function",
   "extract_batch_size": "function",
   "move_data_to_device": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "recursive_detach": "function",
   "warning_cache": "value:WarningCache"
  },
@@ -2960,8 +3037,8 @@ TREE: dict[str, dict[str, str]] = {
   "_SignalConnector": "class",
   "_get_sigkill_signal": "function",
   "log": "logger",
-  "rank_prefixed_message": "function",
-  "rank_zero_info": "function"
+  "rank_prefixed_message": "from:lightning_utilities.core.rank_zero:rank_prefixed_message",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info"
  },
  "pytorch.trainer.setup": {
   "AdvancedProfiler": "class",
@@ -2981,11 +3058,11 @@ TREE: dict[str, dict[str, str]] = {
   "_init_profiler": "function",
   "_log_device_info": "function",
   "_parse_time_interval_seconds": "function",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.trainer.states": {
-  "LightningEnum": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum",
   "RunningStage": "class",
   "TrainerFn": "class",
   "TrainerState": "class",
@@ -3050,8 +3127,9 @@ TREE: dict[str, dict[str, str]] = {
   "is_overridden": "function",
   "isolate_rng": "function",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "module_available": "from:lightning_utilities.core.imports:module_available",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.tuner": {
   "Tuner": "class"
@@ -3069,13 +3147,14 @@ TREE: dict[str, dict[str, str]] = {
   "lightning_getattr": "function",
   "lightning_setattr": "function",
   "log": "logger",
-  "rank_zero_info": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.tuner.lr_finder": {
   "Callback": "class",
   "LRSchedulerConfig": "class",
   "MisconfigurationException": "exception:Exception",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "STEP_OUTPUT": "typing",
   "_ExponentialLR": "class",
   "_LRCallback": "class",
@@ -3088,7 +3167,7 @@ TREE: dict[str, dict[str, str]] = {
   "lightning_hasattr": "function",
   "lightning_setattr": "function",
   "log": "logger",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.tuner.tuning": {
   "Callback": "class",
@@ -3107,7 +3186,7 @@ TREE: dict[str, dict[str, str]] = {
   "FLOAT32_EPSILON": "value:float",
   "FLOAT64_EPSILON": "value:float",
   "GradClipAlgorithmType": "class",
-  "LightningEnum": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum",
   "disable_possible_user_warnings": "function",
   "find_shared_parameters": "function",
   "grad_norm": "function",
@@ -3115,10 +3194,10 @@ TREE: dict[str, dict[str, str]] = {
   "is_shared_filesystem": "function",
   "measure_flops": "function",
   "move_data_to_device": "function",
-  "rank_zero_deprecation": "function",
-  "rank_zero_info": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "set_shared_parameters": "function",
   "suggested_max_num_workers": "function"
  },
@@ -3174,7 +3253,7 @@ TREE: dict[str, dict[str, str]] = {
   "MisconfigurationException": "exception:Exception",
   "PossibleUserWarning": "exception:UserWarning",
   "RunningStage": "class",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_IndexBatchSamplerWrapper": "class",
   "_dataloader_init_kwargs_resolve_sampler": "function",
   "_extract_batch_size": "function",
@@ -3186,7 +3265,8 @@ TREE: dict[str, dict[str, str]] = {
   "extract_batch_size": "function",
   "has_iterable_dataset": "function",
   "has_len_all_ranks": "function",
-  "rank_zero_warn": "function",
+  "is_dataclass_instance": "from:lightning_utilities.core.apply_func:is_dataclass_instance",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "sized_len": "function",
   "warning_cache": "value:WarningCache"
  },
@@ -3199,7 +3279,8 @@ TREE: dict[str, dict[str, str]] = {
   "ds_checkpoint_dir": "function"
  },
  "pytorch.utilities.enums": {
-  "GradClipAlgorithmType": "class"
+  "GradClipAlgorithmType": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum"
  },
  "pytorch.utilities.exceptions": {
   "MisconfigurationException": "exception:Exception",
@@ -3211,6 +3292,7 @@ TREE: dict[str, dict[str, str]] = {
   "grad_norm": "function"
  },
  "pytorch.utilities.imports": {
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_OMEGACONF_AVAILABLE": "value:bool",
   "_PYTHON_GREATER_EQUAL_3_11_0": "value:bool",
   "_RICH_AVAILABLE": "value:RequirementCache",
@@ -3224,9 +3306,12 @@ TREE: dict[str, dict[str, str]] = {
   "_TORCH_GREATER_EQUAL_2_6": "value:bool",
   "_TORCH_GREATER_EQUAL_2_8": "value:bool",
   "_try_import_module": "function",
-  "rank_zero_warn": "function"
+  "compare_version": "from:lightning_utilities.core.imports:compare_version",
+  "package_available": "from:lightning_utilities.core.imports:package_available",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.utilities.memory": {
+  "apply_to_collection": "from:lightning_utilities.core.apply_func:apply_to_collection",
   "garbage_collection_cuda": "function",
   "is_cuda_out_of_memory": "function",
   "is_cudnn_snafu": "function",
@@ -3254,10 +3339,10 @@ TREE: dict[str, dict[str, str]] = {
   "_migrate_model_checkpoint_early_stopping": "function",
   "_migrate_model_checkpoint_save_on_train_epoch_end_default": "function",
   "_migration_index": "function",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.utilities.migration.utils": {
-  "LightningEnum": "class",
+  "LightningEnum": "from:lightning_utilities.core.enums:StrEnum",
   "PossibleUserWarning": "exception:UserWarning",
   "_CHECKPOINT": "function",
   "_IS_WINDOWS": "value:bool",
@@ -3274,9 +3359,10 @@ TREE: dict[str, dict[str, str]] = {
   "_should_upgrade": "function",
   "migrate_checkpoint": "function",
   "pl_legacy_patch": "class",
-  "rank_zero_warn": "function"
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.utilities.model_helpers": {
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_ModuleMode": "class",
   "_P": "typing",
   "_R_co": "typing",
@@ -3296,7 +3382,8 @@ TREE: dict[str, dict[str, str]] = {
   "_is_registry": "function",
   "_parse_registry_model_version": "function",
   "download_model_from_registry": "function",
-  "find_model_local_ckpt_path": "function"
+  "find_model_local_ckpt_path": "function",
+  "module_available": "from:lightning_utilities.core.imports:module_available"
  },
  "pytorch.utilities.model_summary": {
   "DeepSpeedSummary": "class",
@@ -3314,7 +3401,7 @@ TREE: dict[str, dict[str, str]] = {
   "NOT_APPLICABLE": "value:str",
   "PARAMETER_NUM_UNITS": "value:list",
   "UNKNOWN_SIZE": "value:str",
-  "WarningCache": "class",
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
   "_ModuleMode": "class",
   "_TORCH_GREATER_EQUAL_2_4": "value:bool",
   "_format_summary_table": "function",
@@ -3324,7 +3411,7 @@ TREE: dict[str, dict[str, str]] = {
   "get_human_readable_count": "function",
   "log": "logger",
   "parse_batch_shape": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "summarize": "function",
   "warning_cache": "value:WarningCache"
  },
@@ -3334,6 +3421,7 @@ TREE: dict[str, dict[str, str]] = {
   "LayerSummary": "class",
   "ModelSummary": "class",
   "NOT_APPLICABLE": "value:str",
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_tensor_has_shape": "function",
   "deepspeed_param_size": "function",
   "get_human_readable_count": "function"
@@ -3359,18 +3447,18 @@ TREE: dict[str, dict[str, str]] = {
   "lightning_hasattr": "function",
   "lightning_setattr": "function",
   "parse_class_init_keys": "function",
-  "rank_zero_warn": "function",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn",
   "save_hyperparameters": "function"
  },
  "pytorch.utilities.rank_zero": {
   "LightningDeprecationWarning": "exception:DeprecationWarning",
-  "WarningCache": "class",
-  "rank_prefixed_message": "function",
-  "rank_zero_debug": "function",
-  "rank_zero_deprecation": "function",
-  "rank_zero_info": "function",
-  "rank_zero_only": "function",
-  "rank_zero_warn": "function"
+  "WarningCache": "from:lightning_utilities.core.rank_zero:WarningCache",
+  "rank_prefixed_message": "from:lightning_utilities.core.rank_zero:rank_prefixed_message",
+  "rank_zero_debug": "from:lightning_utilities.core.rank_zero:rank_zero_debug",
+  "rank_zero_deprecation": "from:lightning_utilities.core.rank_zero:rank_zero_deprecation",
+  "rank_zero_info": "from:lightning_utilities.core.rank_zero:rank_zero_info",
+  "rank_zero_only": "from:lightning_utilities.core.rank_zero:rank_zero_only",
+  "rank_zero_warn": "from:lightning_utilities.core.rank_zero:rank_zero_warn"
  },
  "pytorch.utilities.seed": {
   "_collect_rng_states": "function",
@@ -3384,6 +3472,7 @@ TREE: dict[str, dict[str, str]] = {
   "_runif_reasons": "function"
  },
  "pytorch.utilities.testing._runif": {
+  "RequirementCache": "from:lightning_utilities.core.imports:RequirementCache",
   "_OMEGACONF_AVAILABLE": "value:bool",
   "_ONNXSCRIPT_AVAILABLE": "value:RequirementCache",
   "_ONNX_AVAILABLE": "value:RequirementCache",
@@ -3584,6 +3673,35 @@ SAME: list[list[str]] = [
   "fabric.accelerators:find_usable_cuda_devices",
   "pytorch.accelerators:find_usable_cuda_devices",
   "fabric.accelerators.cuda:find_usable_cuda_devices"
+ ],
+ [
+  "fabric.cli:RequirementCache",
+  "pytorch.cli:RequirementCache",
+  "fabric.accelerators.xla:RequirementCache",
+  "fabric.loggers.tensorboard:RequirementCache",
+  "fabric.strategies.deepspeed:RequirementCache",
+  "fabric.strategies.fsdp:RequirementCache",
+  "fabric.utilities.imports:RequirementCache",
+  "pytorch.accelerators.cpu:RequirementCache",
+  "pytorch.core.module:RequirementCache",
+  "pytorch.demos.transformer:RequirementCache",
+  "pytorch.loggers.comet:RequirementCache",
+  "pytorch.loggers.litlogger:RequirementCache",
+  "pytorch.loggers.mlflow:RequirementCache",
+  "pytorch.loggers.wandb:RequirementCache",
+  "pytorch.serve.servable_module_validator:RequirementCache",
+  "pytorch.tuner.lr_finder:RequirementCache",
+  "pytorch.utilities.imports:RequirementCache",
+  "pytorch.utilities.model_helpers:RequirementCache",
+  "fabric.plugins.environments.mpi:RequirementCache",
+  "fabric.plugins.io.xla:RequirementCache",
+  "fabric.plugins.precision.bitsandbytes:RequirementCache",
+  "fabric.plugins.precision.transformer_engine:RequirementCache",
+  "fabric.strategies.launchers.subprocess_script:RequirementCache",
+  "pytorch.strategies.launchers.subprocess_script:RequirementCache",
+  "pytorch.trainer.connectors.callback_connector:RequirementCache",
+  "pytorch.utilities.model_summary.model_summary_deepspeed:RequirementCache",
+  "pytorch.utilities.testing._runif:RequirementCache"
  ],
  [
   "fabric.cli:STRATEGY_REGISTRY",
@@ -3929,6 +4047,7 @@ SAME: list[list[str]] = [
   "fabric.accelerators.cuda:rank_zero_info",
   "fabric.strategies.deepspeed:rank_zero_info",
   "fabric.utilities.distributed:rank_zero_info",
+  "fabric.utilities.rank_zero:rank_zero_info",
   "pytorch.callbacks.model_checkpoint:rank_zero_info",
   "pytorch.callbacks.stochastic_weight_avg:rank_zero_info",
   "pytorch.callbacks.timer:rank_zero_info",
@@ -3963,6 +4082,7 @@ SAME: list[list[str]] = [
   "fabric.strategies.xla_fsdp:rank_zero_warn",
   "fabric.utilities.data:rank_zero_warn",
   "fabric.utilities.init:rank_zero_warn",
+  "fabric.utilities.rank_zero:rank_zero_warn",
   "fabric.utilities.seed:rank_zero_warn",
   "fabric.utilities.throughput:rank_zero_warn",
   "pytorch.callbacks.batch_size_finder:rank_zero_warn",
@@ -4159,6 +4279,39 @@ SAME: list[list[str]] = [
   "fabric.utilities.device_dtype_mixin:_update_properties"
  ],
  [
+  "fabric.fabric:apply_to_collection",
+  "fabric.wrappers:apply_to_collection",
+  "fabric.strategies.dp:apply_to_collection",
+  "fabric.utilities.apply_func:apply_to_collection",
+  "fabric.utilities.load:apply_to_collection",
+  "fabric.utilities.optimizer:apply_to_collection",
+  "pytorch.callbacks.pruning:apply_to_collection",
+  "pytorch.core.datamodule:apply_to_collection",
+  "pytorch.core.module:apply_to_collection",
+  "pytorch.core.saving:apply_to_collection",
+  "pytorch.demos.boring_classes:apply_to_collection",
+  "pytorch.loops.evaluation_loop:apply_to_collection",
+  "pytorch.utilities.memory:apply_to_collection",
+  "fabric.plugins.io.xla:apply_to_collection",
+  "fabric.plugins.precision.amp:apply_to_collection",
+  "fabric.plugins.precision.bitsandbytes:apply_to_collection",
+  "fabric.plugins.precision.deepspeed:apply_to_collection",
+  "fabric.plugins.precision.double:apply_to_collection",
+  "fabric.plugins.precision.fsdp:apply_to_collection",
+  "fabric.plugins.precision.half:apply_to_collection",
+  "fabric.plugins.precision.transformer_engine:apply_to_collection",
+  "fabric.strategies.launchers.multiprocessing:apply_to_collection",
+  "pytorch.callbacks.progress.rich_progress:apply_to_collection",
+  "pytorch.plugins.io.async_plugin:apply_to_collection",
+  "pytorch.plugins.precision.deepspeed:apply_to_collection",
+  "pytorch.plugins.precision.double:apply_to_collection",
+  "pytorch.plugins.precision.fsdp:apply_to_collection",
+  "pytorch.plugins.precision.half:apply_to_collection",
+  "pytorch.strategies.launchers.multiprocessing:apply_to_collection",
+  "pytorch.trainer.connectors.logger_connector.logger_connector:apply_to_collection",
+  "pytorch.trainer.connectors.logger_connector.result:apply_to_collection"
+ ],
+ [
   "fabric.fabric:convert_tensors_to_scalars",
   "fabric.utilities.apply_func:convert_tensors_to_scalars",
   "pytorch.trainer.trainer:convert_tensors_to_scalars",
@@ -4175,6 +4328,11 @@ SAME: list[list[str]] = [
   "fabric.utilities.data:has_iterable_dataset",
   "pytorch.utilities.data:has_iterable_dataset",
   "pytorch.trainer.connectors.data_connector:has_iterable_dataset"
+ ],
+ [
+  "fabric.fabric:is_overridden",
+  "fabric.wrappers:is_overridden",
+  "fabric.utilities.registry:is_overridden"
  ],
  [
   "fabric.fabric:move_data_to_device",
@@ -4202,6 +4360,7 @@ SAME: list[list[str]] = [
   "fabric.accelerators.tpu:rank_zero_deprecation",
   "fabric.strategies.fsdp:rank_zero_deprecation",
   "fabric.strategies.single_tpu:rank_zero_deprecation",
+  "fabric.utilities.rank_zero:rank_zero_deprecation",
   "pytorch._graveyard.precision:rank_zero_deprecation",
   "pytorch._graveyard.tpu:rank_zero_deprecation",
   "pytorch.accelerators.tpu:rank_zero_deprecation",
@@ -4581,10 +4740,6 @@ SAME: list[list[str]] = [
   "fabric.strategies.strategy:TReduce"
  ],
  [
-  "fabric.strategies.dp:apply_to_collection",
-  "fabric.utilities.optimizer:apply_to_collection"
- ],
- [
   "fabric.strategies.fsdp:_Stateful",
   "fabric.strategies.model_parallel:_Stateful",
   "fabric.strategies.strategy:_Stateful",
@@ -4878,6 +5033,12 @@ SAME: list[list[str]] = [
   "pytorch.strategies.launchers.subprocess_script:_set_num_threads_if_needed"
  ],
  [
+  "fabric.utilities.imports:compare_version",
+  "pytorch._graveyard._torchmetrics:_compare_version",
+  "pytorch.utilities.imports:compare_version",
+  "fabric.utilities.testing._runif:compare_version"
+ ],
+ [
   "fabric.utilities.logger:_convert_json_serializable",
   "pytorch.loggers.wandb:_convert_json_serializable"
  ],
@@ -4905,9 +5066,44 @@ SAME: list[list[str]] = [
   "pytorch.utilities.rank_zero:LightningDeprecationWarning"
  ],
  [
+  "fabric.utilities.rank_zero:WarningCache",
+  "pytorch.callbacks.model_checkpoint:WarningCache",
+  "pytorch.core.module:WarningCache",
+  "pytorch.loops.prediction_loop:WarningCache",
+  "pytorch.loops.training_epoch_loop:WarningCache",
+  "pytorch.profilers.pytorch:WarningCache",
+  "pytorch.strategies.deepspeed:WarningCache",
+  "pytorch.utilities.data:WarningCache",
+  "pytorch.utilities.rank_zero:WarningCache",
+  "pytorch.loops.optimization.automatic:WarningCache",
+  "pytorch.plugins.precision.deepspeed:WarningCache",
+  "pytorch.trainer.connectors.data_connector:WarningCache",
+  "pytorch.utilities.model_summary.model_summary:WarningCache",
+  "pytorch.trainer.connectors.logger_connector.logger_connector:WarningCache",
+  "pytorch.trainer.connectors.logger_connector.result:WarningCache"
+ ],
+ [
   "fabric.utilities.rank_zero:_get_rank",
   "fabric.utilities.seed:_get_rank",
   "pytorch.loggers.comet:_get_rank"
+ ],
+ [
+  "fabric.utilities.rank_zero:rank_prefixed_message",
+  "fabric.utilities.seed:rank_prefixed_message",
+  "pytorch.callbacks.early_stopping:rank_prefixed_message",
+  "pytorch.utilities.rank_zero:rank_prefixed_message",
+  "fabric.strategies.launchers.subprocess_script:rank_prefixed_message",
+  "pytorch.trainer.connectors.signal_connector:rank_prefixed_message"
+ ],
+ [
+  "fabric.utilities.rank_zero:rank_zero_debug",
+  "pytorch.callbacks.pruning:rank_zero_debug",
+  "pytorch.loops.fit_loop:rank_zero_debug",
+  "pytorch.overrides.distributed:rank_zero_debug",
+  "pytorch.utilities.rank_zero:rank_zero_debug",
+  "pytorch.callbacks.progress.tqdm_progress:rank_zero_debug",
+  "pytorch.strategies.launchers.multiprocessing:rank_zero_debug",
+  "pytorch.strategies.launchers.xla:rank_zero_debug"
  ],
  [
   "fabric.utilities.seed:_collect_rng_states",
@@ -4920,13 +5116,6 @@ SAME: list[list[str]] = [
   "pytorch.utilities.seed:_set_rng_states",
   "fabric.strategies.launchers.multiprocessing:_set_rng_states",
   "pytorch.strategies.launchers.multiprocessing:_set_rng_states"
- ],
- [
-  "fabric.utilities.seed:rank_prefixed_message",
-  "pytorch.callbacks.early_stopping:rank_prefixed_message",
-  "pytorch.utilities.rank_zero:rank_prefixed_message",
-  "fabric.strategies.launchers.subprocess_script:rank_prefixed_message",
-  "pytorch.trainer.connectors.signal_connector:rank_prefixed_message"
  ],
  [
   "fabric.utilities.spike:SpikeDetection",
@@ -4981,9 +5170,11 @@ SAME: list[list[str]] = [
   "fabric.utilities:LightningEnum",
   "pytorch.utilities:LightningEnum",
   "fabric.utilities.data:LightningEnum",
+  "fabric.utilities.enums:LightningEnum",
   "pytorch.callbacks.prediction_writer:LightningEnum",
   "pytorch.callbacks.timer:LightningEnum",
   "pytorch.trainer.states:LightningEnum",
+  "pytorch.utilities.enums:LightningEnum",
   "pytorch.utilities.migration.utils:LightningEnum"
  ],
  [
@@ -5012,8 +5203,11 @@ SAME: list[list[str]] = [
   "fabric.loggers.logger:rank_zero_only",
   "fabric.loggers.tensorboard:rank_zero_only",
   "fabric.strategies.ddp:rank_zero_only",
+  "fabric.strategies.ddp:utils_rank_zero_only",
   "fabric.strategies.fsdp:rank_zero_only",
+  "fabric.strategies.fsdp:utils_rank_zero_only",
   "fabric.strategies.model_parallel:rank_zero_only",
+  "fabric.strategies.model_parallel:utils_rank_zero_only",
   "fabric.strategies.xla:rank_zero_only",
   "fabric.strategies.xla_fsdp:rank_zero_only",
   "fabric.utilities.rank_zero:rank_zero_only",
@@ -5030,8 +5224,11 @@ SAME: list[list[str]] = [
   "pytorch.profilers.advanced:rank_zero_only",
   "pytorch.serve.servable_module_validator:rank_zero_only",
   "pytorch.strategies.ddp:rank_zero_only",
+  "pytorch.strategies.ddp:utils_rank_zero_only",
   "pytorch.strategies.fsdp:rank_zero_only",
+  "pytorch.strategies.fsdp:utils_rank_zero_only",
   "pytorch.strategies.model_parallel:rank_zero_only",
+  "pytorch.strategies.model_parallel:utils_rank_zero_only",
   "pytorch.strategies.xla:rank_zero_only",
   "pytorch.utilities.rank_zero:rank_zero_only",
   "fabric.plugins.environments.lightning:rank_zero_only"
@@ -5088,6 +5285,10 @@ SAME: list[list[str]] = [
  [
   "fabric:is_wrapped",
   "fabric.wrappers:is_wrapped"
+ ],
+ [
+  "fabric:package_available",
+  "pytorch.utilities.imports:package_available"
  ],
  [
   "fabric:seed_everything",
@@ -5269,21 +5470,6 @@ SAME: list[list[str]] = [
   "pytorch.utilities.types:LRSchedulerConfig"
  ],
  [
-  "pytorch.callbacks.model_checkpoint:WarningCache",
-  "pytorch.core.module:WarningCache",
-  "pytorch.loops.training_epoch_loop:WarningCache",
-  "pytorch.profilers.pytorch:WarningCache",
-  "pytorch.strategies.deepspeed:WarningCache",
-  "pytorch.utilities.data:WarningCache",
-  "pytorch.utilities.rank_zero:WarningCache",
-  "pytorch.loops.optimization.automatic:WarningCache",
-  "pytorch.plugins.precision.deepspeed:WarningCache",
-  "pytorch.trainer.connectors.data_connector:WarningCache",
-  "pytorch.utilities.model_summary.model_summary:WarningCache",
-  "pytorch.trainer.connectors.logger_connector.logger_connector:WarningCache",
-  "pytorch.trainer.connectors.logger_connector.result:WarningCache"
- ],
- [
   "pytorch.callbacks.model_summary:DeepSpeedSummary",
   "pytorch.utilities.model_summary:DeepSpeedSummary",
   "pytorch.utilities.model_summary.model_summary_deepspeed:DeepSpeedSummary"
@@ -5313,15 +5499,6 @@ SAME: list[list[str]] = [
   "pytorch.loops.utilities:is_param_in_hook_signature",
   "pytorch.trainer.configuration_validator:is_param_in_hook_signature",
   "pytorch.utilities.signature_utils:is_param_in_hook_signature"
- ],
- [
-  "pytorch.callbacks.pruning:rank_zero_debug",
-  "pytorch.loops.fit_loop:rank_zero_debug",
-  "pytorch.overrides.distributed:rank_zero_debug",
-  "pytorch.utilities.rank_zero:rank_zero_debug",
-  "pytorch.callbacks.progress.tqdm_progress:rank_zero_debug",
-  "pytorch.strategies.launchers.multiprocessing:rank_zero_debug",
-  "pytorch.strategies.launchers.xla:rank_zero_debug"
  ],
  [
   "pytorch.callbacks.rich_model_summary:_RICH_AVAILABLE",
@@ -6767,5 +6944,12 @@ SAME: list[list[str]] = [
   "pytorch.cli:Trainer",
   "pytorch.trainer:Trainer",
   "pytorch.trainer.trainer:Trainer"
+ ],
+ [
+  "pytorch:module_available",
+  "fabric.utilities.cloud_io:module_available",
+  "pytorch.trainer.trainer:module_available",
+  "pytorch.utilities.model_registry:module_available",
+  "pytorch.trainer.connectors.checkpoint_connector:module_available"
  ]
 ]

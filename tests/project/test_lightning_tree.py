@@ -9,6 +9,7 @@ runner, as ``lightning.pytorch.*``, ``pytorch_lightning.*``, ``lightning.fabric.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -128,3 +129,18 @@ def test_modules_lockstep_has_no_counterpart_of_import_and_their_names_are_stand
     ''')
     (tmp_path / "script.py").write_text(script)
     _run(["-m", "trainer.as_lightning", str(tmp_path / "script.py")])
+
+
+def test_lightning_s_private_trainer_connectors_libraries_read_name_what_to_use():
+    import trainer as lockstep
+    from trainer.lightning.private_attributes import NOT_PROVIDED_PRIVATE_TRAINER_ATTRIBUTES
+    from trainer.lightning.unsupported import NotProvidedAttributeError
+
+    pl = importorskip("lightning.pytorch", reason="needs `lightning` (the dev extra)")
+    quiet = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    theirs, ours = pl.Trainer(**quiet), lockstep.Trainer(**quiet)
+    for name, alternative in NOT_PROVIDED_PRIVATE_TRAINER_ATTRIBUTES.items():
+        assert hasattr(theirs, name), f"{name}: not Lightning's"
+        with pytest.raises(NotProvidedAttributeError, match=rf"trainer\.{name}: .* use {re.escape(alternative)}"):
+            getattr(ours, name)
+        assert not hasattr(ours, name)  # hasattr / getattr(..., None) keep working for libraries' checks

@@ -13,8 +13,8 @@ tests/ecosystem/test_ecosystem_names.py re-checks the recorded names without the
 from __future__ import annotations
 
 import ast
-import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -236,18 +236,12 @@ def _probe(references: list[str], runner: bool, probe: str = "tests.ecosystem.pr
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(references, f)
     command = [sys.executable, *(["-m", "trainer.as_lightning"] if runner else []), "-m", probe, f.name]
-    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900, env={**_environ(), **env})
+    env = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     result: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
-
-
-def _environ() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def split(reference: str) -> tuple[str, str]:

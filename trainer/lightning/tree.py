@@ -1,7 +1,7 @@
-"""Lightning's public module tree under ``python -m trainer.as_lightning``: every module of
-``lightning.pytorch`` / ``pytorch_lightning`` (and of the Fabric parts code built on the Trainer
-imports) imports, and every public name Lightning has there resolves (`trainer.lightning.tree_index`,
-generated from Lightning 2.6.6).
+"""Lightning's module tree under ``python -m trainer.as_lightning``: every module of
+``lightning.pytorch`` / ``pytorch_lightning`` and ``lightning.fabric`` / ``lightning_fabric`` imports,
+and every name Lightning has there resolves (`trainer.lightning.tree_index`, generated from
+Lightning 2.6.6; private names included, as libraries import some).
 
 The alias (`trainer.lightning.alias`) reads a name first from the Lockstep module the Lightning
 package folds onto; where that lacks it, `lightning_name` looks for the same object under the
@@ -9,9 +9,10 @@ other places Lightning names it (``callbacks.early_stopping.rank_zero_warn`` is
 ``utilities.rank_zero_warn``), and where Lockstep has none, gives a stand-in of Lightning's kind
 that imports and raises, naming what to use, only when used: a class to subclass and test with
 ``isinstance`` whose instances are refused, a function that refuses the call, a value that refuses
-every use. A class or function Lightning re-exports from ``lightning_utilities`` (the Lightning
-project's helper package, which Lockstep does not need) is that object where it is installed. Lightning's exception and warning classes stand in as plain subclasses of the same
-built-in base (Lockstep never raises them), and a module's logger is ``logging.getLogger`` of it.
+every use. Lightning's exception and warning classes stand in as plain subclasses of the same
+built-in base (Lockstep never raises them), a module's logger is ``logging.getLogger`` of it, and a
+class or function Lightning re-exports from ``lightning_utilities`` (the Lightning project's helper
+package, which Lockstep does not need) is that object where it is installed.
 """
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ def _stand_in(kind: str, name: str, alternative: str) -> Any:
         return refused_class(__name__, name, alternative)
     if kind.startswith("exception:"):
         base = getattr(importlib.import_module("builtins"), kind.partition(":")[2])
-        return type(name, (base,), {"__module__": __name__, "__doc__": f"Lightning's ``{name}`` (Lockstep never raises it)."})
+        doc = f"Lightning's ``{name}`` (Lockstep never raises it)."
+        return type(name, (base,), {"__module__": __name__, "__doc__": doc})
     message = f"Lightning's `{name}` can be imported under Lockstep but not used; use {alternative} (docs/migration.md)."
     if kind == "function":
         return _refusing_function(name, message)
@@ -135,7 +137,8 @@ class _RefusedValue:
         object.__setattr__(self, "_message", message)
 
     def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise NotProvidedError(object.__getattribute__(self, "_message"), name=object.__getattribute__(self, "_name"))
+        name = object.__getattribute__(self, "_name")
+        raise NotProvidedError(object.__getattribute__(self, "_message"), name=name)
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("__"):

@@ -342,11 +342,11 @@ def _trainer_table(reads: dict[str, Any]) -> list[str]:
         f"Trainer attribute chains read by two or more of the packages: {len(reads)}. On a fresh Trainer "
         f"(not fitted) {len(both)} read on both sides; {len(fit_only)} need a fit in Lightning too (not compared); "
         f"{len(differ)} read in Lightning and, under the runner, raise:", "",
-        "| chain | packages | under the runner |", "|---|---|---|",
+        "| read on the Trainer | packages | under the runner |", "|---|---|---|",
     ]
     for chain in differ:
         answer = reads[chain]["lockstep"].removeprefix("error: ").replace("|", "/")
-        lines.append(f"| `trainer.{chain}` | {', '.join(reads[chain]['packages'])} | {answer[:160]} |")
+        lines.append(f"| `{chain}` | {', '.join(sorted(reads[chain]['packages']))} | {answer[:160]} |")
     return lines
 
 

@@ -10,10 +10,12 @@ processes it starts (workers, ``ddp_spawn`` ranks, multiprocessing children, Dat
 
 ``lightning.pytorch.__version__`` (and ``lightning.__version__``, ``pytorch_lightning.__version__``)
 is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
-compares against. A name Lightning has and Lockstep lacks raises an error naming it and what to
-use instead (`trainer.lightning.unsupported.NOT_PROVIDED_NAMES`); so does every name of ``lightning.fabric`` but
-the type names of ``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`) and its checkpoint
-I/O names (`trainer.lightning.fabric_io`).
+compares against. Every module and name of Lightning's tree, ``lightning.fabric`` / ``lightning_fabric``
+included, imports (`trainer.lightning.tree`); a name Lightning has and Lockstep lacks is a stand-in
+that raises an error naming it and what to use instead when it is used
+(`trainer.lightning.unsupported.NOT_PROVIDED_NAMES`). Of Fabric, the type names of
+``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`) and its checkpoint I/O names
+(`trainer.lightning.fabric_io`) are Lockstep's own.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Issue 41 build item 1: Lightning's public module tree, whole, under ``python -m trainer.as_lightning``.
 
-The index the runner mirrors (`trainer.lightning.tree_index`) must be the installed Lightning's tree
+The index the runner mirrors (trainer/lightning/tree_index.json) must be the installed Lightning's tree
 (`tests.project.lightning_tree` walks it with ``pkgutil.walk_packages``), so a module or name
 Lightning adds fails here until the index is regenerated; and every module of it imports under the
 runner, as ``lightning.pytorch.*``, ``pytorch_lightning.*``, ``lightning.fabric.*`` and
@@ -19,7 +19,7 @@ import pytest
 from tests.helpers.distributed import script_env
 from tests.helpers.optional import importorskip
 from trainer.lightning import alias, tree
-from trainer.lightning.tree_index import TREE
+from trainer.lightning.tree import TREE
 from trainer.lightning.unsupported import NotProvidedError
 
 pytestmark = pytest.mark.timeout(300)

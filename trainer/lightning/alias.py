@@ -10,10 +10,12 @@ processes it starts (workers, ``ddp_spawn`` ranks, multiprocessing children, Dat
 
 ``lightning.pytorch.__version__`` (and ``lightning.__version__``, ``pytorch_lightning.__version__``)
 is `LIGHTNING_API_VERSION`, the Lightning release whose API Lockstep implements and the test suite
-compares against. A name Lightning has and Lockstep lacks raises an error naming it and what to
-use instead (`trainer.lightning.unsupported.NOT_PROVIDED_NAMES`); so does every name of ``lightning.fabric`` but
-the type names of ``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`) and its checkpoint
-I/O names (`trainer.lightning.fabric_io`).
+compares against. Every module and name of Lightning's tree, ``lightning.fabric`` / ``lightning_fabric``
+included, imports (`trainer.lightning.tree`); a name Lightning has and Lockstep lacks is a stand-in
+that raises an error naming it and what to use instead when it is used
+(`trainer.lightning.unsupported.NOT_PROVIDED_NAMES`). Of Fabric, the type names of
+``lightning.fabric.utilities.types`` (`trainer.lightning.fabric_types`) and its checkpoint I/O names
+(`trainer.lightning.fabric_io`) are Lockstep's own.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ import sys
 import types
 from typing import Any, Callable, Sequence
 
-from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
+from trainer.lightning import tree
+from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError
 
 LIGHTNING_API_VERSION = "2.6.6"
 
@@ -74,6 +77,8 @@ SUBPACKAGES = frozenset({
 _MIRRORED = ("demos",)
 # packages named ``lightning``, ``pytorch_lightning`` and ``lightning_fabric`` that `install` puts first on
 # the path of every process this one starts (`replace_in_child`)
+# the Lockstep module of Lightning's modules that have no counterpart (`trainer.lightning.tree`)
+_LIGHTNING_ONLY = "trainer.lightning.lightning_only"
 CHILD_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_child_path")
 
 
@@ -96,6 +101,8 @@ def lockstep_module_for(name: str) -> str | None:
         return None  # `from lightning.pytorch.callbacks import ModelPruning` looks for a module of that name first
     if rest[0] in _MIRRORED:
         return ".".join(["trainer", *rest])
+    if rest[0] not in _SUBMODULES and tree.is_tree_module(name):
+        return _LIGHTNING_ONLY  # serve, overrides, _graveyard: their names are the tree's stand-ins
     return _SUBMODULES.get(rest[0], "")  # "": a submodule of Lightning's that Lockstep lacks
 
 
@@ -103,6 +110,9 @@ def _may_be_module(rest: list[str]) -> bool:
     # Lightning's module names are lower case; its classes and constants are not, and a name it
     # has that Lockstep lacks must reach the namespace module's error, not become a module; nor
     # can a name inside a module (not a package) be one
+    full = "lightning.pytorch." + ".".join(rest)
+    if tree.is_tree_module(full) or tree.is_tree_module(full.rpartition(".")[0]):
+        return tree.is_tree_module(full)  # Lightning's tree says which of its names are modules
     last = rest[-1]
     inside_package = len(rest) == 2 or ".".join(rest[:-1]) in SUBPACKAGES
     return inside_package and last.islower() and f"{rest[0]}.{last}" not in NOT_PROVIDED_NAMES
@@ -122,16 +132,24 @@ class _AliasModule(types.ModuleType):
         if attr.startswith("__") and attr != "__all__":  # `from lightning.pytorch.callbacks import *` reads __all__
             raise AttributeError(attr)
         if self.__name__ == "lightning" and attr in ("pytorch", "fabric", "Fabric"):
-            # `import lightning as L; L.pytorch.Trainer`: Lightning's package imports both at once
-            if attr == "pytorch":
-                return importlib.import_module("lightning.pytorch")
-            raise not_provided("trainer", attr)
+            # `import lightning as L; L.pytorch.Trainer`: Lightning's package imports both at once;
+            # `L.Fabric` is Fabric's stand-in (`tree`): it imports, and refuses an instance
+            if attr == "Fabric":
+                return getattr(importlib.import_module("lightning.fabric"), attr)
+            return importlib.import_module(f"lightning.{attr}")
         # `pl.callbacks.early_stopping.EarlyStopping`: a Lightning module read as an attribute is its
         # alias (reading on from Lockstep's module would find no `early_stopping`)
         submodule = f"{self.__name__}.{attr}"
         try:
             value = getattr(self.__dict__["_lockstep_target"], attr)
         except AttributeError:
+            if tree.is_tree_module(submodule):
+                return importlib.import_module(submodule)
+            try:  # a public name of Lightning's module here: Lockstep's object elsewhere, or a stand-in
+                return tree.lightning_name(self.__name__, attr, _folded)
+            except AttributeError:
+                if self.__name__.startswith(_FABRIC):
+                    raise _fabric_not_provided(submodule) from None
             if not lockstep_module_for(submodule):
                 raise
             return importlib.import_module(submodule)
@@ -150,35 +168,36 @@ def _is_aliased_module(value: Any, name: str) -> bool:
     return isinstance(value, types.ModuleType) and bool(lockstep_module_for(name))
 
 
-class _FabricPackage(types.ModuleType):
-    """``lightning.fabric`` or a package of it: imported only on the way to a module provided
-    (`_FABRIC_PROVIDED`); any other name read from them is not provided."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.__path__: list[str] = []
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        raise _fabric_not_provided(f"{self.__name__}.{attr}")
+def _folded(name: str) -> types.ModuleType | None:
+    # the Lockstep module a Lightning module's names are read from (`tree.lightning_name` looks there)
+    if name.startswith(_FABRIC):
+        target: str | None = _FABRIC_PROVIDED.get(_fabric_rest(name))
+    else:
+        target = lockstep_module_for(name)
+    return importlib.import_module(target) if target else None
 
 
 def _fabric_not_provided(name: str) -> NotProvidedError:
     return NotProvidedError(
         f"{name}: Lightning Fabric is not provided by Lockstep; use {NOT_PROVIDED_NAMES['Fabric']} "
-        "(docs/migration.md; of Fabric, only utilities.types, utilities.cloud_io and plugins.io are provided).",
+        "(docs/migration.md; Fabric's own modules and names import, as stand-ins where Lockstep has none).",
         name=name,
     )
 
 
-def _fabric_module(name: str) -> types.ModuleType:
+def _fabric_rest(name: str) -> str:
     root = next(r for r in _FABRIC if name == r or name.startswith(r + "."))
-    rest = name[len(root) + 1:]
+    return name[len(root) + 1:]
+
+
+def _fabric_module(name: str) -> types.ModuleType:
+    # the Fabric modules of Lightning's tree (`tree`): those Lockstep provides read from its module,
+    # the others (the packages on the way to them included) hold the tree's names only
+    rest = _fabric_rest(name)
     if rest in _FABRIC_PROVIDED:
         return _AliasModule(name, importlib.import_module(_FABRIC_PROVIDED[rest]))
-    if not rest or any(provided.startswith(rest + ".") for provided in _FABRIC_PROVIDED):
-        return _FabricPackage(name)
+    if tree.is_tree_module(name):
+        return _AliasModule(name, importlib.import_module(_LIGHTNING_ONLY))
     raise _fabric_not_provided(name)
 
 

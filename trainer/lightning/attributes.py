@@ -12,6 +12,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Iterator
 
 from trainer.lightning.accelerator_connector import AcceleratorConnector
+from trainer.lightning.private_attributes import NOT_PROVIDED_PRIVATE_TRAINER_ATTRIBUTES
 from trainer.lightning.unsupported import NotProvidedAttributeError
 
 if TYPE_CHECKING:
@@ -135,9 +136,10 @@ def lightning_attribute(trainer: TrainerInternals, name: str) -> Any:
     """
     if name in _NAMES:
         return getattr(LightningAttributes(trainer), name)
-    if name in NOT_PROVIDED_TRAINER_ATTRIBUTES:
+    alternative = NOT_PROVIDED_TRAINER_ATTRIBUTES.get(name) or NOT_PROVIDED_PRIVATE_TRAINER_ATTRIBUTES.get(name)
+    if alternative:
         raise NotProvidedAttributeError(
-            f"trainer.{name}: Lightning's Trainer attribute is not provided by Lockstep; use "
-            f"{NOT_PROVIDED_TRAINER_ATTRIBUTES[name]} (docs/migration.md)."
+            f"trainer.{name}: Lightning's Trainer attribute is not provided by Lockstep; use {alternative} "
+            "(docs/migration.md)."
         )
     raise AttributeError(f"{type(trainer).__name__!r} object has no attribute {name!r}")

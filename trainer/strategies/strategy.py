@@ -48,6 +48,8 @@ class Strategy:
         self.sync_batchnorm = False
         self.use_distributed_sampler = True
         self.model: nn.Module | None = None
+        # Lightning's ``strategy.optimizers``, which libraries read (finetuning-scheduler, rl4co): the Trainer's
+        self.optimizers: list[torch.optim.Optimizer] = []
         self.launcher: Any = None  # set when this process must start the workers itself
         self.control_group: Any = None  # a CPU group for small host-side agreements (None: default group)
         self._backward_sync_blocked = 0  # depth of `block_backward_sync` contexts
@@ -163,7 +165,8 @@ class Strategy:
         return self.model
 
     def setup_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        """See the optimizers once they exist (no-op here)."""
+        """See the optimizers once they exist (kept as ``optimizers``, as Lightning's strategy keeps them)."""
+        self.optimizers = list(optimizers)
 
     def on_failure(self, exc: BaseException, where: str, global_step: int = 0) -> BaseException | None:
         """Called when the run raised on this rank at ``where`` (its epoch, step and batch), after

@@ -51,6 +51,8 @@ class Library:
 
 LIBRARIES = {lib.name: lib for lib in [
     Library("pytorch_forecasting", "pytorch-forecasting", "pytorch_forecasting", "time series"),
+    Library("pytorch_tabular", "pytorch_tabular", "pytorch_tabular", "tabular"),
+    Library("chemprop", "chemprop", "chemprop", "chemistry"),
 ]}
 
 

@@ -53,6 +53,7 @@ LIBRARIES = {lib.name: lib for lib in [
     Library("pytorch_forecasting", "pytorch-forecasting", "pytorch_forecasting", "time series"),
     Library("pytorch_tabular", "pytorch_tabular", "pytorch_tabular", "tabular"),
     Library("chemprop", "chemprop", "chemprop", "chemistry"),
+    Library("lightning_uq_box", "lightning-uq-box", "lightning_uq_box", "uncertainty"),
 ]}
 
 

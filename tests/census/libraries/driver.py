@@ -54,6 +54,7 @@ LIBRARIES = {lib.name: lib for lib in [
     Library("pytorch_tabular", "pytorch_tabular", "pytorch_tabular", "tabular"),
     Library("chemprop", "chemprop", "chemprop", "chemistry"),
     Library("lightning_uq_box", "lightning-uq-box", "lightning_uq_box", "uncertainty"),
+    Library("lightly", "lightly", "lightly", "self-supervised"),
 ]}
 
 

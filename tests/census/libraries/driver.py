@@ -56,6 +56,7 @@ LIBRARIES = {lib.name: lib for lib in [
     Library("lightning_uq_box", "lightning-uq-box", "lightning_uq_box", "uncertainty"),
     Library("lightly", "lightly", "lightly", "self-supervised"),
     Library("neuralforecast", "neuralforecast", "neuralforecast", "time series"),
+    Library("torchgeo", "torchgeo", "torchgeo", "geospatial"),
 ]}
 
 

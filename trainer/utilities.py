@@ -28,6 +28,7 @@ __all__ = [
     "grad_norm",
     "isolate_rng",
     "move_data_to_device",
+    "rank_prefixed_message",
     "rank_zero_deprecation",
     "rank_zero_info",
     "rank_zero_only",
@@ -59,6 +60,12 @@ class PossibleUserWarning(UserWarning):
 def rank_zero_deprecation(message: str, stacklevel: int = 4) -> None:
     """Issue a `DeprecationWarning` on global rank 0 only."""
     rank_zero_warn(message, DeprecationWarning, stacklevel=stacklevel)
+
+
+def rank_prefixed_message(message: str, rank: Optional[int]) -> str:
+    """``message`` prefixed with ``[rank: N]`` when ``rank`` is given (``utilities.rank_zero``; scvi-tools
+    formats its callbacks' messages with it)."""
+    return message if rank is None else f"[rank: {rank}] {message}"
 
 
 def move_data_to_device(batch: Any, device: Union[str, torch.device]) -> Any:

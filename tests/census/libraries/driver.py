@@ -57,6 +57,7 @@ LIBRARIES = {lib.name: lib for lib in [
     Library("lightly", "lightly", "lightly", "self-supervised"),
     Library("neuralforecast", "neuralforecast", "neuralforecast", "time series"),
     Library("torchgeo", "torchgeo", "torchgeo", "geospatial"),
+    Library("scvi_tools", "scvi-tools", "scvi", "single-cell"),
 ]}
 
 

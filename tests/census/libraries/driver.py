@@ -58,6 +58,7 @@ LIBRARIES = {lib.name: lib for lib in [
     Library("neuralforecast", "neuralforecast", "neuralforecast", "time series"),
     Library("torchgeo", "torchgeo", "torchgeo", "geospatial"),
     Library("scvi_tools", "scvi-tools", "scvi", "single-cell"),
+    Library("gluonts", "gluonts", "gluonts.torch", "time series"),
 ]}
 
 

@@ -40,6 +40,9 @@ STEP_OUTPUT = Optional[Union[torch.Tensor, Mapping[str, Any]]]
 TRAIN_DATALOADERS = Any
 EVAL_DATALOADERS = Any
 OptimizerLRScheduler = Any
+# what validate/test and predict return (private in Lightning; anomalib's Engine annotates with them)
+_EVALUATE_OUTPUT = list[Mapping[str, float]]
+_PREDICT_OUTPUT = Union[list[Any], list[list[Any]]]
 
 # lightning.pytorch.utilities.imports: Lightning's own examples branch on it (private there too)
 _TORCHVISION_AVAILABLE = importlib.util.find_spec("torchvision") is not None

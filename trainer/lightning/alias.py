@@ -41,6 +41,8 @@ _FABRIC_PROVIDED = {
     "plugins.io.torch_io": "trainer.lightning.fabric_io",
     "plugins.io": "trainer.lightning.fabric_io",
     "plugins.io.checkpoint_io": "trainer.lightning.fabric_io",
+    "plugins": "trainer.lightning.plugins",  # CheckpointIO, TorchCheckpointIO, Precision (a name to subclass)
+    "plugins.precision": "trainer.lightning.plugins",
 }
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {

@@ -32,7 +32,7 @@ class _Registry(dict):  # type: ignore[type-arg]
 
         return do_register(obj) if obj is not None else do_register
 
-    def get(self, name: str, default: Optional[Any] = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Optional[Any] = None) -> Any:
         """A new instance of what ``name`` registered, with its ``init_params``; else ``default``."""
         if name in self:
             data = self[name]

@@ -57,7 +57,9 @@ def plain(value: Any) -> Any:
 
 def save(trainer: Any, module: torch.nn.Module, predictions: Any = None, **extra: Any) -> None:
     """Write this rank's record: which Trainer ran, its global step, the parameters, the predictions."""
-    kind = type(trainer)
+    # the framework's Trainer class, under a library's own subclass of it (scvi-tools' Trainer)
+    kind = next((c for c in type(trainer).__mro__ if c.__module__.startswith(("lightning.", "pytorch_lightning.", "trainer."))),
+                type(trainer))
     record = {
         "trainer": f"{kind.__module__}.{kind.__qualname__}",
         "global_step": int(trainer.global_step),

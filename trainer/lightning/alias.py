@@ -27,7 +27,7 @@ import types
 from typing import Any, Sequence
 
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
-from trainer.strategies.selection import LIGHTNING_DEVICE_RULES
+from trainer.strategies.strategy import LIGHTNING_RULES
 
 LIGHTNING_API_VERSION = "2.6.6"
 
@@ -242,7 +242,7 @@ def _reach_children() -> None:
     # before the installed one and installs the alias. Fork children inherit the finder itself.
     if CHILD_PATH not in sys.path:
         sys.path.insert(0, CHILD_PATH)
-    os.environ[LIGHTNING_DEVICE_RULES] = "1"  # Lightning's reading of devices=1 in a launched job, in every rank
+    os.environ[LIGHTNING_RULES] = "1"  # Lightning's readings where Lockstep's differ, in every rank
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if CHILD_PATH not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([CHILD_PATH, *paths])

@@ -14,16 +14,11 @@ from typing import TYPE_CHECKING, Any
 from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.config import DistributedConfig
 from trainer.distributed.cluster_environment import detect_cluster_environment
-from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
+from trainer.strategies.strategy import LIGHTNING_RULES, SingleDeviceStrategy, Strategy
 
 if TYPE_CHECKING:
     from trainer.strategies.process_group import ProcessGroupStrategy
 
-# Set (to "1") by `python -m trainer.as_lightning` for the run and every process it starts: there an
-# explicit ``devices=1`` inside a launched job is a Trainer of this process alone, as Lightning makes it
-# (a library that fits on every rank and then builds ``Trainer(devices=1)`` to predict, e.g.
-# pytorch-forecasting's ``predict``, relies on it). Outside the runner it stays an error.
-LIGHTNING_DEVICE_RULES = "LOCKSTEP_LIGHTNING_DEVICE_RULES"
 
 def select_strategy(distributed: DistributedConfig, accelerator: Accelerator, precision: str = "32-true") -> Strategy:
     """The strategy for this run (``distributed``, as its section checked it), connected to
@@ -123,8 +118,11 @@ def _make(name: str) -> Strategy:
 
 
 def _alone_as_lightning(strategy: str | Strategy, per_node: int | str, num_nodes: int) -> bool:
+    # Lightning's reading (under the runner): an explicit devices=1 in a launched job is this process alone;
+    # a library that fits on every rank and then builds Trainer(devices=1) to predict relies on it
+    # (pytorch-forecasting's predict). Outside the runner it stays an error.
     single = strategy in ("auto", "single_device") or isinstance(strategy, SingleDeviceStrategy)
-    return os.environ.get(LIGHTNING_DEVICE_RULES) == "1" and per_node == 1 and num_nodes == 1 and single
+    return os.environ.get(LIGHTNING_RULES) == "1" and per_node == 1 and num_nodes == 1 and single
 
 
 def _check_matches_launcher(per_node: int | str, num_nodes: int, cluster: Any) -> None:

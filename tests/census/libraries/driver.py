@@ -59,6 +59,7 @@ LIBRARIES = {lib.name: lib for lib in [
     Library("torchgeo", "torchgeo", "torchgeo", "geospatial"),
     Library("scvi_tools", "scvi-tools", "scvi", "single-cell"),
     Library("gluonts", "gluonts", "gluonts.torch", "time series"),
+    Library("anomalib", "anomalib", "anomalib", "anomaly detection"),
 ]}
 
 

@@ -29,14 +29,19 @@ def devices() -> int:
 
 
 def trainer_kwargs(**extra: Any) -> dict[str, Any]:
-    """The Trainer arguments every census run shares: CPU, 1 or 2 processes, quiet."""
+    """The Trainer arguments every census run shares but the accelerator: 1 or 2 processes, quiet (a
+    script's own ``Trainer(...)`` names ``accelerator="cpu"`` itself)."""
     n = devices()
     kwargs: dict[str, Any] = {
-        "accelerator": "cpu", "devices": n, "strategy": "ddp" if n > 1 else "auto",
-        "enable_progress_bar": False, "enable_model_summary": False,
+        "devices": n, "strategy": "ddp" if n > 1 else "auto", "enable_progress_bar": False, "enable_model_summary": False,
     }
     kwargs.update(extra)
     return kwargs
+
+
+def library_kwargs(**extra: Any) -> dict[str, Any]:
+    """`trainer_kwargs` with ``accelerator="cpu"``, for a library that builds the Trainer itself."""
+    return {"accelerator": "cpu", **trainer_kwargs(**extra)}
 
 
 def plain(value: Any) -> Any:

@@ -30,7 +30,7 @@ datamodule = Folder(name="synthetic", root="images", normal_dir="good", abnormal
                     eval_batch_size=8, num_workers=0, seed=0)
 model = Ganomaly(batch_size=8, n_features=8, latent_vec_size=16,
                  pre_processor=Ganomaly.configure_pre_processor(image_size=(32, 32)), visualizer=False)
-kwargs = _record.trainer_kwargs()
+kwargs = _record.library_kwargs()
 if kwargs["devices"] > 1:  # a GAN in manual optimization: each optimizer's step leaves the other's parameters unused
     kwargs["strategy"] = "ddp_find_unused_parameters_true"
 engine = Engine(max_epochs=2, logger=False, default_root_dir="results", **kwargs)

@@ -35,7 +35,7 @@ ffn = nn.RegressionFFN(output_transform=nn.UnscaleTransform.from_standard_scaler
 mpnn = models.MPNN(nn.BondMessagePassing(d_h=16), nn.MeanAggregation(), ffn, batch_norm=True,
                    metrics=[nn.metrics.RMSE(), nn.metrics.MAE()])
 checkpoint = ModelCheckpoint(dirpath="checkpoints", monitor="val_loss", mode="min", save_last=True)
-trainer = pl.Trainer(logger=False, max_epochs=2, callbacks=[checkpoint], **_record.trainer_kwargs())
+trainer = pl.Trainer(accelerator="cpu", logger=False, max_epochs=2, callbacks=[checkpoint], **_record.trainer_kwargs())
 trainer.fit(mpnn, train_loader, val_loader)
 tested = trainer.test(mpnn, test_loader)
 predictions = trainer.predict(mpnn, test_loader)

@@ -30,7 +30,7 @@ start = pd.Period("2024-01-01", freq="D")
 series = [{"start": start, "target": np.sin(np.arange(80) / 4 + s) + 0.1 * rng.normal(size=80)} for s in range(4)]
 train = ListDataset([{**s, "target": s["target"][:-8]} for s in series], freq="D")
 test = ListDataset(series, freq="D")
-kwargs = _record.trainer_kwargs(max_epochs=2, logger=False, callbacks=[KeepTrainer()])
+kwargs = _record.library_kwargs(max_epochs=2, logger=False, callbacks=[KeepTrainer()])
 estimator = DeepAREstimator(prediction_length=8, context_length=16, freq="D", num_layers=1, hidden_size=8,
                             batch_size=8, num_batches_per_epoch=4, lr=1e-2, trainer_kwargs=kwargs)
 predictor = estimator.train(training_data=train, validation_data=train, shuffle_buffer_length=None)

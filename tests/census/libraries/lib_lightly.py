@@ -42,7 +42,7 @@ images = torchvision.datasets.FakeData(size=48, image_size=(3, 32, 32), num_clas
 dataset = LightlyDataset.from_torch_dataset(images, transform=SimCLRTransform(input_size=32, gaussian_blur=0.0))
 loader = torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True, drop_last=True, num_workers=0)
 model = SimCLR()
-trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, **_record.trainer_kwargs())
+trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False, **_record.trainer_kwargs())
 trainer.fit(model, loader)
 model.eval()
 with torch.no_grad():

@@ -28,7 +28,7 @@ for name in ("mve", "mc_dropout"):
         model = MCDropoutRegression(MLP(n_inputs=1, n_hidden=[16, 16], n_outputs=2, dropout_p=0.1),
                                     num_mc_samples=5, loss_fn=NLL(), optimizer=partial(torch.optim.Adam, lr=1e-2))
     os.makedirs(name, exist_ok=True)  # where the library writes its predictions CSV
-    trainer = pl.Trainer(logger=False, max_epochs=2, enable_checkpointing=False,
+    trainer = pl.Trainer(accelerator="cpu", logger=False, max_epochs=2, enable_checkpointing=False,
                          default_root_dir=name, **_record.trainer_kwargs())
     trainer.fit(model, datamodule=datamodule)
     tested = trainer.test(model, datamodule=datamodule)

@@ -27,7 +27,7 @@ _record.seed(0)
 rng = np.random.default_rng(0)
 frame = pd.DataFrame([{"unique_id": f"s{s}", "ds": t, "y": float(np.sin(t / 3 + s) + 0.1 * rng.normal())}
                       for s in range(4) for t in range(60)])
-kwargs = _record.trainer_kwargs(logger=False, enable_checkpointing=False, callbacks=[KeepTrainer()])
+kwargs = _record.library_kwargs(logger=False, enable_checkpointing=False, callbacks=[KeepTrainer()])
 model = NHITS(h=4, input_size=8, max_steps=12, val_check_steps=5, early_stop_patience_steps=3,
               n_blocks=[1, 1, 1], mlp_units=[[16, 16]] * 3, batch_size=4, windows_batch_size=16,
               learning_rate=1e-2, random_seed=0, **kwargs)

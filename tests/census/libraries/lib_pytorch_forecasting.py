@@ -29,7 +29,7 @@ val_loader = validation.to_dataloader(train=False, batch_size=16, num_workers=0)
 
 model = TemporalFusionTransformer.from_dataset(training, learning_rate=0.03, hidden_size=8, attention_head_size=1,
                                                dropout=0.0, hidden_continuous_size=4, loss=QuantileLoss())
-trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, gradient_clip_val=0.1,
+trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False, gradient_clip_val=0.1,
                      callbacks=[EarlyStopping(monitor="val_loss", patience=5)], **_record.trainer_kwargs())
 trainer.fit(model, train_dataloaders=train_loader, val_dataloaders=val_loader)
 predictions = model.predict(val_loader, trainer_kwargs=dict(accelerator="cpu", devices=1, logger=False,

@@ -20,7 +20,7 @@ table = pd.DataFrame({"a": rng.normal(size=n), "b": rng.normal(size=n), "c": rng
 table["y"] = 2 * table.a - table.b + (table.c == "1") + 0.1 * rng.normal(size=n)
 train, valid, test = table.iloc[:128], table.iloc[128:160], table.iloc[160:]
 
-kwargs = _record.trainer_kwargs()
+kwargs = _record.library_kwargs()
 trainer_config = TrainerConfig(
     batch_size=32, max_epochs=2, accelerator="cpu", devices=kwargs.pop("devices"), seed=0,
     checkpoints=None, early_stopping="valid_loss", early_stopping_patience=5, load_best=False,

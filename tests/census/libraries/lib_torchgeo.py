@@ -29,7 +29,7 @@ class Chips(Dataset):
 _record.seed(0)
 task = SemanticSegmentationTask(model="fcn", in_channels=4, num_classes=2, num_filters=8, loss="ce", lr=1e-2)
 train, val = DataLoader(Chips(32, 1), batch_size=8, shuffle=True), DataLoader(Chips(16, 2), batch_size=8)
-trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, **_record.trainer_kwargs())
+trainer = pl.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False, **_record.trainer_kwargs())
 trainer.fit(task, train, val)
 tested = trainer.test(task, val)
 predictions = trainer.predict(task, val)

@@ -8,9 +8,10 @@ from typing import Any, Union
 
 from trainer.data.datamodule import DataModule as LightningDataModule
 from trainer.hyperparameters import HyperparametersMixin
+from trainer.loops.optimization import LoopOptimizer as LightningOptimizer  # what self.optimizers() gives
 from trainer.module import TrainModule as LightningModule
 
-__all__ = ["HyperparametersMixin", "LightningDataModule", "LightningModule", "get_filesystem"]
+__all__ = ["HyperparametersMixin", "LightningDataModule", "LightningModule", "LightningOptimizer", "get_filesystem"]
 
 
 def get_filesystem(path: Union[str, "os.PathLike[str]"], **kwargs: Any) -> Any:

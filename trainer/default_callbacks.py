@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
-    "with_module_callbacks", "BatchSizeFinder", "LRFinder", "lr_find", "scale_batch_size",
+    "with_module_callbacks", "attach_module_logging", "BatchSizeFinder", "LRFinder", "lr_find", "scale_batch_size",
 ]
 
 
@@ -118,6 +118,14 @@ def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callba
     replaced = _replaced_kinds(callbacks, extra, type(module).__name__)
     merged = [cb for cb in callbacks if type(cb) not in replaced] + extra
     return _in_calling_order(merged)
+
+
+def attach_module_logging(callbacks: list[Callback], module: Any) -> None:
+    """Give each callback the module's ``log`` and ``log_dict``, as Lightning does at the start of every
+    run: a library's callback may log with ``self.log`` in its hooks (anomalib's ``Evaluator``)."""
+    for cb in callbacks:
+        cb.log = module.log  # type: ignore[attr-defined]
+        cb.log_dict = module.log_dict  # type: ignore[attr-defined]
 
 
 def _checked_callbacks(extra: Any) -> list[Callback]:

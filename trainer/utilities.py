@@ -28,6 +28,7 @@ __all__ = [
     "grad_norm",
     "isolate_rng",
     "move_data_to_device",
+    "rank_prefixed_message",
     "rank_zero_deprecation",
     "rank_zero_info",
     "rank_zero_only",
@@ -39,6 +40,9 @@ STEP_OUTPUT = Optional[Union[torch.Tensor, Mapping[str, Any]]]
 TRAIN_DATALOADERS = Any
 EVAL_DATALOADERS = Any
 OptimizerLRScheduler = Any
+# what validate/test and predict return (private in Lightning; anomalib's Engine annotates with them)
+_EVALUATE_OUTPUT = list[Mapping[str, float]]
+_PREDICT_OUTPUT = Union[list[Any], list[list[Any]]]
 
 # lightning.pytorch.utilities.imports: Lightning's own examples branch on it (private there too)
 _TORCHVISION_AVAILABLE = importlib.util.find_spec("torchvision") is not None
@@ -59,6 +63,12 @@ class PossibleUserWarning(UserWarning):
 def rank_zero_deprecation(message: str, stacklevel: int = 4) -> None:
     """Issue a `DeprecationWarning` on global rank 0 only."""
     rank_zero_warn(message, DeprecationWarning, stacklevel=stacklevel)
+
+
+def rank_prefixed_message(message: str, rank: Optional[int]) -> str:
+    """``message`` prefixed with ``[rank: N]`` when ``rank`` is given (``utilities.rank_zero``; scvi-tools
+    formats its callbacks' messages with it)."""
+    return message if rank is None else f"[rank: {rank}] {message}"
 
 
 def move_data_to_device(batch: Any, device: Union[str, torch.device]) -> Any:

@@ -40,6 +40,8 @@ NAMES = [
     ("lightning.fabric.utilities.cloud_io", "_atomic_save"),
     ("lightning.pytorch.loops", "_EvaluationLoop"),
     ("pytorch_lightning", "@loops._FitLoop"),
+    ("lightning.pytorch.utilities.rank_zero", "rank_prefixed_message"),  # scvi-tools' callbacks
+    ("lightning.pytorch.loggers.logger", "rank_zero_experiment"),  # scvi-tools' SimpleLogger
 ]
 
 PROBE = '''

@@ -12,9 +12,10 @@ from typing import Any, ClassVar
 import torch
 
 from trainer.accelerators.accelerator import Accelerator as _CoreAccelerator
+from trainer.lightning.registries import AcceleratorRegistry  # libraries register theirs (anomalib's XPUAccelerator)
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, not_provided, refused_class
 
-__all__ = ["Accelerator", "CPUAccelerator", "CUDAAccelerator", "MPSAccelerator"]
+__all__ = ["Accelerator", "AcceleratorRegistry", "CPUAccelerator", "CUDAAccelerator", "MPSAccelerator"]
 
 
 class _ByKind(ABCMeta):

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from trainer.lightning import tree
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError
+from trainer.strategies.strategy import LIGHTNING_RULES
 
 LIGHTNING_API_VERSION = "2.6.6"
 
@@ -43,6 +44,8 @@ _FABRIC_PROVIDED = {
     "plugins.io.torch_io": "trainer.lightning.fabric_io",
     "plugins.io": "trainer.lightning.fabric_io",
     "plugins.io.checkpoint_io": "trainer.lightning.fabric_io",
+    "plugins": "trainer.lightning.plugins",  # CheckpointIO, TorchCheckpointIO, Precision (a name to subclass)
+    "plugins.precision": "trainer.lightning.plugins",
 }
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {
@@ -258,6 +261,7 @@ def _reach_children() -> None:
     # before the installed one and installs the alias. Fork children inherit the finder itself.
     if CHILD_PATH not in sys.path:
         sys.path.insert(0, CHILD_PATH)
+    os.environ[LIGHTNING_RULES] = "1"  # Lightning's readings where Lockstep's differ, in every rank
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if CHILD_PATH not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([CHILD_PATH, *paths])

@@ -15,11 +15,14 @@ from trainer.lightning.fabric_io import CheckpointIO, TorchCheckpointIO
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, is_checkpoint_io, not_provided, refused_class
 from trainer.strategies.strategy import Strategy
 
-__all__ = ["CheckpointIO", "TorchCheckpointIO", "environments"]
+__all__ = ["CheckpointIO", "Precision", "TorchCheckpointIO", "environments"]
 
 AsyncCheckpointIO = refused_class(
     __name__, "AsyncCheckpointIO", "a CheckpointIO subclass that writes in the background, or FSDPStrategy(async_checkpoint=True)"
 )
+# Lightning's (and Fabric's) precision plugin base: libraries name it in signatures (anomalib's
+# SingleXPUStrategy); the Trainer's ``precision=...`` does its work
+Precision = refused_class(__name__, "Precision", "Trainer(precision=...) ('32-true', 'bf16-mixed', ...)")
 XLACheckpointIO = refused_class(__name__, "XLACheckpointIO", "accelerator='cpu' or 'cuda' (TPUs are not supported)")
 
 

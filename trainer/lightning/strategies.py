@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import trainer.strategies as _strategies
+from trainer.lightning.registries import StrategyRegistry
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, refused_class
 
-__all__ = [*_strategies.__all__, "DeepSpeedStrategy"]
+__all__ = [*_strategies.__all__, "DeepSpeedStrategy", "StrategyRegistry"]
 
 DeepSpeedStrategy = refused_class(__name__, "DeepSpeedStrategy", NOT_PROVIDED_NAMES["strategies.DeepSpeedStrategy"])
 

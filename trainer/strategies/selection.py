@@ -8,15 +8,17 @@ than one process requested, the strategy gets a launcher that starts the workers
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import TYPE_CHECKING, Any
 
 from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.config import DistributedConfig
 from trainer.distributed.cluster_environment import detect_cluster_environment
-from trainer.strategies.strategy import SingleDeviceStrategy, Strategy
+from trainer.strategies.strategy import LIGHTNING_RULES, SingleDeviceStrategy, Strategy
 
 if TYPE_CHECKING:
     from trainer.strategies.process_group import ProcessGroupStrategy
+
 
 def select_strategy(distributed: DistributedConfig, accelerator: Accelerator, precision: str = "32-true") -> Strategy:
     """The strategy for this run (``distributed``, as its section checked it), connected to
@@ -25,6 +27,8 @@ def select_strategy(distributed: DistributedConfig, accelerator: Accelerator, pr
     if not isinstance(strategy, (Strategy, str)):
         raise TypeError(f"strategy must be a str or a Strategy instance, got {strategy!r}")
     cluster = detect_cluster_environment()
+    if cluster.is_distributed and _alone_as_lightning(strategy, per_node, num_nodes):
+        cluster = detect_cluster_environment({})  # this process only: no launcher's world to join
     options: dict[str, Any] = {
         "sync_batchnorm": distributed.sync_batchnorm,
         "use_distributed_sampler": distributed.use_distributed_sampler,
@@ -111,6 +115,14 @@ def _make(name: str) -> Strategy:
     if name.startswith("ddp_find_unused_parameters_"):
         return DDPStrategy(find_unused_parameters=name.endswith("_true"))
     return DDPStrategy()  # "auto", "ddp", "ddp_spawn"
+
+
+def _alone_as_lightning(strategy: str | Strategy, per_node: int | str, num_nodes: int) -> bool:
+    # Lightning's reading (under the runner): an explicit devices=1 in a launched job is this process alone;
+    # a library that fits on every rank and then builds Trainer(devices=1) to predict relies on it
+    # (pytorch-forecasting's predict). Outside the runner it stays an error.
+    single = strategy in ("auto", "single_device") or isinstance(strategy, SingleDeviceStrategy)
+    return os.environ.get(LIGHTNING_RULES) == "1" and per_node == 1 and num_nodes == 1 and single
 
 
 def _check_matches_launcher(per_node: int | str, num_nodes: int, cluster: Any) -> None:

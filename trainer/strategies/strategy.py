@@ -26,6 +26,13 @@ from trainer.distributed.stall import CollectiveProgress
 
 T = TypeVar("T")
 
+# Set (to "1") by `python -m trainer.as_lightning` for the run and every process it starts
+# (trainer.lightning.alias): there Lockstep reads two things as Lightning does where its own reading
+# differs. Several ranks train on Lightning's DistributedSampler shares (seed + epoch, padded)
+# rather than on the one-process order; an explicit devices=1 in a launched job is a Trainer of that
+# process alone (trainer.strategies.selection). docs/migration.md, "Library census".
+LIGHTNING_RULES = "LOCKSTEP_LIGHTNING_RULES"
+
 # Stateless and reusable: the per-step "no context" costs no allocation.
 NO_CONTEXT = contextlib.nullcontext()
 
@@ -231,6 +238,9 @@ class Strategy:
             return dataloader.sharded(self.global_rank, self.world_size, training=stage == "fit")
         if stage == "fit" and self.use_distributed_sampler:
             lightning_kwargs = getattr(self, "distributed_sampler_kwargs", None)
+            if lightning_kwargs is None and self.world_size > 1 and os.environ.get(LIGHTNING_RULES) == "1":
+                # under the runner several ranks train on Lightning's shares, so they give Lightning's numbers
+                lightning_kwargs = {"num_replicas": self.world_size, "rank": self.global_rank}
             if lightning_kwargs is not None:
                 # a Lightning strategy subclass naming its sampler's arguments (Ray Train's
                 # RayDDPStrategy) gets Lightning's DistributedSampler: its order, padding included

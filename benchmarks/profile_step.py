@@ -24,10 +24,12 @@ from benchmarks.handwritten import single
 from benchmarks.workload import Workload
 
 
-def _step_s(run: object, work: Workload, extra: list[str]) -> float:
+def _step_s(run: object, work: Workload, extra: list[str]) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) per steady-state step of one run."""
     with tempfile.TemporaryDirectory() as out:
         run([*work.to_argv(), "--out", out, *extra])  # type: ignore[operator]
-        return float(json.loads((Path(out) / "rank0.json").read_text())["step_s"])
+        result = json.loads((Path(out) / "rank0.json").read_text())
+        return float(result["step_s"]), float(result["step_cpu_s"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,17 +49,21 @@ def main(argv: list[str] | None = None) -> None:
 
     _step_s(single.train, work, [])  # warm both paths: first-call costs are start-up, not steps
     _step_s(lockstep_bench.main, work, extra)
-    hand, lock = [], []
+    runs: dict[str, list[tuple[float, float]]] = {"h": [], "l": []}
     for rep in range(args.repeats):
         pair = [("h", single.train), ("l", lockstep_bench.main)]
         for name, run in pair if rep % 2 == 0 else pair[::-1]:
-            (hand if name == "h" else lock).append(_step_s(run, work, extra if name == "l" else []))
+            runs[name].append(_step_s(run, work, extra if name == "l" else []))
+    hand, lock = [w for w, _ in runs["h"]], [w for w, _ in runs["l"]]
     diffs = [(b - a) * 1e6 for a, b in zip(hand, lock)]
+    # CPU seconds leave out the time the process waited for a core: steadier on a busy machine
+    cpu_diffs = [(b - a) * 1e6 for (_, a), (_, b) in zip(runs["h"], runs["l"])]
     print(f"workload {work}")
     print(f"hand-written  {statistics.median(hand) * 1e6:9.1f} us/step  {[round(x * 1e6) for x in hand]}")
     print(f"lockstep      {statistics.median(lock) * 1e6:9.1f} us/step  {[round(x * 1e6) for x in lock]}")
     print(f"overhead      {statistics.median(diffs):9.1f} us/step (median of paired differences)")
     print(f"ratio         {statistics.median(b / a for a, b in zip(hand, lock)):9.3f}")
+    print(f"overhead CPU  {statistics.median(cpu_diffs):9.1f} us/step (the same, in process CPU time)")
 
     if args.cprofile:
         profile = cProfile.Profile()

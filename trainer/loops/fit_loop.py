@@ -443,6 +443,7 @@ class FitLoop:
         profiler = t.profiler if t.profiler.active else None
         validates = bool(val_every or val_at_end)
         over_run = t.check_val_every_n_epoch is None  # the schedule counts batches over every epoch
+        accumulate, optimization = windows.accumulate, self.optimization
         for batch_idx, batch, is_last in iterate_with_lookahead(
             source, self.num_training_batches, start, rank, self.progress.current_epoch, self._fetch_failed
         ):
@@ -450,7 +451,7 @@ class FitLoop:
                 is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
             self.progress = self.progress.at_batch(batch_idx)
             self.is_last_batch = is_last  # Lightning's `trainer.is_last_batch`, during the batch's hooks
-            window_end = windows.is_window_end(batch_idx, is_last)
+            window_end = is_last or (batch_idx + 1) % accumulate == 0  # `windows.is_window_end`, inline
             if profiler is None:
                 self._train_batch(batch, batch_idx, is_last, window_end, windows)
             else:
@@ -459,8 +460,8 @@ class FitLoop:
             seen += 1
             if validates and _validation_due(val_every, val_at_end, self._validation_index(batch_idx, over_run), is_last):
                 self._validate(window_end)
-            if window_end:  # after validation: it may log their monitor
-                self.optimization.step_schedulers("step", self.progress.global_step, plateau=True)
+            if window_end and optimization.has_schedulers:  # after validation: it may log their monitor
+                optimization.step_schedulers("step", self.progress.global_step, plateau=True)
             self._reached_last = is_last
             if is_last or (window_end and self._stops_mid_epoch()):
                 break
@@ -597,7 +598,8 @@ class FitLoop:
         samples = windows.samples_through(batch_idx) if window_end else self.progress.samples_done
         # the position a checkpoint written from here on records
         self.progress = self.progress.batch_trained(batch_idx, is_last, samples)
-        if window_end:
+        # one process agrees with itself: only a signal received needs `agreed`
+        if window_end and (self._world_size > 1 or self._preemption.signum):
             signum = self._preemption.agreed(self._world_size, t.strategy.control_group)
             if signum:
                 self._save_and_exit_for_preemption(signum)

@@ -169,6 +169,11 @@ class Strategy:
     def teardown(self) -> None:
         """Leave the process group (also called when the run raised)."""
 
+    def overrides(self, name: str) -> bool:
+        """Whether this strategy's class replaces `Strategy`'s method ``name``: the loop calls a
+        step method that does nothing here (``no_sync``, ``after_backward_window``...) only then."""
+        return getattr(type(self), name) is not getattr(Strategy, name)
+
     # -- the training step --------------------------------------------------------------------
     def training_step(self, module: Any, *args: Any) -> Any:
         """Run the module's ``training_step(batch[, batch_idx])`` through the model wrapper, if there is one."""

@@ -143,7 +143,7 @@ class Strategy:
     @property
     def is_global_zero(self) -> bool:
         """Whether this is global rank 0 (the one that logs and writes)."""
-        return self.global_rank == 0
+        return self.placement.global_rank == 0  # `global_rank`, inline
 
     def setup_environment(self) -> None:
         """Pin the device and join the process group."""

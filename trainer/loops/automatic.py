@@ -111,15 +111,18 @@ class AutomaticOptimization(Optimization):
         self._on_after_backward = hooks.callables("on_after_backward")
         self._on_before_optimizer_step = hooks.callables("on_before_optimizer_step")
         self._on_before_zero_grad = hooks.callables("on_before_zero_grad")
-        # what the step calls only where it does something, decided once per fit: the strategy's
-        # no_sync context and window hook (DDP, all-reduce), autocast, a wrapper around
-        # training_step, and more to a backward than `loss.backward()` (hooks, an override, a scaler)
-        strategy = self._strategy
+        self._decide_step_calls()
+        self._read_settings()
+
+    def _decide_step_calls(self) -> None:
+        """What the step calls only where it does something, decided once per fit: the strategy's
+        no_sync context and window hook (DDP, all-reduce), autocast, a wrapper around
+        training_step, and more to a backward than `loss.backward()` (hooks, an override, a scaler)."""
+        strategy, precision = self._strategy, self._precision
         self._sync_context = strategy.overrides("no_sync")
         self._window_hook = strategy.overrides("after_backward_window")
-        self._direct_step = not self._precision.has_autocast and not strategy.overrides("training_step")
-        self._plain_backward = not self._on_before_backward and self._backward_hook is None and self._precision.scaler is None
-        self._read_settings()
+        self._direct_step = not precision.has_autocast and not strategy.overrides("training_step")
+        self._plain_backward = not self._on_before_backward and self._backward_hook is None and precision.scaler is None
 
     def _read_settings(self) -> None:
         """The Trainer's settings and schedulers the step reads: once per epoch, not per step."""
@@ -213,7 +216,11 @@ class AutomaticOptimization(Optimization):
         """``training_step`` and its loss, divided for the window (``None``: the step skipped the batch)."""
         t, progress = self.trainer, self.loop.progress
         if self._direct_step:  # no autocast and no wrapper: `_training_step` would only add calls
-            output = self._module.training_step(batch, batch_idx) if self._takes_batch_idx else self._module.training_step(batch)
+            module = self._module
+            if self._takes_batch_idx:
+                output = module.training_step(batch, batch_idx)
+            else:  # Lightning's rule: a training_step may take the batch alone
+                output = module.training_step(batch)  # type: ignore[call-arg]
         else:
             output = self._training_step(self._strategy.training_step, batch, batch_idx)
         if output is None:

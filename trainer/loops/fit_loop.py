@@ -465,6 +465,10 @@ class FitLoop:
             self._reached_last = is_last
             if is_last or (window_end and self._stops_mid_epoch()):
                 break
+        self._finish_epoch(seen)
+
+    def _finish_epoch(self, seen: int) -> None:
+        """After the epoch's last batch trained (``seen`` batches): its end, unless max_steps stopped it inside."""
         _check_trained_some(seen)
         if not self.progress.epoch_finished and not self._stopped():
             # max_steps ended the run inside the epoch: the epoch is not over (no epoch-end hooks,

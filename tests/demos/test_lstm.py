@@ -37,6 +37,7 @@ def test_simple_lstm_gives_lightning_s_weights_and_outputs():
     assert float(o_model.decoder.bias.detach().abs().max()) == 0 and float(o_model.encoder.weight.detach().abs().max()) <= 0.1
 
 
+@pytest.mark.timeout(300)  # two fits of an LSTM in one process: 30 s idle, over 120 s on a loaded 2-core machine
 def test_lightning_lstm_fits_to_lightning_s_parameters(tmp_path):
     write_corpus(Path("data"), lines=300)  # 76 blocks of 35: 3 batches of 20 streams an epoch (2 of them run)
 

@@ -14,7 +14,7 @@ from trainer.metrics.metric_store import MetricStore
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import LoggerView as Logger
-    from trainer.strategies.strategy import Strategy
+    from trainer.contracts.internals import MetricStoreView, StrategyInternals as Strategy
 
 
 class MetricLogger:
@@ -23,7 +23,7 @@ class MetricLogger:
     def __init__(self, loggers: Sequence[Logger]) -> None:
         self.loggers = loggers
         self.train = MetricStore(training=True)
-        self.active = self.train  # where `self.log` records now: training, or the running evaluation
+        self.active: MetricStoreView = self.train  # where `self.log` records now: training, or the running evaluation
         self.last_loss: torch.Tensor | None = None  # the latest training loss (the progress bar's `loss`)
         self._callback_metrics: dict[str, torch.Tensor] = {}
         self._callback_view: dict[str, torch.Tensor] = {}  # what `callback_metrics` returns, for the run
@@ -84,7 +84,7 @@ class MetricLogger:
         self.train.reset()
         self.active = self.train
 
-    def start_evaluation(self, store: MetricStore) -> None:
+    def start_evaluation(self, store: MetricStoreView) -> None:
         """An evaluation run records into ``store`` until `end_evaluation`."""
         self.active = store
 
@@ -97,7 +97,7 @@ class MetricLogger:
         if self.loggers:
             self._send(self.train.step_values(strategy), strategy, step, epoch)
 
-    def publish_eval_step(self, store: MetricStore, strategy: Strategy, dataloader_idx: int) -> None:
+    def publish_eval_step(self, store: MetricStoreView, strategy: Strategy, dataloader_idx: int) -> None:
         """An evaluation batch's on-step values: into ``logged_metrics`` and to the loggers, at the
         loader's count of batches so far in this fit / validate / test (Lightning's evaluation step).
 
@@ -114,7 +114,7 @@ class MetricLogger:
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 
-    def preview_epoch(self, store: MetricStore, strategy: Strategy, sync_all: bool = False) -> None:
+    def preview_epoch(self, store: MetricStoreView, strategy: Strategy, sync_all: bool = False) -> None:
         """Put ``store``'s epoch aggregates so far into the callback metrics (for the epoch-end hooks).
 
         `publish_epoch` computes them again after the hooks (a reduction per epoch, not per step),
@@ -123,7 +123,7 @@ class MetricLogger:
         self._callback_metrics.update(store.epoch_values(strategy, sync_all=sync_all))
 
     def publish_epoch(
-        self, store: MetricStore, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
+        self, store: MetricStoreView, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
     ) -> dict[str, torch.Tensor]:
         """Publish ``store``'s epoch aggregates (callback metrics and loggers); return what the loggers
         get (Lightning's ``validate`` / ``test`` results: no ``logger=False`` value, no bare forked name).

@@ -24,10 +24,13 @@ from benchmarks.handwritten import single
 from benchmarks.workload import Workload
 
 
-def _step_s(run: object, work: Workload, extra: list[str]) -> float:
+def _step_s(run: object, work: Workload, extra: list[str]) -> tuple[float, float, float]:
+    """(wall seconds, this process's CPU seconds, the 10th percentile of single steps' CPU seconds)
+    per steady-state step of one run."""
     with tempfile.TemporaryDirectory() as out:
         run([*work.to_argv(), "--out", out, *extra])  # type: ignore[operator]
-        return float(json.loads((Path(out) / "rank0.json").read_text())["step_s"])
+        result = json.loads((Path(out) / "rank0.json").read_text())
+        return float(result["step_s"]), float(result["step_cpu_s"]), float(result["step_cpu_p10_s"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -47,17 +50,24 @@ def main(argv: list[str] | None = None) -> None:
 
     _step_s(single.train, work, [])  # warm both paths: first-call costs are start-up, not steps
     _step_s(lockstep_bench.main, work, extra)
-    hand, lock = [], []
+    runs: dict[str, list[tuple[float, float, float]]] = {"h": [], "l": []}
     for rep in range(args.repeats):
         pair = [("h", single.train), ("l", lockstep_bench.main)]
         for name, run in pair if rep % 2 == 0 else pair[::-1]:
-            (hand if name == "h" else lock).append(_step_s(run, work, extra if name == "l" else []))
+            runs[name].append(_step_s(run, work, extra if name == "l" else []))
+    hand, lock = [r[0] for r in runs["h"]], [r[0] for r in runs["l"]]
     diffs = [(b - a) * 1e6 for a, b in zip(hand, lock)]
+    # CPU seconds leave out the time the process waited for a core: steadier on a busy machine
+    cpu_diffs = [(b[1] - a[1]) * 1e6 for a, b in zip(runs["h"], runs["l"])]
+    low_diffs = [(b[2] - a[2]) * 1e6 for a, b in zip(runs["h"], runs["l"])]
     print(f"workload {work}")
     print(f"hand-written  {statistics.median(hand) * 1e6:9.1f} us/step  {[round(x * 1e6) for x in hand]}")
     print(f"lockstep      {statistics.median(lock) * 1e6:9.1f} us/step  {[round(x * 1e6) for x in lock]}")
     print(f"overhead      {statistics.median(diffs):9.1f} us/step (median of paired differences)")
     print(f"ratio         {statistics.median(b / a for a, b in zip(hand, lock)):9.3f}")
+    print(f"overhead CPU  {statistics.median(cpu_diffs):9.1f} us/step (the same, in process CPU time)")
+    print(f"overhead p10  {statistics.median(low_diffs):9.1f} us/step (the same, of each run's 10th-percentile "
+          f"step CPU time: for a busy machine; hand-written {statistics.median(r[2] for r in runs['h']) * 1e6:.1f} us)")
 
     if args.cprofile:
         profile = cProfile.Profile()

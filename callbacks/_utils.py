@@ -124,8 +124,8 @@ def _flat_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, flo
     for key, value in metrics.items():
         if isinstance(value, Mapping):
             out.update({f"{head}{key}/{k}": _to_float(v) for k, v in value.items()})
-        else:
-            out[f"{head}{key}"] = _to_float(value)
+        else:  # the loggers are mostly given floats already
+            out[f"{head}{key}"] = value if value.__class__ is float else _to_float(value)
     return out
 
 

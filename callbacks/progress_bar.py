@@ -67,6 +67,7 @@ class ProgressBar(Callback):
         self._file = file
         self._enabled = False
         self._train_bar: _Bar | None = None
+        self._train_done = 0  # batches of the epoch done, counted here while the bar has nothing to do
         self._eval_bar: _Bar | None = None
         # the last validation's values stay on the training bar until the next validation
         self._val_metrics: dict[str, float] = {}
@@ -90,6 +91,7 @@ class ProgressBar(Callback):
         if not self._enabled:
             return
         self._close_train_bar()
+        self._train_done = 0
         self._train_bar = self._new_bar(
             f"Epoch {trainer.current_epoch}",
             _total(trainer.num_training_batches),
@@ -103,8 +105,12 @@ class ProgressBar(Callback):
         bar = self._train_bar
         if bar is None:
             return
-        if bar.n == 0 and batch_idx > 0:  # an epoch resumed from a mid-epoch checkpoint
+        if batch_idx < bar.due - 1:  # the bar would only count this batch: it does when it next has work
+            self._train_done = batch_idx + 1
+            return
+        if bar.n == 0 and batch_idx > 0:  # an epoch resumed from a mid-epoch checkpoint (`due` is 0 at first)
             bar.start_at(batch_idx)
+        bar.catch_up(batch_idx)
         bar.advance(1, self.refresh_rate, lambda: self._train_postfix(trainer))
 
     def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
@@ -207,6 +213,7 @@ class ProgressBar(Callback):
     def _close_train_bar(self, trainer: TrainerView | None = None) -> None:
         bar, self._train_bar = self._train_bar, None
         if bar is not None:
+            bar.catch_up(self._train_done)
             bar.close(None if trainer is None else lambda: self._train_postfix(trainer))
 
     def _close_eval_bar(self) -> None:
@@ -218,6 +225,7 @@ class ProgressBar(Callback):
         self._close_eval_bar()
         bar, self._train_bar = self._train_bar, None
         if bar is not None:
+            bar.catch_up(self._train_done)
             bar.close(None)
 
     def _train_postfix(self, trainer: TrainerView) -> dict[str, float]:
@@ -269,6 +277,9 @@ class _Bar:
         # the terminal display (tqdm, or what `_make_display` of a subclass gives), created at the
         # first batch, when the starting position is known
         self._display: Any = None
+        # the count at which `advance` next has work (a redraw, a line, a clock read or opening the
+        # display): up to it an owner may count batches itself and hand them over with `catch_up`
+        self.due: float = 0
 
     @property
     def drawn(self) -> bool:
@@ -313,6 +324,12 @@ class _Bar:
             unit="it",
         )
 
+    def catch_up(self, n: int) -> None:
+        """Count up to ``n`` batches done without drawing (batches an owner counted itself before `due`)."""
+        if n > self.n:
+            self._pending += n - self.n
+            self.n = n
+
     def advance(self, n: int, every: int, postfix: Callable[[], dict[str, float]]) -> None:
         """Count ``n`` batches; redraw every ``every`` batches, at most once per ``min_interval_s``."""
         if self._tty and self._display is None:
@@ -320,6 +337,7 @@ class _Bar:
         self.n += n
         self._pending += n
         if self._pending < every:
+            self.due = self._next_due(every)
             return
         if self._display is not None:
             now = time.perf_counter()
@@ -332,6 +350,20 @@ class _Bar:
             if self._line_due(now):
                 self._print_line(postfix(), now)
         self._pending = 0
+        self.due = self._next_due(every)
+
+    def _next_due(self, every: int) -> float:
+        """The count at which `advance` next does more than count: the next redraw check (every
+        ``every`` batches), and off a terminal with a known total the first such check at or
+        after the next line's count."""
+        check = self.n + every - self._pending
+        if self._display is not None or self._tty or not self.total:  # a redraw, or a clock read for a line
+            return check
+        if not self.periodic_lines or self._line_n >= self.total:
+            return math.inf
+        if check >= self._line_n:
+            return check
+        return check + -(-(self._line_n - check) // every) * every
 
     def close(
         self, postfix: Callable[[], dict[str, float]] | None, print_line: bool = True

@@ -112,10 +112,13 @@ class TensorBoardLogger(_FileLogger):
         """Add each metric as a scalar at ``step``, unless it repeats the tag's last point."""
         if not self.is_global_zero:
             return
+        writer = None  # `experiment`, read once per call
         for tag, number in _flat_metrics(metrics, self._prefix).items():
             point = (int(step), number)
             if self._last_points.get(tag) != point:
-                self.experiment.add_scalar(tag, number, global_step=step)
+                if writer is None:
+                    writer = self.experiment
+                writer.add_scalar(tag, number, global_step=step)
                 self._last_points[tag] = point
 
     def log_hyperparams(self, params: Any, metrics: Mapping[str, float] | float | None = None) -> None:

@@ -32,7 +32,8 @@ class RunField(Generic[_T]):
     def __get__(self, trainer: RunStateFields | None, owner: type | None = None) -> RunField[_T] | _T:
         if trainer is None:
             return self
-        return self._read(trainer.run)
+        # the field of the same name, without calling `read` (checked to read it): one Python call per read
+        return getattr(trainer.run, self.name)  # type: ignore[no-any-return]
 
     def __set__(self, trainer: RunStateFields, value: _T) -> None:
         setattr(trainer.run, self.name, value)

@@ -261,3 +261,37 @@ def test_rich_bar_draws_on_global_rank_zero_only():
 
     texts = run_ranks(_rich_two_ranks, world_size=2, init_group=False)
     assert "Epoch 0" in texts[0] and texts[1] == ""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("every", [1, 2, 3, 7])
+@pytest.mark.parametrize("total, start", [(1, 0), (9, 0), (20, 0), (37, 0), (37, 5), (20, 19)])
+def test_a_bar_its_owner_counts_until_due_prints_the_lines_of_one_advanced_every_batch(every, total, start):
+    """The training bar is called only when it has work (`_Bar.due`); the batches in between are
+    handed over with `catch_up`. The lines (their counts and percentages) must be the same."""
+    from callbacks.progress_bar import _Bar
+
+    def lines(lazy: bool) -> tuple[list[str], int]:
+        out = io.StringIO()
+        bar = _Bar("Epoch 0", total, out, False, 0, True, 0.0, 10.0)
+        advances, done = 0, start
+        for batch_idx in range(start, total):
+            if lazy and batch_idx < bar.due - 1:
+                done = batch_idx + 1
+                continue
+            if batch_idx == start and start:
+                bar.start_at(start)
+            bar.catch_up(batch_idx)
+            bar.advance(1, every, lambda: {"loss": 1.0})
+            advances += 1
+            done = batch_idx + 1
+        bar.catch_up(done)
+        bar.close(lambda: {"loss": 1.0})
+        return [re.sub(r"\[.*\]", "", line) for line in out.getvalue().splitlines()], advances
+
+    eager, eager_calls = lines(False)
+    lazy, lazy_calls = lines(True)
+    assert lazy == eager
+    assert eager[-1].startswith("Epoch 0: 100%")
+    if total == 37:  # a line every 3.7 batches: the owner counts most batches itself
+        assert lazy_calls < eager_calls / 2

@@ -136,3 +136,15 @@ def test_another_global_batch_continues_from_the_next_unseen_sample():
     rest = [i for s in samplers for b in s for i in b]
     assert sorted(first + rest) == list(range(98))
     assert samplers[0].layout().first_batch == 4 * 2  # 48 // 12 windows before
+
+
+@pytest.mark.parametrize("world, batch, accumulate", SPLITS)
+@pytest.mark.parametrize("start, drop_last", [(0, False), (48, False), (0, True), (37, True)])
+def test_the_windows_count_the_samples_the_layout_counts(world, batch, accumulate, start, drop_last):
+    """`AccumulationWindows.samples_through` (the step's position, computed inline) is the layout's."""
+    sampler = GlobalBatchSampler(98, batch, num_replicas=world, accumulate=accumulate, drop_last=drop_last)
+    sampler.start_at(start)
+    layout = sampler.layout()
+    windows = AccumulationWindows(accumulate, layout.num_batches, layout)
+    for idx in range(layout.first_batch, layout.num_batches):
+        assert windows.samples_through(idx) == layout.samples_through(idx)

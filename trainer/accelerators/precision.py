@@ -86,6 +86,8 @@ class Precision:
         self._dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(self.precision)
         self.module_dtype = _TRUE_DTYPES.get(self.precision)  # of the whole module
         self._unscaled: set[int] = set()  # optimizers unscaled since the last `update` (fp16)
+        # whether `autocast` gives a context at all: the loop enters none per step when not
+        self.has_autocast = self.module_dtype is not None or self._dtype is not None
 
     def autocast(self) -> ContextManager[Any]:
         """The context forward passes run in (the ``*-true`` precisions: their dtype as the default)."""

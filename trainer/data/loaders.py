@@ -99,7 +99,16 @@ def iterate_with_lookahead(
     fetch = _Fetch(it, limit, rank, epoch, on_fetch_error)
     current, idx = fetch(start), start
     while current is not _END:
-        upcoming = _END if limit is not None and idx + 1 >= limit else fetch(idx + 1)
+        if limit is not None and idx + 1 >= limit:
+            upcoming = _END
+        else:
+            try:  # `fetch` inline: it runs once per batch
+                upcoming = next(it)
+            except StopIteration:
+                upcoming = fetch.ended(idx + 1)
+            except Exception:
+                fetch.failed(idx + 1)
+                raise
         yield idx, current, upcoming is _END
         current, idx = upcoming, idx + 1
 
@@ -120,14 +129,22 @@ class _Fetch:
         try:
             return next(self.it)
         except StopIteration:
-            if self.rank is not None and self.limit is not None:
-                # raised before the batch ahead of it runs, so no rank enters the step's all-reduce alone
-                raise short_loader_error("train", self.rank, idx, self.limit, self.epoch) from None
-            return _END
+            return self.ended(idx)
         except Exception:
-            if self.on_fetch_error is not None:
-                self.on_fetch_error(idx)
+            self.failed(idx)
             raise
+
+    def ended(self, idx: int) -> Any:
+        """The loader ended before batch ``idx``: `_END`, or with several ranks and a known count the error."""
+        if self.rank is not None and self.limit is not None:
+            # raised before the batch ahead of it runs, so no rank enters the step's all-reduce alone
+            raise short_loader_error("train", self.rank, idx, self.limit, self.epoch) from None
+        return _END
+
+    def failed(self, idx: int) -> None:
+        """Drawing batch ``idx`` raised (the caller re-raises)."""
+        if self.on_fetch_error is not None:
+            self.on_fetch_error(idx)
 
 
 def check_trained_some(seen: int) -> None:

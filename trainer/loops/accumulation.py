@@ -34,6 +34,10 @@ class AccumulationWindows:
         # a limit that ends the epoch early leaves the layout's last window out: plain divisors then
         self._weighted = layout is not None and layout.num_batches == num_batches
         self.plain_until = self._plain_until()
+        # `samples_through`'s arithmetic, read once: it runs at every optimizer step
+        if layout is not None:
+            self._last_start = layout.last_window_start
+            self._epoch_samples = layout.offset + layout.full_windows * layout.global_batch_size + layout.last_size
 
     def _plain_until(self) -> float:
         """The first batch index whose window is not a plain full one (``inf``: none): before it
@@ -69,7 +73,12 @@ class AccumulationWindows:
 
     def samples_through(self, batch_idx: int) -> int | None:
         """Samples of the epoch trained once the window ending at ``batch_idx`` stepped (None: no layout)."""
-        return None if self.layout is None else self.layout.samples_through(batch_idx)
+        layout = self.layout
+        if layout is None:
+            return None
+        if batch_idx >= self._last_start:  # `EpochLayout.samples_through`, inline
+            return self._epoch_samples
+        return layout.offset + ((batch_idx - layout.first_batch) // layout.accumulate + 1) * layout.global_batch_size
 
     def grad_correction(self, batch_idx: int) -> float:
         """Factor to multiply gradients by at the step that ends after ``batch_idx``.

@@ -19,6 +19,7 @@ window, between ``training_step`` and ``backward``.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -43,6 +44,10 @@ from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.contracts.internals import FitLoopView as FitLoop
+
+
+# "no context" for a strategy without one: stateless and shared, no allocation per step
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 class StepOptimizer(LoopOptimizer):
@@ -106,7 +111,18 @@ class AutomaticOptimization(Optimization):
         self._on_after_backward = hooks.callables("on_after_backward")
         self._on_before_optimizer_step = hooks.callables("on_before_optimizer_step")
         self._on_before_zero_grad = hooks.callables("on_before_zero_grad")
+        self._decide_step_calls()
         self._read_settings()
+
+    def _decide_step_calls(self) -> None:
+        """What the step calls only where it does something, decided once per fit: the strategy's
+        no_sync context and window hook (DDP, all-reduce), autocast, a wrapper around
+        training_step, and more to a backward than `loss.backward()` (hooks, an override, a scaler)."""
+        strategy, precision = self._strategy, self._precision
+        self._sync_context = strategy.overrides("no_sync")
+        self._window_hook = strategy.overrides("after_backward_window")
+        self._direct_step = not precision.has_autocast and not strategy.overrides("training_step")
+        self._plain_backward = not self._on_before_backward and self._backward_hook is None and precision.scaler is None
 
     def _read_settings(self) -> None:
         """The Trainer's settings and schedulers the step reads: once per epoch, not per step."""
@@ -114,6 +130,7 @@ class AutomaticOptimization(Optimization):
         self._clip_val, self._clip_algorithm = t.gradient_clip_val, t.gradient_clip_algorithm
         self._log_every = t.log_every_n_steps
         self._scheduler_configs = t.lr_scheduler_configs
+        self.has_schedulers = bool(self._scheduler_configs)
 
     def start_epoch(self, windows: AccumulationWindows) -> None:
         """This epoch's accumulation windows (a scheduler may change ``A`` between epochs) and the
@@ -129,7 +146,7 @@ class AutomaticOptimization(Optimization):
         if not window_end:
             return self.micro_batch(batch, batch_idx, False)[0]
         t = self.trainer
-        if not (self._optimizer_step is not None or self._step_with_closure):  # the lean path
+        if not self._step_with_closure:  # the lean path
             output, loss = self.micro_batch(batch, batch_idx, True)
             self._after_closure(self._optimizers, batch_idx)
             precision = self._precision
@@ -160,7 +177,7 @@ class AutomaticOptimization(Optimization):
     def micro_batch(self, batch: Any, batch_idx: int, sync: bool) -> tuple[Any, torch.Tensor | None]:
         """One micro batch's ``training_step``, zero_grad (Lightning's position) and backward:
         (``training_step``'s output, the loss as backward saw it; None: the step skipped the batch)."""
-        with self.no_sync(sync):
+        with self.no_sync(sync) if self._sync_context else _NO_CONTEXT:
             output, loss = self.forward(batch, batch_idx)
             if self.zero_in_closure:
                 self.zero_grad(batch_idx)
@@ -168,6 +185,8 @@ class AutomaticOptimization(Optimization):
                 if self._track_collectives:
                     with self.collectives.inside("backward, gradients synced" if sync else "backward, no sync"):
                         self.backward(loss)
+                elif self._plain_backward:  # `backward` with nothing to add
+                    loss.backward()
                 else:
                     self.backward(loss)
         if loss is not None:
@@ -196,7 +215,14 @@ class AutomaticOptimization(Optimization):
     def forward(self, batch: Any, batch_idx: int) -> tuple[Any, torch.Tensor | None]:
         """``training_step`` and its loss, divided for the window (``None``: the step skipped the batch)."""
         t, progress = self.trainer, self.loop.progress
-        output = self._training_step(self._strategy.training_step, batch, batch_idx)
+        if self._direct_step:  # no autocast and no wrapper: `_training_step` would only add calls
+            module = self._module
+            if self._takes_batch_idx:
+                output = module.training_step(batch, batch_idx)
+            else:  # Lightning's rule: a training_step may take the batch alone
+                output = module.training_step(batch)  # type: ignore[call-arg]
+        else:
+            output = self._training_step(self._strategy.training_step, batch, batch_idx)
         if output is None:
             if t.world_size > 1:
                 raise RuntimeError(
@@ -208,7 +234,10 @@ class AutomaticOptimization(Optimization):
                 stacklevel=user_stacklevel(),
             )
             return output, None
-        loss = _loss_of(output, batch_idx)
+        if output.__class__ is torch.Tensor and output.requires_grad and output.numel() == 1:
+            loss = output  # the usual return value, which `_loss_of` would accept as it is
+        else:
+            loss = _loss_of(output, batch_idx)
         shown = loss.detach()
         self.loop.loss_check.record(shown, progress.current_epoch, progress.global_step, batch_idx)
         windows = self._windows
@@ -255,7 +284,8 @@ class AutomaticOptimization(Optimization):
     def _after_closure(self, optimizers: list[Optimizer], batch_idx: int) -> None:
         """Gradients complete: synced, corrected, unscaled, checked, hooked and clipped, per optimizer."""
         precision, windows = self._precision, self._windows
-        self._strategy.after_backward_window()
+        if self._window_hook:
+            self._strategy.after_backward_window()
         assert windows is not None
         # a known length divided each loss by its window's true size (grad_correction is 1)
         fixed = windows.num_batches is not None or self._normalizer.active

@@ -228,7 +228,7 @@ class FitLoop:
                 is_last = t.strategy.reduce_boolean_decision(is_last, all=False)
             self.progress = self.progress.at_batch(batch_idx)
             self.is_last_batch = is_last  # Lightning's `trainer.is_last_batch`, during the batch's hooks
-            window_end = windows.is_window_end(batch_idx, is_last)
+            window_end = is_last | ((batch_idx + 1) % windows.accumulate == 0)  # `windows.is_window_end`, inline
             if profiler is None:
                 self._train_batch(batch, batch_idx, is_last, window_end, windows)
             else:
@@ -237,7 +237,7 @@ class FitLoop:
             seen += 1
             if validates and validation_due(val_every, val_at_end, validation_index(batch_idx, over_run, self.progress), is_last):
                 self._validate(window_end)
-            if window_end:  # after validation: it may log their monitor
+            if window_end & self.optimization.has_schedulers:  # after validation: it may log their monitor
                 self.optimization.step_schedulers("step", self.progress.global_step, plateau=True)
             self._reached_last = is_last
             if is_last or (window_end and self._stops_mid_epoch()):
@@ -342,7 +342,7 @@ class FitLoop:
         samples = windows.samples_through(batch_idx) if window_end else self.progress.samples_done
         # the position a checkpoint written from here on records
         self.progress = self.progress.batch_trained(batch_idx, is_last, samples)
-        if window_end:
+        if window_end and (self._world_size > 1 or self._preemption.signum):  # one process: only on a signal
             signum = self._preemption.agreed(self._world_size, t.strategy.control_group)
             if signum:
                 self._save_and_exit_for_preemption(signum)

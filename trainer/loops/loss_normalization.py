@@ -28,7 +28,7 @@ class ItemMeanNormalizer:
     def observe(self, output: Any, loss: torch.Tensor, batch_idx: int, counts: bool = True) -> torch.Tensor | None:
         """Record this micro batch's item count; returned when the loss is a sum to normalise later.
         ``counts=False``: a padding micro batch, whose items are not counted."""
-        items = output.get("num_items") if isinstance(output, Mapping) else None
+        items = output.get("num_items") if output.__class__ is not torch.Tensor and isinstance(output, Mapping) else None
         count = None
         if items is None:
             self._plain += 1

@@ -258,6 +258,8 @@ class Optimization:
         self._module, self._strategy, self._precision = t.module, t.strategy, t.precision_plugin
         self._grad_check_params = grad_check_params
         self._takes_batch_idx = takes_batch_idx(self._module.training_step)
+        #: whether `step_schedulers` has any scheduler to step (the fit loop skips the call when not)
+        self.has_schedulers = False
 
     # -- what the fit loop calls ---------------------------------------------------------------
     def start_epoch(self, windows: Any) -> None:

@@ -156,7 +156,7 @@ class Strategy:
     @property
     def is_global_zero(self) -> bool:
         """Whether this is global rank 0 (the one that logs and writes)."""
-        return self.global_rank == 0
+        return self.placement.global_rank == 0  # `global_rank`, inline
 
     def setup_environment(self) -> None:
         """Pin the device and join the process group."""
@@ -182,6 +182,11 @@ class Strategy:
 
     def teardown(self) -> None:
         """Leave the process group (also called when the run raised)."""
+
+    def overrides(self, name: str) -> bool:
+        """Whether this strategy's class replaces `Strategy`'s method ``name``: the loop calls a
+        step method that does nothing here (``no_sync``, ``after_backward_window``...) only then."""
+        return getattr(type(self), name) is not getattr(Strategy, name)
 
     # -- the training step --------------------------------------------------------------------
     def training_step(self, module: Any, *args: Any) -> Any:

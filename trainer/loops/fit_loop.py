@@ -405,9 +405,12 @@ class FitLoop:
         if t.val_dataloaders and t.num_sanity_val_steps != 0 and self.validation_enabled():
             with isolated_rng():  # training draws the same random numbers with or without it (its hooks too, as Lightning)
                 t.state.stage = Stage.SANITY_CHECK
+                t.metric_logger.clear_shown()  # as Lightning: the check shows its own values only, then none
                 hooks.call("on_sanity_check_start")
                 EvaluationLoop(t, Stage.SANITY_CHECK, within_fit=True).run(t.val_dataloaders)
                 hooks.call("on_sanity_check_end")
+                t.metric_logger.end_evaluation()
+                t.metric_logger.clear_shown()
                 t.state.stage = Stage.TRAIN
         fresh = self._plan is None and self.progress.global_step == 0 and self.progress.current_epoch == 0
         # Lightning creates the first epoch's iterator here: its draws are made here (iterator_draws.py)

@@ -7,7 +7,8 @@ the global step and the three dicts at every callback hook of: the lead's probe 
 epoch, ``log_every_n_steps=2``), and a wider run (validation every 2 batches, ``log_dict``,
 ``logger=False`` values, ``reduce_fx="sum"``, on_step + on_epoch validation values, a value logged in
 ``on_before_backward`` and in ``on_validation_epoch_end``, then ``validate``, ``test`` and a second
-Trainer's ``fit`` of the same module), each with a CSVLogger and with ``logger=False``.
+Trainer's ``fit`` of the same module), each with a CSVLogger and with ``logger=False``; and the wider run again with a callback that reads only at a few hooks (what
+the dicts hold must not depend on whether anyone read them in between).
 """
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ for _h in HOOKS:
     def _make(h):
         return lambda self, trainer, *a, **k: self.see(h, trainer)
     setattr(Watch, _h, _make(_h))
+
+
+class Sparse(Watch):
+    pass
+
+
+for _h in HOOKS:
+    if _h not in ("on_train_start", "on_validation_epoch_start", "on_validation_end", "on_train_epoch_end", "on_fit_end"):
+        setattr(Sparse, _h, getattr(pl.Callback, _h))
 
 
 class Probe(pl.LightningModule):  # the lead's probe, as written
@@ -143,6 +153,16 @@ for mode in ("logger", "none"):
     result["callbacks_again"] = [type(c).__name__ for c in again.callbacks]
     result["seen"] = watch.seen
     out[f"wide/{mode}"] = result
+
+    # no reads between these hooks: what the dicts hold must not depend on whether someone looked
+    torch.manual_seed(0)
+    train, val = data()
+    sparse = Sparse()
+    trainer = pl.Trainer(accelerator="cpu", max_epochs=2, log_every_n_steps=3, callbacks=[sparse], val_check_interval=2,
+                         num_sanity_val_steps=1, enable_progress_bar=False, default_root_dir=f"root_sparse_{mode}",
+                         **logger_args(mode, "sparse"))
+    trainer.fit(Wide(), train, val)
+    out[f"sparse/{mode}"] = {"seen": sparse.seen}
 print(json.dumps(out))
 '''
 

@@ -70,6 +70,9 @@ class ProgressBar(Callback):
         self._eval_bar: _Bar | None = None
         # the last validation's values stay on the training bar until the next validation
         self._val_metrics: dict[str, float] = {}
+        # `progress_bar_metrics` keeps training's values through a validation inside fit (as
+        # Lightning's): the evaluation bar shows only what changed since it started
+        self._before_eval: dict[str, float] = {}
 
     @property
     def file(self) -> TextIO:
@@ -121,6 +124,8 @@ class ProgressBar(Callback):
         if trainer.sanity_checking:
             cap = trainer.num_sanity_val_steps
             counts = [n if cap == -1 else cap if n is None else min(n, cap) for n in counts]
+        if self._enabled and self._train_bar is not None:  # one read per validation run, not per step
+            self._before_eval = self._metrics_postfix(trainer)
         self._start_eval("Sanity Checking" if trainer.sanity_checking else "Validation", counts)
 
     def on_validation_batch_end(
@@ -195,14 +200,19 @@ class ProgressBar(Callback):
 
     def _advance_eval(self, trainer: TrainerView) -> None:
         if self._eval_bar is not None:
-            self._eval_bar.advance(1, self.refresh_rate, lambda: self._metrics_postfix(trainer))
+            self._eval_bar.advance(1, self.refresh_rate, lambda: self._eval_postfix(trainer))
 
     def _end_eval(self, trainer: TrainerView, print_line: bool = True) -> dict[str, float] | None:
         """Close the evaluation bar; return the metrics it showed, if it read them."""
         bar, self._eval_bar = self._eval_bar, None
         if bar is None:
             return None
-        return bar.close(lambda: self._metrics_postfix(trainer), print_line=print_line)
+        shown = bar.close(lambda: self._eval_postfix(trainer), print_line=print_line)
+        self._before_eval = {}
+        return shown
+
+    def _eval_postfix(self, trainer: TrainerView) -> dict[str, float]:
+        return {k: v for k, v in self._metrics_postfix(trainer).items() if self._before_eval.get(k) != v}
 
     def _close_train_bar(self, trainer: TrainerView | None = None) -> None:
         bar, self._train_bar = self._train_bar, None
@@ -221,7 +231,9 @@ class ProgressBar(Callback):
             bar.close(None)
 
     def _train_postfix(self, trainer: TrainerView) -> dict[str, float]:
-        return {**self._val_metrics, **self._metrics_postfix(trainer)}
+        # in `progress_bar_metrics`' order, as Lightning's bar (which keeps the validation's values)
+        shown = self._metrics_postfix(trainer)
+        return {**shown, **{k: v for k, v in self._val_metrics.items() if k not in shown}}
 
     @staticmethod
     def _metrics_postfix(trainer: TrainerView) -> dict[str, float]:

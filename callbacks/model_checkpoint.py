@@ -339,6 +339,7 @@ class ModelCheckpoint(Checkpoint):
         path = self.format_checkpoint_name(self._metrics(trainer))
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
+        self._tell_loggers(trainer)
         if self.save_last:
             self._write_last(trainer, self.last_checkpoint_path())
         _rank_zero_print(
@@ -547,6 +548,7 @@ class ModelCheckpoint(Checkpoint):
             if decision.save_path is not None:
                 trainer.save_checkpoint(decision.save_path, weights_only=self.save_weights_only)
                 self._last_checkpoint_saved = decision.save_path
+                self._tell_loggers(trainer)
         except BaseException:
             # the write failed: keep pointing at the files that exist
             self._set_books(before)
@@ -568,6 +570,13 @@ class ModelCheckpoint(Checkpoint):
         self.last_model_path = path
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
+        self._tell_loggers(trainer)
+
+    def _tell_loggers(self, trainer: TrainerView) -> None:
+        """Lightning's ``logger.after_save_checkpoint(callback)`` after each file written, on global rank 0."""
+        if trainer.is_global_zero:
+            for lg in trainer.loggers:
+                lg.after_save_checkpoint(self)
 
     def _books(self) -> TopK:
         return TopK(

@@ -84,12 +84,12 @@ class ProgressBar(Callback):
         """True on global rank 0 once set up, unless ``refresh_rate == 0``."""
         return self._enabled
 
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._enabled = trainer.is_global_zero and self.refresh_rate > 0
         self._val_metrics = {}
 
     # -- training ---------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not self._enabled:
             return
         self._close_train_bar()
@@ -101,7 +101,7 @@ class ProgressBar(Callback):
         )
 
     def on_train_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         bar = self._train_bar
         if bar is None:
@@ -110,16 +110,16 @@ class ProgressBar(Callback):
             bar.start_at(batch_idx)
         bar.advance(1, self.refresh_rate, lambda: self._train_postfix(trainer))
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # runs after the epoch's validation: the final line shows the validation metrics too
         self._close_train_bar(trainer)
 
-    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # max_steps inside an epoch leaves it unfinished (no epoch end): show where it stopped
         self._close_train_bar(trainer)
 
     # -- evaluation -------------------------------------------------------------------------
-    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         counts = trainer.num_val_batches
         if trainer.sanity_checking:
             cap = trainer.num_sanity_val_steps
@@ -129,24 +129,24 @@ class ProgressBar(Callback):
         self._start_eval("Sanity Checking" if trainer.sanity_checking else "Validation", counts)
 
     def on_validation_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Each evaluation batch end, whatever the stage."""
         self._advance_eval(trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # the sanity check only proves the loop runs: no line for it in logs
         metrics = self._end_eval(trainer, print_line=not trainer.sanity_checking)
         if metrics is not None and not trainer.sanity_checking:
             self._val_metrics = metrics
 
-    def on_test_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._start_eval("Testing", getattr(trainer, "num_test_batches", None))
 
-    def on_test_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._end_eval(trainer)
 
-    def on_predict_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_predict_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._start_eval("Predicting", getattr(trainer, "num_predict_batches", None))
 
     # the same for every evaluation stage
@@ -154,10 +154,10 @@ class ProgressBar(Callback):
     on_predict_end = on_test_end
 
     # -- failures ---------------------------------------------------------------------------
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: ModuleView, exception: BaseException) -> None:
         self._close_all()
 
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._close_all()
 
     def print(self, *args: Any, sep: str = " ", end: str = "\n") -> None:

@@ -40,6 +40,8 @@ _FABRIC_PROVIDED = {
     "plugins.io.torch_io": "trainer.lightning.fabric_io",
     "plugins.io": "trainer.lightning.fabric_io",
     "plugins.io.checkpoint_io": "trainer.lightning.fabric_io",
+    # Lightning's loggers are Fabric's (`issubclass(pl.loggers.Logger, fabric.loggers.Logger)`): the same classes here
+    "loggers": "trainer.loggers",
 }
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {

@@ -161,14 +161,7 @@ class MetricStore:
         out: dict[str, Any] = {}
         stepping = self.stepping
         for key, e in self._entries.items():
-            if stepping:
-                value = e.last if e.on_step else None
-                forked = key + "_step" if e.on_epoch else key
-            else:
-                forked = key + "_epoch" if e.on_step else key
-                value = self.aggregates.get(forked) if e.on_epoch else None
-                if value is None and e.on_epoch and e.metric is None and e.total is not None:
-                    value = _local_aggregate(e)
+            forked, value = self._shown_value(key, e, stepping)
             if value is None:
                 continue
             if kind == "log":
@@ -181,6 +174,18 @@ class MetricStore:
                 out[key] = value
                 out[forked] = value
         return out
+
+    def _shown_value(self, key: str, e: _Entry, stepping: bool) -> tuple[str, torch.Tensor | None]:
+        """``(the name the loggers get, the value)`` of one entry in `view` (None: nothing to show now)."""
+        if stepping:
+            return (key + "_step" if e.on_epoch else key), (e.last if e.on_step else None)
+        forked = key + "_epoch" if e.on_step else key
+        if not e.on_epoch:
+            return forked, None
+        value = self.aggregates.get(forked)
+        if value is None and e.metric is None and e.total is not None:
+            value = _local_aggregate(e)
+        return forked, value
 
     def hidden_from_loggers(self) -> set[str]:
         """Names the loggers do not get (as in Lightning).

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 import warnings
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 from trainer.contracts import storage
 from trainer.contracts.errors import MonitorKeyError
@@ -16,6 +17,7 @@ from trainer.contracts.user_line import user_stacklevel
 if TYPE_CHECKING:
     from trainer.contracts.protocols import TrainerView
 
+T = TypeVar("T")
 _VERSION_DIR = re.compile(r"^version_(\d+)$")
 
 
@@ -24,6 +26,37 @@ def _rank_zero_print(trainer: TrainerView, message: str) -> None:
     """Print ``message`` once, from global rank 0."""
     if trainer.is_global_zero:
         print(message, flush=True)
+
+
+def _decided_on_rank_zero(trainer: TrainerView, decide: Callable[[], T], owner: str) -> T:
+    """``decide()`` on global rank 0, broadcast: every rank gets its result, or fails with its error
+    (rank 0 with the error itself, the others with one naming it: a `MonitorKeyError` as one)."""
+    decision: T | _Failed | None = None  # the result, or rank 0's error
+    error: BaseException | None = None
+    if trainer.is_global_zero:
+        try:
+            decision = decide()
+        except Exception as exc:  # noqa: BLE001 - must reach the other ranks before raising
+            error = exc
+            decision = _Failed(type(exc).__name__, str(exc))
+    if trainer.world_size > 1:
+        decision = trainer.strategy.broadcast(decision, src=0)
+    if error is not None:
+        raise error
+    if isinstance(decision, _Failed):
+        raise (MonitorKeyError if decision.kind == MonitorKeyError.__name__ else RuntimeError)(
+            f"{owner} failed on global rank 0: {decision.message}"
+        )
+    assert decision is not None
+    return decision
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failed:
+    """Rank 0's error, as the other ranks receive it: its type's name and its message."""
+
+    kind: str
+    message: str
 
 
 def _rank_zero_warn(message: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Optional, Protocol, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, Union
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +18,8 @@ class TopK:
     """A checkpoint callback's books: the kept checkpoints and their scores, the best and the
     worst kept one, and the last checkpoint written."""
 
-    best_k_models: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    # a dict: `ModelCheckpoint.best_k_models` is this very dict, which libraries write into
+    best_k_models: dict[str, float] = dataclasses.field(default_factory=dict)
     best_model_path: str = ""
     best_model_score: Optional[float] = None
     current_score: Optional[float] = None
@@ -133,14 +134,53 @@ def _keep_best(
         kept.pop(evict, None)
         delete = (evict,) if evict != save_path else ()
     kept[save_path] = score
-    ranked = sorted(kept.items(), key=lambda kv: kv[1], reverse=policy.mode == "min")
+    books = rank_kept(books, kept, policy.mode)
+    message = f"{policy.monitor!r} reached {score:.5g} (best {books.best_model_score:.5g}), saving model to {save_path}"
+    return books, save_path, delete, message
+
+
+def rank_kept(books: TopK, kept: dict[str, float], mode: str) -> TopK:
+    """``books`` keeping ``kept``, ranked in ``mode``: the worst kept is the ``kth`` (evicted next),
+    the best kept the best; none kept, neither (the ``kth_value`` the worst possible). A save and a
+    loaded state (`ModelCheckpoint`, a state naming files it does not own) are ranked here."""
+    ranked = sorted(kept.items(), key=lambda kv: float(kv[1]), reverse=mode == "min")
+    if not ranked:
+        return dataclasses.replace(
+            books, best_k_models=kept, kth_best_model_path="", kth_value=worst(mode), best_model_path="", best_model_score=None
+        )
     (kth_path, kth_value), (best_path, best_score) = ranked[0], ranked[-1]  # the worst and the best kept
-    books = dataclasses.replace(
+    return dataclasses.replace(
         books, best_k_models=kept, kth_best_model_path=kth_path, kth_value=kth_value,
         best_model_path=best_path, best_model_score=best_score,
     )
-    message = f"{policy.monitor!r} reached {score:.5g} (best {best_score:.5g}), saving model to {save_path}"
-    return books, save_path, delete, message
+
+
+def loaded_books(
+    state: Mapping[str, Any], mode: str, best_model_path: str, owned: Callable[[str], bool]
+) -> tuple[TopK, list[str]]:
+    """The books a checkpoint callback's saved ``state`` describes (``best_model_path``: the one
+    kept when the state names none), and the paths it names that are not ``owned`` (sorted). Those
+    are dropped, and the checkpoints that remain are ranked as a save ranks them (`rank_kept`)."""
+    books = TopK(
+        best_k_models=dict(state.get("best_k_models", {})),
+        best_model_path=state.get("best_model_path", best_model_path),
+        best_model_score=state.get("best_model_score"), current_score=state.get("current_score"),
+        kth_best_model_path=state.get("kth_best_model_path", ""),
+        kth_value=state.get("kth_value", worst(mode)), last_model_path=state.get("last_model_path", ""),
+    )
+    named = [*books.best_k_models, books.kth_best_model_path, state.get("best_model_path", ""), books.last_model_path]
+    foreign = sorted({str(p) for p in named if p and not owned(p)})
+    if not foreign:
+        return books, []
+    books = rank_kept(books, {p: v for p, v in books.best_k_models.items() if str(p) not in foreign}, mode)
+    if books.last_model_path in foreign:
+        books = dataclasses.replace(books, last_model_path="")
+    return books, foreign
+
+
+def worst(mode: str) -> float:
+    """The worst score in ``mode`` (``"min"``: +inf)."""
+    return math.inf if mode == "min" else -math.inf
 
 
 def step_due(step: int, every_n_train_steps: int) -> bool:

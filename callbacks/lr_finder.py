@@ -138,7 +138,9 @@ class _RangeRecorder(Callback):
 
     def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self._window_end(trainer, batch_idx):
-            self.lrs.append(trainer.lr_scheduler_configs[0].scheduler.lr[0])
+            schedule = trainer.lr_scheduler_configs[0].scheduler
+            assert isinstance(schedule, _RangeSchedule)  # the finder's own (it wraps configure_optimizers)
+            self.lrs.append(float(schedule.lr[0]))
 
     def on_train_batch_end(
         self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int

@@ -2,7 +2,7 @@
 read from its loaders, its settings, its fit loop and its `MetricLogger`."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Iterable
 
 from trainer.contracts.accumulation import global_batch_size, steps_in
 from trainer.contracts.config import TrainerConfig
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 class BatchCounts:
     """Sizes and counts read from the Trainer's loaders, settings and loop (nothing stored here)."""
 
-    train_dataloader: Any
-    val_dataloaders: list[Any]
-    limit_val_batches: Any
+    train_dataloader: Iterable[object] | None
+    val_dataloaders: list[Iterable[object]]
+    limit_val_batches: int | float | None
     accumulate_grad_batches: int
     max_epochs: int | None
     max_steps: int

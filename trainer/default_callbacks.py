@@ -27,7 +27,7 @@ from callbacks.timer import Timer
 
 if TYPE_CHECKING:
     from trainer.contracts.config import TrainerConfig
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",

@@ -18,7 +18,7 @@ from trainer.contracts.hook_table import CALLBACK, HOOKS, HOOKS_BY_NAME, MODULE
 if TYPE_CHECKING:
     from trainer.contracts.protocols import CallbackView
     from trainer.module import TrainModule
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import ModuleInternals, TrainerInternals as Trainer
 
 __all__ = ["CALLBACK_HOOKS", "HookDispatcher"]
 
@@ -89,7 +89,7 @@ class HookDispatcher:
             fn(*args)
 
 
-def module_override(trainer: Trainer, module: TrainModule, name: str) -> Callable[..., Any] | None:
+def module_override(trainer: Trainer, module: ModuleInternals, name: str) -> Callable[..., Any] | None:
     """The module's ``name`` if its class overrides `TrainModule`'s (timed by the profiler), else None.
 
     Looked up once per run, so a hook left alone costs nothing per step.

@@ -249,11 +249,12 @@ def _refuse_text_only(cls: type[Any], as_text: list[str], has_objects: bool, pat
     )
 
 
-def hparams_for_loggers(module: HyperparametersMixin, datamodule: HyperparametersMixin | None) -> dict[str, Any]:
-    """What the loggers get: the module's and the DataModule's hparams, each unless saved with ``logger=False``."""
+def hparams_for_loggers(module: HyperparametersMixin, datamodule: object) -> dict[str, Any]:
+    """What the loggers get: the module's and the DataModule's hparams (``datamodule``: the run's
+    DataModule, or None), each unless saved with ``logger=False``."""
     return merged_hparams(
         module.hparams if module._log_hyperparams else {},
-        datamodule.hparams if datamodule is not None and datamodule._log_hyperparams else None,
+        datamodule.hparams if isinstance(datamodule, HyperparametersMixin) and datamodule._log_hyperparams else None,
     )
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 _CONFIGURED: weakref.WeakSet[TrainModule] = weakref.WeakSet()
 

@@ -14,7 +14,7 @@ from trainer.data.data_hooks import DataHooks
 from trainer.hyperparameters import HyperparametersMixin
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 
 _M = TypeVar("_M", bound="TrainModule")

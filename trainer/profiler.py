@@ -1,16 +1,20 @@
 """``Trainer(profiler=...)``: where the time of a run goes, per hook and per step.
 
 ``"simple"`` times every hook, training batch and epoch, and evaluation step with
-`time.perf_counter` and writes a table of them when the run ends; ``"pytorch"`` records the
+`time.perf_counter` and writes a table of them when the run ends; ``"advanced"`` runs `cProfile`
+inside the same sections and writes each one's function-level statistics; ``"pytorch"`` records the
 same sections as `torch.profiler.record_function` ranges in a `torch.profiler` trace (Chrome
-trace format, viewable in chrome://tracing or Perfetto). Both write into the Trainer's
+trace format, viewable in chrome://tracing or Perfetto). All write into the Trainer's
 ``log_dir``; nothing is timed without a profiler.
 """
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import functools
+import io
 import os
+import pstats
 import time
 from collections import defaultdict
 from typing import Any, Callable, ContextManager, Iterator
@@ -91,6 +95,60 @@ class SimpleProfiler(Profiler):
                 f.write(report + "\n")
 
 
+class AdvancedProfiler(Profiler):
+    """`cProfile` per section: each section's functions by cumulative time, at the end of the run.
+
+    The interpreter has one profiling hook, so a section entered inside another pauses the outer
+    one's profile until it ends: each function call is counted once, in the innermost section.
+    """
+
+    def __init__(self, line_count_restriction: float = 1.0) -> None:
+        self.line_count_restriction = line_count_restriction
+        self.profiled: dict[str, cProfile.Profile] = {}
+        self._open: list[cProfile.Profile] = []
+
+    @contextlib.contextmanager
+    def profile(self, name: str) -> Iterator[None]:
+        section = self.profiled.get(name)
+        if section is None:
+            section = self.profiled[name] = cProfile.Profile()
+        if self._open:
+            self._open[-1].disable()
+        self._open.append(section)
+        section.enable()
+        try:
+            yield
+        finally:
+            section.disable()
+            self._open.pop()
+            if self._open:
+                self._open[-1].enable()
+
+    def start(self, stage: str) -> None:
+        self.profiled.clear()
+        self._open.clear()
+
+    def summary(self) -> str:
+        """Each section's statistics, sorted by cumulative time, ``line_count_restriction`` of the rows."""
+        parts = []
+        for name, section in self.profiled.items():
+            text = io.StringIO()
+            stats = pstats.Stats(section, stream=text)
+            stats.strip_dirs().sort_stats("cumulative").print_stats(self.line_count_restriction)
+            parts.append(f"Profile stats for: {name}\n{text.getvalue()}")
+        return "Profiler report\n\n" + "\n".join(parts)
+
+    def stop(self, stage: str, log_dir: str, rank: int, write: bool = True) -> None:
+        if rank != 0:
+            return
+        report = self.summary()
+        print(report, flush=True)
+        if write:
+            os.makedirs(log_dir, exist_ok=True)
+            with open(os.path.join(log_dir, f"{stage}-profiler.txt"), "w", encoding="utf-8") as f:
+                f.write(report + "\n")
+
+
 class PyTorchProfiler(Profiler):
     """A `torch.profiler` trace of the run (CPU, and CUDA when used), one file per rank."""
 
@@ -124,13 +182,15 @@ class PyTorchProfiler(Profiler):
 
 
 def make_profiler(profiler: str | Profiler | None) -> Profiler:
-    """The Trainer's ``profiler`` argument as a `Profiler` (checked: None, "simple", "pytorch" or one)."""
+    """The Trainer's ``profiler`` argument as a `Profiler` (checked: None, "simple", "advanced", "pytorch" or one)."""
     if isinstance(profiler, Profiler):
         return profiler
     if profiler is None:
         return _NoProfiler()
     if not isinstance(profiler, str):
-        raise TypeError(f"profiler must be None, 'simple', 'pytorch' or a Profiler, got {profiler!r}")
-    if profiler not in ("simple", "pytorch"):
-        raise ValueError(f"profiler must be None, 'simple', 'pytorch' or a Profiler, got {profiler!r}")
-    return SimpleProfiler() if profiler == "simple" else PyTorchProfiler()
+        raise TypeError(f"profiler must be None, 'simple', 'advanced', 'pytorch' or a Profiler, got {profiler!r}")
+    kinds: dict[str, type[Profiler]] = {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "pytorch": PyTorchProfiler}
+    made = kinds.get(profiler)
+    if made is None:
+        raise ValueError(f"profiler must be None, 'simple', 'advanced', 'pytorch' or a Profiler, got {profiler!r}")
+    return made()

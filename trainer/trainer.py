@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -16,6 +16,7 @@ from trainer.contracts.arguments import hint_misspelled_arguments
 from trainer.configuration import TrainerSettings, configure
 from trainer.contracts.config import CheckpointingConfig, DebugConfig, DistributedConfig, Limits, LoggingConfig, LoopConfig
 from trainer.contracts.config import PrecisionConfig, TrainerConfig
+from trainer.contracts.internals import ModuleInternals
 from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_set_up_data, tear_down_data
 from trainer.batch_counts import BatchCounts
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
@@ -209,10 +210,13 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         return checkpoint_callbacks(self.callbacks)
 
     # -- entry points -------------------------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        # only for names the class lacks: Lightning's other Trainer attributes, answered by a view of
-        # this Trainer in the Lightning layer (`trainer.lightning.attributes`), not by a base class
-        return lightning_attribute(self, name)
+    if not TYPE_CHECKING:
+        # the type checker does not see it, so a name the class lacks is a type error and the
+        # floor's protocols are checked against the real members (tests/project/conformance_check.py)
+        def __getattr__(self, name: str) -> Any:
+            # only for names the class lacks: Lightning's other Trainer attributes, answered by a view of
+            # this Trainer in the Lightning layer (`trainer.lightning.attributes`), not by a base class
+            return lightning_attribute(self, name)
 
     def fit(
         self,
@@ -297,10 +301,11 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         """
         save_checkpoint(self, filepath, weights_only)
 
-    def adopt_spawned_run(self, model: TrainModule | None, outcome: dict[str, Any]) -> None:
+    def adopt_spawned_run(self, model: ModuleInternals | None, outcome: dict[str, Any]) -> None:
         """Take rank 0's final state from spawned workers (`SpawnLauncher`), as if run here."""
         model = model if model is not None else self._module
         if model is not None:
+            assert isinstance(model, TrainModule)  # what `fit` was given (it refuses any other)
             model.load_state_dict(outcome["state_dict"])
             self._module = model
             model.trainer = self

@@ -71,7 +71,7 @@ def test_resume_never_maps_the_checkpoint_to_the_run_device(tmp_path, monkeypatc
     # tensors and torch.set_rng_state raised. Loading must not depend on the run's device:
     # restoring here with the strategy reporting a CUDA device must still resume exactly (on a
     # CPU-only machine torch refuses to map anything to CUDA, so any use of the device fails).
-    import trainer.loops.fit_loop as fit_loop_module
+    import trainer.loops.fit_setup as set_up_module  # the fit's set-up reads the checkpoint and restores it
     from trainer.strategies.strategy import Strategy
 
     def as_on_a_gpu(fn):
@@ -83,7 +83,7 @@ def test_resume_never_maps_the_checkpoint_to_the_run_device(tmp_path, monkeypatc
         return call
 
     for name in ("read_checkpoint", "restore_checkpoint"):  # reading the file, then restoring from it
-        monkeypatch.setattr(fit_loop_module, name, as_on_a_gpu(getattr(fit_loop_module, name)))
+        monkeypatch.setattr(set_up_module, name, as_on_a_gpu(getattr(set_up_module, name)))
     straight, resumed, _ = straight_and_resumed(str(tmp_path), 18, own_generator=True, accelerator="cpu")
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed))
 

@@ -21,3 +21,16 @@ def runtime_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
     return modules
+
+
+def all_imports(path: Path) -> set[str]:
+    """Modules ``path`` imports anywhere: at run time and under ``if TYPE_CHECKING:`` (for annotations)."""
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+            # ``from package import module`` imports the module
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules

@@ -8,7 +8,6 @@ process (its workers would import the installed Lightning).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -18,9 +17,10 @@ from typing import Any
 import pytest
 import torch
 
+from tests.helpers.optional import importorskip
+
 pytest.importorskip("ray")
-if importlib.util.find_spec("lightning") is None:
-    pytest.skip("Lightning 2.x (the `dev` extra) is what the numbers are compared with", allow_module_level=True)
+importorskip("lightning.pytorch", reason="Lightning 2.x (the `dev` extra) is what the numbers are compared with")
 
 pytestmark = [pytest.mark.launches, pytest.mark.distributed, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

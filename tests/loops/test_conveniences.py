@@ -258,6 +258,31 @@ def test_simple_profiler_times_hooks_and_steps_and_writes_the_table(tmp_path, ca
     assert calls["[Callback]ModelSummary.on_fit_start"] == 1
 
 
+class AfterBackward(Recording):
+    def on_after_backward(self):
+        pass
+
+
+def test_advanced_profiler_writes_each_sections_cprofile_statistics_counting_each_call_once(tmp_path, capsys):
+    trainer = Trainer(accelerator="cpu", max_epochs=1, profiler="advanced", num_sanity_val_steps=0,
+                      default_root_dir=tmp_path, logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                      enable_model_summary=False)
+    trainer.fit(AfterBackward(regression_data(16)))
+    report = (tmp_path / "fit-profiler.txt").read_text()
+    assert report.strip() in capsys.readouterr().out
+    sections = {part.split("\n", 1)[0]: part for part in report.split("Profile stats for: ")[1:]}
+    assert {"run_training_epoch", "run_training_batch", "[Module]AfterBackward.on_after_backward",
+            "[Module]AfterBackward.validation_step"} <= set(sections)
+    # a section inside another pauses the outer one: the module's training_step (4 batches) is counted in
+    # run_training_batch only, validation_step (4 batches) in its own section only
+    assert "4    " in sections["run_training_batch"].split("(training_step)")[0].rsplit("\n", 1)[1]
+    assert "(training_step)" not in sections["run_training_epoch"]
+    assert "(validation_step)" in sections["[Module]AfterBackward.validation_step"]
+    assert "(validation_step)" not in sections["run_training_batch"]
+    # and the outer section goes on after the inner one ends: the optimizer steps after on_after_backward
+    assert "sgd.py" in sections["run_training_batch"]
+
+
 class WithBatchStart(Regression):
     def on_train_batch_start(self, batch, batch_idx):
         pass

@@ -13,9 +13,11 @@ import sys
 import pytest
 
 from tests.helpers.distributed import REPO_ROOT
+from tests.helpers.optional import importorskip
 from tests.port.porting import EXAMPLES
 
 pytest.importorskip("jsonargparse", reason="LightningCLI needs the 'cli' extra (jsonargparse)")
+importorskip("torchvision", reason="Lightning's autoencoder example draws its images with torchvision")
 
 RENAMES = {
     "from lightning.pytorch import LightningDataModule, LightningModule, Trainer, callbacks, cli_lightning_logo":

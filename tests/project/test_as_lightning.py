@@ -4,6 +4,7 @@ parameters; Lightning's names that Lockstep lacks (Fabric, the profilers) raise 
 Lightning's demos are Lockstep's, module for module."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -228,13 +229,19 @@ def test_get_init_args_reads_an_init_frame_as_lightning_s():
     assert get_init_args(inspect.currentframe()) == {}
 
 
+_USAGE = "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS] | --entry NAME [ARGS]\n"
+
+
 @pytest.mark.launches
 @pytest.mark.parametrize(
     "args, err",
     [
-        ([], "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]\n"),
-        (["-m"], "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]\n"),
+        ([], _USAGE),
+        (["-m"], _USAGE),
+        (["--entry"], _USAGE),
         (["nosuch.py", "--max_epochs", "1"], "python -m trainer.as_lightning: error: no such script: 'nosuch.py'\n"),
+        (["--entry", "no-such-console-script-of-anyone"],
+         "python -m trainer.as_lightning: error: no installed console script 'no-such-console-script-of-anyone'\n"),
     ],
 )
 def test_a_usage_error_of_the_runner_is_one_line_and_exit_status_2(tmp_path, args, err):
@@ -242,3 +249,55 @@ def test_a_usage_error_of_the_runner_is_one_line_and_exit_status_2(tmp_path, arg
     done = subprocess.run([sys.executable, "-m", "trainer.as_lightning", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout, done.stderr) == (2, "", err)
+
+
+_LIBRARY_CLI = """
+import json, sys
+import torch
+import lightning.pytorch as pl
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class M(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        return nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main():
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_progress_bar=False,
+                         enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(M(), DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4))
+    print(json.dumps([type(trainer).__module__.split(".")[0], trainer.global_step, sys.argv]))
+    return 3
+"""
+
+
+@pytest.mark.launches
+@pytest.mark.timeout(300)
+def test_a_librarys_console_script_runs_on_lockstep_with_its_arguments_and_exit_status(tmp_path):
+    # an installed distribution declaring a console script, as pip leaves it in site-packages
+    site = tmp_path / "site"
+    (site / "mylib").mkdir(parents=True)
+    (site / "mylib" / "__init__.py").write_text("")
+    (site / "mylib" / "cli.py").write_text(_LIBRARY_CLI)
+    info = site / "mylib-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mylib\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[console_scripts]\nmylib-train = mylib.cli:main\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
+    done = subprocess.run([sys.executable, "-m", "trainer.as_lightning", "--entry", "mylib-train", "--epochs", "2"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["trainer", 2, ["mylib-train", "--epochs", "2"]]
+    misspelled = subprocess.run([sys.executable, "-m", "trainer.as_lightning", "--entry", "mylib-trian"],
+                                cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert (misspelled.returncode, misspelled.stderr) == (
+        2, "python -m trainer.as_lightning: error: no installed console script 'mylib-trian' (did you mean 'mylib-train'?)\n")

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.helpers.distributed import script_env
+from tests.helpers.optional import importorskip
 from trainer.lightning.loops import _EvaluationLoop
 from trainer.lightning.unsupported import NotProvidedError
 
@@ -74,7 +75,7 @@ def _kinds(tmp_path, *runner: str) -> dict[str, list[str]]:
 
 
 def test_each_name_libraries_import_resolves_to_lockstep_s_of_lightning_s_kind(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     ours, theirs = _kinds(tmp_path, "-m", "trainer.as_lightning"), _kinds(tmp_path)
     wrong = {
         name: (ours[name], theirs[name]) for name in ours

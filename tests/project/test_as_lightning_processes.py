@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.distributed import run_script
+from tests.helpers.optional import importorskip
 
 pytestmark = [pytest.mark.launches, pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(240)]
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lightning_in_every_process.py"
@@ -84,6 +85,6 @@ def test_a_spawned_dataloader_worker_sees_lockstep(tmp_path):
 
 def test_without_the_runner_the_script_runs_on_the_installed_lightning(tmp_path):
     """The script tells the two apart: a process that missed the alias notes Lightning's Trainer."""
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     seen = _seen(tmp_path, [str(SCRIPT), "spawn"])
     assert seen == {"child": ["lightning.pytorch.trainer.trainer"]}

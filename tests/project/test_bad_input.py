@@ -774,8 +774,8 @@ def test_bad_entry_point_arguments(call, error, message):
         ({"max_time": datetime.timedelta(seconds=-1)}, ValueError, "max_time must not be negative"),
         ({"reload_dataloaders_every_n_epochs": 1.0}, TypeError, "reload_dataloaders_every_n_epochs must be an int >= 0, got 1.0"),
         ({"reload_dataloaders_every_n_epochs": -1}, ValueError, "reload_dataloaders_every_n_epochs must be an int >= 0, got -1"),
-        ({"profiler": "advanced"}, ValueError, "profiler must be None, 'simple', 'pytorch' or a Profiler, got 'advanced'"),
-        ({"profiler": True}, TypeError, "profiler must be None, 'simple', 'pytorch' or a Profiler, got True"),
+        ({"profiler": "cprofile"}, ValueError, "profiler must be None, 'simple', 'advanced', 'pytorch' or a Profiler, got 'cprofile'"),
+        ({"profiler": True}, TypeError, "profiler must be None, 'simple', 'advanced', 'pytorch' or a Profiler, got True"),
     ],
 )
 def test_bad_convenience_arguments(kwargs, error, message):

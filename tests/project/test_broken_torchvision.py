@@ -52,3 +52,27 @@ def test_the_library_names_a_broken_torchvision_in_one_line(tmp_path, monkeypatc
         "install the torchvision build that matches torch ")
     with pytest.raises(ModuleNotFoundError):
         _import_torchvision("not_installed_vision")
+
+
+_BYPASS = re.compile(r"""pytest\.importorskip\(\s*["'](lightning|pytorch_lightning|torchmetrics|torchvision)\b"""
+                     r"""|find_spec\(\s*["'](lightning|pytorch_lightning|torchmetrics)["']\s*\)""")
+
+
+def _bypasses(root: Path) -> list[str]:
+    return [f"{path.relative_to(root)}:{text[:m.start()].count(chr(10)) + 1}"
+            for path in sorted((root / "tests").rglob("test_*.py")) if path.resolve() != Path(__file__).resolve()
+            for text in [path.read_text(encoding="utf-8")] for m in _BYPASS.finditer(text)]
+
+
+def test_every_test_asks_for_lightning_torchmetrics_and_torchvision_through_the_one_helper():
+    # pytest.importorskip catches ImportError only, and find_spec finds a package that cannot be imported:
+    # with a broken torchvision, Lightning and torchmetrics (which import it) would fail instead of skip
+    assert _bypasses(ROOT) == []
+
+
+def test_the_bypass_check_finds_pytest_importorskip_and_find_spec(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        'import pytest\npytest.importorskip("lightning")\nif importlib.util.find_spec("torchmetrics") is None:\n    pass\n'
+        'pytest.importorskip("jsonargparse")\n')
+    assert _bypasses(tmp_path) == ["tests/test_x.py:2", "tests/test_x.py:3"]

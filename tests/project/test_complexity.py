@@ -15,11 +15,18 @@ the same function. A function starts at 1 and gains one for every place its path
 A function nested in another (or a method of a class defined inside one) is counted on its own
 and adds nothing to the function around it: its branches run only when it is called. A lambda
 has no name to report, so its branches count toward the function that holds it.
+
+The thin shells (issue 43) have line limits: the fit loop's epoch loop (``trainer/loops/fit_loop.py``)
+and its set-up (``trainer/loops/fit_setup.py``) at most 400 lines each, ``callbacks/model_checkpoint.py``
+at most 450. With radon installed (the ``dev`` extra), every module must keep maintainability
+index A (radon's ``mi``, 20 or more).
 """
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")])
@@ -162,3 +169,59 @@ def test_a_function_above_the_limit_is_reported(tmp_path):
     planted.write_text(f"def just_over(x):\n{branches}    return -1\n\ndef fine(x):\n    return x\n")
     assert _by_name(planted.read_text()) == {"just_over": 16, "fine": 1}
     assert [text.split(" ", 1)[1] for text in offenders([planted], limit=LIMIT)] == ["just_over (16)"]
+
+
+# The shells that grew before (issue 43): the most lines each may have.
+LINE_LIMITS = {
+    "trainer/loops/fit_loop.py": 400,
+    "trainer/loops/fit_setup.py": 400,
+    "callbacks/model_checkpoint.py": 450,
+}
+
+
+def too_long(limits: dict[str, int], root: Path = REPO) -> list[str]:
+    """``path: lines > limit`` for each file of ``limits`` above its limit."""
+    found = []
+    for path, limit in limits.items():
+        lines = len((root / path).read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            found.append(f"{path}: {lines} > {limit}")
+    return found
+
+
+def test_the_fit_loop_its_set_up_and_the_checkpoint_callback_stay_within_their_line_limits():
+    assert too_long(LINE_LIMITS) == [], "split the module by what it owns, as issue 43 did"
+
+
+def test_a_file_over_its_line_limit_is_reported(tmp_path):
+    (tmp_path / "long.py").write_text("x = 1\n" * 401)
+    (tmp_path / "short.py").write_text("x = 1\n" * 400)
+    assert too_long({"long.py": 400, "short.py": 400}, root=tmp_path) == ["long.py: 401 > 400"]
+
+
+MI_LIMIT = 20  # radon's rank A
+
+
+def below_maintainability_a(paths: list[Path]) -> list[str]:
+    """``path (index)`` for each module whose maintainability index (radon's ``mi``) is below A."""
+    from radon.metrics import mi_visit
+
+    found = []
+    for path in paths:
+        index = mi_visit(path.read_text(encoding="utf-8"), True)
+        if index < MI_LIMIT:
+            found.append(f"{_shown(path)} ({index:.1f})")
+    return found
+
+
+def test_every_module_keeps_maintainability_index_a():
+    pytest.importorskip("radon")
+    assert below_maintainability_a(SOURCES) == []
+
+
+def test_a_module_below_maintainability_a_is_reported(tmp_path):
+    pytest.importorskip("radon")
+    branches = "".join(f"    if x == {i} and y or z:\n        v{i} = x * {i} + y / (z - {i})\n" for i in range(60))
+    planted = tmp_path / "tangled.py"
+    planted.write_text("".join(f"def f{n}(x, y, z):\n{branches}    return x\n\n" for n in range(8)))
+    assert [text.split(" ", 1)[0] for text in below_maintainability_a([planted])] == [str(planted)]

@@ -1,4 +1,5 @@
-"""The contracts floor: what callbacks may use, held against the real objects and the code."""
+"""The contracts floor: what callbacks may use, held against the code (tests/project/test_types.py holds
+the real classes against its protocols with mypy: tests/project/conformance_check.py)."""
 from __future__ import annotations
 
 import ast
@@ -6,73 +7,20 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Protocol
 
 import pytest
 
-from callbacks import Callback, Logger
-from trainer import TrainModule, Trainer
-from trainer.contracts import protocols
-from trainer.contracts.progress import FitProgress
-from trainer.strategies.strategy import SingleDeviceStrategy
+from callbacks import Callback
+from trainer import Trainer
 
-from tests.helpers.source_imports import runtime_imports
+from tests.helpers.source_imports import all_imports
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _members(proto: type) -> set[str]:
-    names: set[str] = set()
-    for cls in proto.__mro__:
-        if cls in (Protocol, object) or not issubclass(cls, Protocol):
-            continue
-        names.update(getattr(cls, "__annotations__", {}))
-        names.update(n for n in vars(cls) if not n.startswith("_"))
-    return names
-
-
-def _has(obj: object, name: str) -> bool:
-    return name in dir(type(obj)) or name in vars(obj)
 
 
 @pytest.fixture(scope="module")
 def trainer():
     return Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False)
-
-
-@pytest.mark.parametrize(
-    "proto, real",
-    [
-        (protocols.TrainerView, "trainer"),
-        (protocols.TrainerInternals, "trainer"),
-        (protocols.StrategyView, "strategy"),
-        (protocols.FitPosition, "progress"),
-        (protocols.FitLoopView, "fit_loop"),
-        (protocols.ModuleView, "module"),
-        (protocols.CallbackView, "callback"),
-        (protocols.LoggerView, "logger"),
-    ],
-)
-def test_every_protocol_member_exists_on_the_real_object(proto, real, trainer):
-    obj = {
-        "trainer": trainer,
-        "strategy": trainer.strategy,
-        "progress": FitProgress(),
-        "fit_loop": trainer.fit_loop,
-        "module": TrainModule(),
-        "callback": Callback(),
-        "logger": Logger(),
-    }[real]
-    assert isinstance(trainer.strategy, SingleDeviceStrategy)
-    missing = sorted(name for name in _members(proto) if not _has(obj, name))
-    assert missing == [], f"{proto.__name__} names members {type(obj).__name__} lacks: {missing}"
-
-
-def test_the_member_check_finds_a_missing_member(trainer):
-    class Wider(protocols.TrainerView, Protocol):
-        def no_such_method(self) -> None: ...
-
-    assert [n for n in _members(Wider) if not _has(trainer, n)] == ["no_such_method"]
 
 
 def _imports(path: Path) -> set[str]:
@@ -85,16 +33,33 @@ def _imports(path: Path) -> set[str]:
     return modules
 
 
-def test_the_floor_imports_only_the_standard_library_and_torch():
-    # At run time: under `if TYPE_CHECKING:` the protocols name the trainer's parts for the type
-    # checker (docs/architecture.md, "Typing the floor").
+def _floor_imports_above(root: Path) -> list[str]:
+    """What the floor (``root/trainer/contracts``) imports besides the standard library, torch and
+    itself, at run time or under ``if TYPE_CHECKING:``, as ``file: module``."""
     # fsspec: the `remote` extra, imported by the storage layer only when a URL is used
     # ray: the `ray` extra, imported only where Ray is imported already (trainer/contracts/ray_worker.py)
     allowed = {"torch", "__future__", "fsspec", "ray", *sys.stdlib_module_names}
-    for path in sorted((REPO / "trainer" / "contracts").glob("*.py")):
-        for module in runtime_imports(path):
-            root = module.split(".")[0]
-            assert root in allowed or module.startswith("trainer.contracts"), (path.name, module)
+    return sorted(
+        f"{path.name}: {module}"
+        for path in (root / "trainer" / "contracts").glob("*.py")
+        for module in all_imports(path)
+        if module.split(".")[0] not in allowed and not module.startswith("trainer.contracts")
+    )
+
+
+def test_the_floor_imports_only_the_standard_library_and_torch():
+    # annotations included: the floor's protocols name the trainer's parts by protocols of the
+    # floor (trainer/contracts/internals.py), so the type checker's graph has the same floor
+    assert _floor_imports_above(REPO) == []
+
+
+def test_the_floor_check_finds_an_annotation_import(tmp_path):
+    (tmp_path / "trainer" / "contracts").mkdir(parents=True)
+    (tmp_path / "trainer" / "contracts" / "p.py").write_text(
+        "from typing import TYPE_CHECKING\nimport torch\nfrom trainer.contracts import errors\n"
+        "if TYPE_CHECKING:\n    from trainer.loops.fit_loop import FitLoop\n"
+    )
+    assert _floor_imports_above(tmp_path) == ["p.py: trainer.loops.fit_loop", "p.py: trainer.loops.fit_loop.FitLoop"]
 
 
 @pytest.mark.launches
@@ -125,6 +90,8 @@ def _definitions(name_pattern: str) -> list[str]:
         for path in [*REPO.glob("trainer/**/*.py"), *REPO.glob("callbacks/**/*.py")]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.FunctionDef) and pattern.fullmatch(node.name)
+        # an ``@overload`` signature types the one definition (by its ``allow_none``), it is not another
+        and not any(ast.unparse(d).split(".")[-1] == "overload" for d in node.decorator_list)
     )
 
 
@@ -325,7 +292,8 @@ def test_a_loader_of_the_protocol_is_asked_for_its_shard(trainer):
 
 
 def _folder_pairs(root: Path) -> list[tuple[str, str]]:
-    """The folders of ``root/trainer`` (and ``callbacks/``) that import each other at run time."""
+    """The folders of ``root/trainer`` (and ``callbacks/``) that import each other, at run time or
+    under ``if TYPE_CHECKING:``."""
     def folder(module: str) -> str | None:
         parts = module.split(".")
         if parts[0] == "callbacks":
@@ -337,14 +305,15 @@ def _folder_pairs(root: Path) -> list[tuple[str, str]]:
     edges = set()
     for path in [*root.glob("trainer/*/**/*.py"), *root.glob("callbacks/**/*.py")]:
         source = folder(".".join(path.relative_to(root).with_suffix("").parts))
-        for module in runtime_imports(path):
+        for module in all_imports(path):
             target = folder(module)
             if source and target and target != source:
                 edges.add((source, target))
     return sorted((a, b) for a, b in edges if a < b and (b, a) in edges)
 
 
-def test_at_most_two_folder_pairs_import_each_other_at_run_time():
+def test_at_most_two_folder_pairs_import_each_other():
+    # annotation imports included (docs/architecture.md lists the two pairs with their reasons)
     pairs = _folder_pairs(REPO)
     assert len(pairs) <= 2, pairs
 
@@ -357,7 +326,69 @@ def test_the_pair_check_finds_two_folders_importing_each_other(tmp_path):
         )
     (tmp_path / "trainer" / "loops").mkdir()
     (tmp_path / "trainer" / "loops" / "m.py").write_text("import trainer.data.m\n")
-    assert _folder_pairs(tmp_path) == [("trainer/distributed", "trainer/strategies")]
+    # data -> loops only under TYPE_CHECKING: an annotation import counts
+    assert _folder_pairs(tmp_path) == [("trainer/data", "trainer/loops"), ("trainer/distributed", "trainer/strategies")]
+
+
+def _module_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of ``root/trainer`` and ``root/callbacks`` -> the modules of both it imports, at run
+    time or under ``if TYPE_CHECKING:`` (``from package import module``: to the package and the module)."""
+    paths = {}
+    for path in [*root.glob("trainer/**/*.py"), *root.glob("callbacks/**/*.py")]:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return {name: {m for m in all_imports(path) if m in paths} - {name} for name, path in paths.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for dep in graph.get(node, ()):
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_circle_with_annotation_imports_counted():
+    # the type checker's graph: a part annotates with a floor protocol, never with a class above it
+    assert _circles(_module_graph(REPO)) == []
+
+
+def test_the_circle_check_finds_a_circle_through_an_annotation_import(tmp_path):
+    (tmp_path / "trainer" / "loops").mkdir(parents=True)
+    (tmp_path / "trainer" / "loops" / "a.py").write_text("from trainer.loops import b\n")
+    (tmp_path / "trainer" / "loops" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trainer.contracts.p import P\n"
+    )
+    (tmp_path / "trainer" / "contracts").mkdir()
+    (tmp_path / "trainer" / "contracts" / "p.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from trainer.loops.a import A\n"
+    )
+    (tmp_path / "trainer" / "contracts" / "q.py").write_text("import trainer.loops.a\n")
+    assert _circles(_module_graph(tmp_path)) == [["trainer.contracts.p", "trainer.loops.a", "trainer.loops.b"]]
 
 
 def _string_constants(path: Path) -> set[str]:

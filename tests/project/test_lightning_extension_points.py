@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.helpers.distributed import script_env
+from tests.helpers.optional import importorskip
 
 pytestmark = [pytest.mark.launches, pytest.mark.timeout(300)]
 
@@ -132,6 +133,19 @@ pl.Trainer(accelerator="cpu", max_epochs=1, profiler=p, logger=False, enable_pro
 print(json.dumps([sorted(os.listdir("prof")), isinstance(p, Profiler), isinstance(PassThroughProfiler(), Profiler)]))
 '''
 
+ADVANCED = PROFILERS.split("p = SimpleProfiler")[0] + '''
+p = AdvancedProfiler(dirpath="adv", filename="perf", line_count_restriction=5, dump_stats=True)
+pl.Trainer(accelerator="cpu", max_epochs=1, profiler=p, logger=False, enable_progress_bar=False, enable_checkpointing=False).fit(M(), dl)
+files = sorted(os.listdir("adv"))
+report = open("adv/fit-perf.txt").read()
+by_name = pl.Trainer(accelerator="cpu", max_steps=1, profiler="advanced", logger=False, enable_progress_bar=False,
+                     enable_checkpointing=False)
+by_name.fit(M(), dl)
+print(json.dumps([[f for f in files if not f.endswith(".prof")], "fit-perf-run_training_batch.prof" in files,
+                  "Profile stats for: run_training_batch" in report, isinstance(p, Profiler),
+                  by_name.global_step]))
+'''
+
 
 def _run(tmp_path, script: str, *runner: str) -> list:
     (tmp_path / "script.py").write_text(script)
@@ -142,7 +156,7 @@ def _run(tmp_path, script: str, *runner: str) -> list:
 
 
 def test_a_library_s_checkpoint_io_saves_loads_and_removes_every_checkpoint_as_in_lightning(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs", CHECKPOINT_IO)
@@ -156,7 +170,7 @@ def test_torch_checkpoint_io_saves_loads_and_removes_as_lightning_s(tmp_path):
 
     from trainer.lightning.fabric_io import TorchCheckpointIO
 
-    lightning_io = pytest.importorskip("lightning.fabric.plugins.io.torch_io").TorchCheckpointIO()
+    lightning_io = importorskip("lightning.fabric.plugins.io.torch_io").TorchCheckpointIO()
     checkpoint = {"state_dict": {"w": torch.arange(3.0)}, "epoch": 2}
     for io, name in [(TorchCheckpointIO(), "ours"), (lightning_io, "theirs")]:
         path = str(tmp_path / name / "sub" / "a.ckpt")
@@ -184,7 +198,7 @@ def test_a_checkpoint_io_plugin_is_taken_and_other_plugins_are_refused():
 
 
 def test_an_accelerator_object_is_its_string_form_as_in_lightning(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs", ACCELERATOR_OBJECTS)
@@ -210,10 +224,19 @@ def test_an_accelerator_of_a_kind_lockstep_cannot_run_is_refused_naming_what_to_
 
 
 def test_lightning_s_profiler_classes_take_lightning_s_arguments_and_write_the_summary_where_lightning_does(tmp_path):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs", PROFILERS)
     ours = _run(tmp_path / "ours", PROFILERS, "-m", "trainer.as_lightning")
     assert ours == theirs == [["fit-perf.txt"], True, True]
     assert "run_training_batch" in (tmp_path / "ours" / "prof" / "fit-perf.txt").read_text()
+
+
+def test_lightning_s_advanced_profiler_writes_cprofile_statistics_per_section_as_lightning_does(tmp_path):
+    importorskip("lightning.pytorch")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "ours").mkdir()
+    theirs = _run(tmp_path / "theirs", ADVANCED)
+    ours = _run(tmp_path / "ours", ADVANCED, "-m", "trainer.as_lightning")
+    assert ours == theirs == [["fit-perf.txt"], True, True, True, 1]

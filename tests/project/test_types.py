@@ -1,7 +1,8 @@
 """The static type check: mypy over trainer/ and callbacks/ (setup.cfg [mypy]) finds no error.
 
 It checks what name- and text-matching tests cannot: that each part uses the Trainer, the fit loop
-and the callbacks as their protocols (`trainer.contracts.protocols`) type them, and that every
+and the callbacks as their protocols (`trainer.contracts.protocols`, `trainer.contracts.internals`)
+type them, and that every
 `# type: ignore` names its error code (``ignore-without-code``) and is still needed
 (``warn_unused_ignores``).
 """
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from trainer.contracts import protocols
+from trainer.contracts import internals
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,6 +57,38 @@ def test_mypy_finds_a_callback_reaching_past_the_trainers_contract(tmp_path):
 
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mypy_holds_the_real_classes_against_the_floor_s_protocols(tmp_path):
+    # tests/project/conformance_check.py gives each real class as the protocol its users receive;
+    # the sample shows the check sees a member's type and a member the class lacks
+    sample = tmp_path / "wrong_protocol.py"
+    sample.write_text(
+        "from typing import Protocol\n"
+        "from trainer.loops.fit_loop import FitLoop\n"
+        "from trainer.trainer import Trainer\n\n\n"
+        "class Epochs(Protocol):\n"
+        "    @property\n"
+        "    def max_epochs(self) -> bytes | None: ...\n\n\n"
+        "class Lacking(Protocol):\n"
+        "    def no_such_method(self) -> None: ...\n\n\n"
+        "def epochs(trainer: Trainer) -> Epochs:\n"
+        "    return trainer\n\n\n"
+        "def lacking(loop: FitLoop) -> Lacking:\n"
+        "    return loop\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", "tests/project/conformance_check.py", str(sample)],
+        capture_output=True, text=True, cwd=REPO, timeout=580,
+    )
+    errors = [line.split(": error: ")[1] for line in out.stdout.splitlines() if ": error: " in line]
+    assert [e.split("  [")[0] for e in errors] == [
+        'Incompatible return value type (got "Trainer", expected "Epochs")',
+        'Incompatible return value type (got "FitLoop", expected "Lacking")',
+    ], out.stdout
+    assert "wrong_protocol.py" in out.stdout and "conformance_check.py" not in out.stdout, out.stdout
+
+
 def _member_types(proto: type) -> dict[str, str]:
     """Each attribute's and property's declared type (as written), over the protocol's own classes."""
     types: dict[str, str] = {}
@@ -67,7 +100,7 @@ def _member_types(proto: type) -> dict[str, str]:
     return types
 
 
-@pytest.mark.parametrize("proto", [protocols.TrainerInternals, protocols.FitLoopView])
+@pytest.mark.parametrize("proto", [internals.TrainerInternals, internals.FitLoopView, internals.StrategyInternals, internals.ModuleInternals])
 def test_the_internal_protocols_give_each_member_a_type(proto):
     # what the trainer's parts receive says what each component is: mypy checks each use against it
     untyped = sorted(name for name, written in _member_types(proto).items() if written == "Any")
@@ -75,7 +108,7 @@ def test_the_internal_protocols_give_each_member_a_type(proto):
 
 
 def test_the_member_type_check_finds_an_any_member():
-    class Loose(protocols.TrainerInternals, Protocol):
+    class Loose(internals.TrainerInternals, Protocol):
         anything: Any
 
     assert "Any" in _member_types(Loose).values()
@@ -84,18 +117,22 @@ def test_the_member_type_check_finds_an_any_member():
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(tmp_path):
-    # the signature survives `hint_misspelled_arguments`; a setting or run field has its field's type
+    # the signature survives `hint_misspelled_arguments`; a setting or run field has its field's type;
+    # a misspelled attribute is an error (the Lightning `__getattr__` is not seen by the type checker)
     sample = tmp_path / "typed_trainer.py"
     sample.write_text(
         "from typing_extensions import assert_type\n"
-        "from trainer import Trainer\n\n"
+        "from trainer import Trainer\n"
+        "from trainer.loops.fit_loop import FitLoop\n\n"
         "Trainer(max_epoch=3)\n"
         "Trainer(max_epochs='x')\n"
         "t = Trainer(max_epochs=3)\n"
         "assert_type(t.max_epochs, int | None)\n"
         "assert_type(t.default_root_dir, str)\n"
         "assert_type(t.should_stop, bool)\n"
+        "assert_type(t.fit_loop, FitLoop)\n"
         "t.should_stop = True\n"
+        "t.max_epoch\n"
     )
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", str(sample)],
@@ -105,6 +142,8 @@ def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(tmp_pat
     assert [e.split("  [")[0] for e in errors] == [
         'Unexpected keyword argument "max_epoch" for "Trainer"; did you mean "max_epochs"?',
         'Argument "max_epochs" to "Trainer" has incompatible type "str"; expected "int | None"',
+        # the Lightning names the Trainer answers at run time are not guessed from a misspelling
+        '"Trainer" has no attribute "max_epoch"',
     ], out.stdout
 
 

@@ -24,7 +24,7 @@ class Accelerator:
         self.kind = kind
 
     @classmethod
-    def from_flag(cls, accelerator: str) -> Accelerator:
+    def from_flag(cls, accelerator: object) -> Accelerator:
         """Resolve the Trainer's ``accelerator`` argument; ``"auto"`` picks CUDA when available."""
         if not isinstance(accelerator, str):
             choices = ", ".join(map(repr, _ACCELERATORS))

@@ -12,4 +12,6 @@ from torch import nn
 
 def to_channels_last(module: nn.Module) -> nn.Module:
     """Put every 4-D parameter and buffer of ``module`` in ``torch.channels_last`` (in place)."""
-    return module.to(memory_format=torch.channels_last)
+    # torch < 2.14's stubs lack `Module.to`'s memory_format overload: the call is the same on every release
+    moved: nn.Module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload,unused-ignore]
+    return moved

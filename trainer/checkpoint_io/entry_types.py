@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from trainer.checkpoint_io.file_format import CheckpointError
+from trainer.contracts.errors import CheckpointError
 from trainer.contracts.lightning_progress import BATCH_PROGRESS, EPOCH_PROGRESS, is_lightning_fit_loop
 
 _Check = tuple[str, Callable[[Any], bool]]  # (what the entry must be, the test)

@@ -18,15 +18,13 @@ from typing import Any, Mapping
 
 import torch
 
+from trainer.checkpoint_io.entry_types import check_entries
 from trainer.contracts import storage
+from trainer.contracts.errors import CheckpointError
 
 
 FORMAT_VERSION = 2
 LIGHTNING_VERSION_KEY = "pytorch-lightning_version"  # Lightning's name for the version that wrote a file
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint file could not be read or does not fit this run."""
 
 
 def atomic_save(obj: Any, path: str | os.PathLike[str]) -> None:
@@ -130,8 +128,6 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu", wei
         ) from err
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
         raise CheckpointError(f"{str(path)!r} is not a Lockstep checkpoint (no 'state_dict' entry).")
-    from trainer.checkpoint_io.entry_types import check_entries  # it imports CheckpointError from here
-
     check_entries(ckpt, str(path))
     return ckpt
 

@@ -21,7 +21,7 @@ from trainer.contracts.user_line import user_stacklevel
 RUN_ID_KEY = "run_id"  # the checkpoint entry naming the run that wrote it
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 
 def read_checkpoint(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> tuple[str, dict[str, Any]]:

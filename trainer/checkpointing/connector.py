@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.contracts import storage
 from trainer.contracts.run_identity import attempt, run_id
+from trainer.contracts.protocols import torch_module
 
 from trainer.checkpoint_io.file_format import FORMAT_VERSION, LIGHTNING_VERSION_KEY, check_compatible
 from trainer.checkpointing.checkpoint_paths import RUN_ID_KEY, read_checkpoint
@@ -29,7 +30,7 @@ from trainer.checkpointing.stateful import OPTIMIZER_STATES, load_states, save_s
 from trainer.lightning.alias import LIGHTNING_API_VERSION
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 
 def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = False) -> dict[str, Any]:
@@ -45,7 +46,7 @@ def dump_checkpoint(trainer: Trainer, gather: bool = True, weights_only: bool = 
         # the Lightning release whose layout the file also has (`FitProgress.state_dict` writes
         # Lightning's loop counters): Lightning reads it first, to migrate older files
         LIGHTNING_VERSION_KEY: LIGHTNING_API_VERSION,
-        "state_dict": strategy.module_state(module),
+        "state_dict": strategy.module_state(torch_module(module)),
         # the loop's state (position, lr_scaled); a weights-only file keeps the position alone
         **(loop.progress.state_dict() if weights_only else loop.state_dict()),
         **hparams_entries(module, MODULE_HPARAMS_KEY, "hparams_name"),
@@ -106,7 +107,7 @@ def _rebuild_optimizer_groups(trainer: Trainer, checkpoint: dict[str, Any], path
             rebuild = getattr(callback, "rebuild_optimizer_groups", None)
             if callable(rebuild):
                 rebuild(trainer, module, checkpoint)
-        check_compatible(checkpoint, path, module, optimizers, trainer.lr_scheduler_configs)
+        check_compatible(checkpoint, path, torch_module(module), optimizers, trainer.lr_scheduler_configs)
     except BaseException:
         for opt, groups in zip(optimizers, groups_before):
             opt.param_groups = groups
@@ -129,8 +130,9 @@ def refuse_weights_only(checkpoint: dict[str, Any], path: str) -> None:
 def load_weights(trainer: Trainer, ckpt_path: Any, weights_only: bool = True) -> dict[str, Any]:
     """Load the module's weights and the DataModule's state from ``ckpt_path`` (validate, test, predict)."""
     path, checkpoint = read_checkpoint(trainer, ckpt_path, weights_only)
-    check_compatible(checkpoint, path, trainer.module, [], [])
-    trainer.strategy.load_module_state(trainer.module, checkpoint["state_dict"])
+    module = torch_module(trainer.module)
+    check_compatible(checkpoint, path, module, [], [])
+    trainer.strategy.load_module_state(module, checkpoint["state_dict"])
     restore_datamodule(trainer, checkpoint)
     return checkpoint
 
@@ -142,5 +144,5 @@ def restore_datamodule(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
 
 
 def _restore_weights(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
-    trainer.strategy.load_module_state(trainer.module, checkpoint["state_dict"])
+    trainer.strategy.load_module_state(torch_module(trainer.module), checkpoint["state_dict"])
     trainer.module.on_load_checkpoint(checkpoint)

@@ -33,7 +33,7 @@ from trainer.rng import capture_generators, capture_rng_state, restore_generator
 from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
     from trainer.contracts.progress import FitProgress
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Sequence
 if TYPE_CHECKING:
     from torch.optim import Optimizer
 
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 OPTIMIZER_STATES = "optimizer_states"
 

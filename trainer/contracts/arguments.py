@@ -16,7 +16,7 @@ import inspect
 import math
 import numbers
 import os
-from typing import Any, Callable, Concatenate, ParamSpec, TypeVar
+from typing import Callable, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 
 def _fail(error: type[Exception], name: str, expected: str, value: object) -> Exception:
@@ -27,19 +27,28 @@ def _or_none(expected: str, allow_none: bool) -> str:
     return f"None or {expected}" if allow_none else expected
 
 
-def check_bool(name: str, value: object, *, allow_none: bool = False) -> Any:
+# each check returns the checked value: typed by whether None is allowed
+@overload
+def check_bool(name: str, value: object, *, allow_none: Literal[False] = False) -> bool: ...
+@overload
+def check_bool(name: str, value: object, *, allow_none: bool) -> bool | None: ...
+def check_bool(name: str, value: object, *, allow_none: bool = False) -> bool | None:
     """``value`` must be ``True`` or ``False`` (not ``"no"``, ``1``; ``None`` only if allowed)."""
     if value is None and allow_none:
-        return value
+        return None
     if not isinstance(value, bool):
         raise _fail(TypeError, name, _or_none("a bool (True or False)", allow_none), value)
     return value
 
 
-def check_int(name: str, value: object, minimum: int, *, allow_none: bool = False) -> Any:
+@overload
+def check_int(name: str, value: object, minimum: int, *, allow_none: Literal[False] = False) -> int: ...
+@overload
+def check_int(name: str, value: object, minimum: int, *, allow_none: bool) -> int | None: ...
+def check_int(name: str, value: object, minimum: int, *, allow_none: bool = False) -> int | None:
     """``value`` must be an int (not a bool or a float) >= ``minimum``; returns it."""
     if value is None and allow_none:
-        return value
+        return None
     what = _or_none(f"an int >= {minimum}", allow_none)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(TypeError, name, what, value)
@@ -48,6 +57,16 @@ def check_int(name: str, value: object, minimum: int, *, allow_none: bool = Fals
     return value
 
 
+@overload
+def check_number(
+    name: str, value: object, minimum: float | None = None, *, above: float | None = None,
+    below: float | None = None, maximum: float | None = None, allow_none: Literal[False] = False,
+) -> float: ...
+@overload
+def check_number(
+    name: str, value: object, minimum: float | None = None, *, above: float | None = None,
+    below: float | None = None, maximum: float | None = None, allow_none: bool,
+) -> float | None: ...
 def check_number(
     name: str,
     value: object,
@@ -57,7 +76,7 @@ def check_number(
     below: float | None = None,
     maximum: float | None = None,
     allow_none: bool = False,
-) -> Any:
+) -> float | None:
     """``value`` must be a finite real number (not a bool or a str) within the bounds given
     (``minimum <= value``, ``above < value``, ``value < below``, ``value <= maximum``); returns it
     as a float (None stays None)."""
@@ -118,13 +137,17 @@ def check_limit(name: str, limit: int | float | None) -> None:
         raise ValueError(f"{name} as a fraction must be in [0.0, 1.0], got {limit}")
 
 
-def check_path_component(name: str, value: object, *, allow_none: bool = False) -> Any:
+@overload
+def check_path_component(name: str, value: object, *, allow_none: Literal[False] = False) -> str: ...
+@overload
+def check_path_component(name: str, value: object, *, allow_none: bool) -> str | None: ...
+def check_path_component(name: str, value: object, *, allow_none: bool = False) -> str | None:
     """``value`` must be a ``str`` naming one path component: not empty, ``.`` or ``..``, no path
     separator, no NUL (so not absolute either). A run id, a logger's name or version becomes a
     directory or file name under the run's root: one from a checkpoint or a config file must not
     lead outside it. Returns ``value``."""
     if value is None and allow_none:
-        return value
+        return None
     what = _or_none("one path component (a name without '/', '\\\\' or NUL, not '.' or '..')", allow_none)
     if not isinstance(value, str):
         raise _fail(TypeError, name, what, value)

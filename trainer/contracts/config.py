@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from typing import Any, Sequence, Union
+from typing import Sequence, Union
 
 from trainer.contracts import storage
 from trainer.contracts.arguments import check_bool, check_int, check_limit, check_number, check_path, check_str
@@ -166,7 +166,7 @@ class LoggingConfig:
     enable_progress_bar: bool = True
     enable_model_summary: bool = True
     enable_autolog_hparams: bool = True  # the hyperparameters go to the loggers at the start of a fit
-    profiler: object = None  # as given (None, "simple", "pytorch" or a Profiler): `make_profiler` checks and builds it
+    profiler: object = None  # as given (None, "simple", "advanced", "pytorch" or a Profiler): `make_profiler` checks and builds it
 
     def __post_init__(self) -> None:
         check_int("log_every_n_steps", self.log_every_n_steps, minimum=1)
@@ -198,14 +198,14 @@ class DebugConfig:
 class DistributedConfig:
     """Processes and devices: the names the strategy selection turns into a `Strategy`."""
 
-    accelerator: Any = "auto"  # a name, or an accelerator object (made its name)
+    accelerator: object = "auto"  # a name, or an accelerator object (made its name)
     devices: int | str = "auto"  # parsed: "auto" or a process count per node
     num_nodes: int = 1
     strategy: str | StrategyView = "auto"
     sync_batchnorm: bool = False
     use_distributed_sampler: bool = True
     # refused unless None (`REFUSED_TRAINER_ARGUMENTS`), but for a checkpoint I/O and one Lightning cluster environment
-    plugins: Any = None
+    plugins: object = None
 
     def __post_init__(self) -> None:
         for name in ("sync_batchnorm", "use_distributed_sampler"):

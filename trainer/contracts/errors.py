@@ -3,6 +3,9 @@ rank they came from), so they live on the floor every part imports."""
 from __future__ import annotations
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint file could not be read or does not fit this run."""
+
 
 class NonFiniteLossError(FloatingPointError):
     """The training loss became NaN or infinite.

@@ -10,7 +10,7 @@ Lightning writes at the same point, so Lightning's restart logic lands where Loc
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping, SupportsInt
 
 # the entries of Lightning's ``loops.fit_loop`` that say where the fit stands
 EPOCH_PROGRESS = "epoch_progress"
@@ -20,12 +20,12 @@ MANUAL_PROGRESS = "epoch_loop.manual_optimization.optim_step_progress"
 EPOCH_LOOP_STATE = "epoch_loop.state_dict"
 
 
-def is_lightning_fit_loop(fit_loop: Mapping[str, Any]) -> bool:
+def is_lightning_fit_loop(fit_loop: Mapping[str, object]) -> bool:
     """Whether ``fit_loop`` holds only Lightning's counters (a file Lightning wrote), not Lockstep's position."""
     return "batches_done" not in fit_loop and EPOCH_PROGRESS in fit_loop
 
 
-def position_from_lightning(fit_loop: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+def position_from_lightning(fit_loop: Mapping[str, object]) -> tuple[int, dict[str, object]]:
     """The epoch where Lightning's own resume of a checkpoint with these counters continues, and
     the position in it as `FitProgress.state_dict` writes one (``batches_done``,
     ``epoch_finished``, ``batches_total``).
@@ -37,22 +37,22 @@ def position_from_lightning(fit_loop: Mapping[str, Any]) -> tuple[int, dict[str,
     ``on_train_batch_end`` (that batch's ``completed`` stage is not counted yet); at its last
     batch the epoch is over.
     """
-    epochs = fit_loop[EPOCH_PROGRESS].get("current") or {}
-    batches = fit_loop.get(BATCH_PROGRESS) or {}
-    current, total = batches.get("current") or {}, batches.get("total") or {}
-    at_batch_end = 1 if total.get("completed", 0) == total.get("processed", 0) - 1 else 0
-    trained = int(total.get("completed", 0)) + at_batch_end
-    epoch = int(epochs.get("processed", 0))
-    if epochs.get("started", 0) == epoch:
+    epochs = entry(entry(fit_loop, EPOCH_PROGRESS, required=True), "current")
+    batches = entry(fit_loop, BATCH_PROGRESS)
+    current, total = entry(batches, "current"), entry(batches, "total")
+    at_batch_end = 1 if count(total, "completed") == count(total, "processed") - 1 else 0
+    trained = count(total, "completed") + at_batch_end
+    epoch = count(epochs, "processed")
+    if count(epochs, "started") == epoch:
         return epoch, {"batches_done": 0, "epoch_finished": False, "batches_total": trained}
-    done = int(current.get("completed", 0)) + at_batch_end
+    done = count(current, "completed") + at_batch_end
     finished = bool(batches.get("is_last_batch", False)) and done > 0
     return epoch, {"batches_done": done, "epoch_finished": finished, "batches_total": trained}
 
 
 def lightning_fit_loop(
     epoch: int, global_step: int, batches_done: int, epoch_finished: bool, batches_total: int
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Lightning's counters for a fit at this position, as Lightning writes them at the same point:
     at an epoch's start (none of it trained), in its end hooks (``epoch_finished``), or in
     ``on_train_batch_end`` of batch ``batches_done - 1``."""
@@ -77,6 +77,25 @@ def lightning_fit_loop(
         # the logger's step; Lightning adds the one a batch-end checkpoint has not counted yet
         EPOCH_LOOP_STATE: {"_batches_that_stepped": max(0, global_step - unfinished)},
     }
+
+
+def entry(state: Mapping[str, object], key: str, required: bool = False) -> Mapping[str, object]:
+    """The nested entry ``state[key]`` of a loaded checkpoint (empty when absent or None, unless
+    ``required``): the file is read, so its shape is checked here rather than assumed."""
+    value = state[key] if required else state.get(key)
+    if not required and value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"checkpoint entry {key!r} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def count(state: Mapping[str, object], key: str, required: bool = False) -> int:
+    """The int ``state[key]`` of a loaded checkpoint (0 when absent, unless ``required``)."""
+    value = state[key] if required else state.get(key, 0)
+    if not isinstance(value, (SupportsInt, str)):
+        raise TypeError(f"checkpoint entry {key!r} must be a number, got {type(value).__name__}")
+    return int(value)
 
 
 def _stages(processed: int, completed: int) -> dict[str, int]:

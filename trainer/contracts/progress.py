@@ -10,9 +10,9 @@ line) keeps that moment's position; it never changes under them. Checkpoints sav
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Mapping, SupportsInt
 
-from trainer.contracts.lightning_progress import is_lightning_fit_loop, lightning_fit_loop, position_from_lightning
+from trainer.contracts.lightning_progress import count, entry, is_lightning_fit_loop, lightning_fit_loop, position_from_lightning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +80,10 @@ class FitProgress:
             samples_done=0 if self.samples_done is not None else None, epoch_finished=False,
         )
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The checkpoint entries (format_version 2; ``samples_done`` and ``global_batch_size``
         are added when known, and older checkpoints without them still load)."""
-        position: dict[str, Any] = {
+        position: dict[str, object] = {
             "batches_done": self.batches_done, "epoch_finished": self.epoch_finished, "batches_total": self.batches_total,
         }
         if self.samples_done is not None:
@@ -99,27 +99,33 @@ class FitProgress:
         return {"epoch": self.current_epoch, "global_step": self.global_step, "loops": {"fit_loop": position}}
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any]) -> FitProgress:
+    def from_state_dict(cls, state: Mapping[str, object]) -> FitProgress:
         """The position a checkpoint (or a spawned run's rank 0) recorded; in a file Lightning wrote,
         where Lightning's own resume of it continues (`position_from_lightning`)."""
-        position = state.get("loops", {}).get("fit_loop", {})
-        epoch = int(state["epoch"])
+        position = entry(entry(state, "loops"), "fit_loop")
+        epoch = count(state, "epoch", required=True)
         if is_lightning_fit_loop(position):
             epoch, position = position_from_lightning(position)
-        batches_done = int(position.get("batches_done", 0))
+        batches_done = count(position, "batches_done")
         return cls(
             current_epoch=epoch,
-            global_step=int(state["global_step"]),
+            global_step=count(state, "global_step", required=True),
             batch_idx=batches_done,
             batches_done=batches_done,
             epoch_finished=bool(position.get("epoch_finished", False)),
             samples_done=_optional_int(position.get("samples_done")),
             global_batch_size=_optional_int(position.get("global_batch_size")),
             dataset_size=_optional_int(position.get("dataset_size")),
-            shuffle=position.get("shuffle"),
-            batches_total=int(position.get("batches_total", 0)),
+            shuffle=_optional_bool(position.get("shuffle")),
+            batches_total=count(position, "batches_total"),
         )
 
 
-def _optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _optional_int(value: object) -> int | None:
+    if value is None or isinstance(value, (SupportsInt, str)):
+        return None if value is None else int(value)
+    raise TypeError(f"a checkpoint's position entry must be a number, got {type(value).__name__}")
+
+
+def _optional_bool(value: object) -> bool | None:
+    return None if value is None else bool(value)

@@ -2,8 +2,9 @@
 
 These protocols are the contract between the callbacks and the trainer (docs/architecture.md has
 the table). Callbacks annotate with them instead of importing `trainer.Trainer`, so the callbacks
-depend on this floor only; `tests/project/test_contracts.py` checks that the real `Trainer`,
-`Strategy`, `FitProgress` and `TrainModule` have every member named here.
+depend on this floor only; mypy checks that the real `Trainer`, `Strategy`, `FitProgress`,
+`TrainModule` and callbacks have every member named here, with its type
+(`tests/project/conformance_check.py`). What the trainer's own parts use is in `internals.py`.
 """
 from __future__ import annotations
 
@@ -11,25 +12,9 @@ import os
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
-    # The trainer's own parts, for the type checker only (docs/architecture.md, "Typing the
-    # floor"): at run time the floor imports nothing above it.
     import torch
 
-    from trainer.accelerators.precision import Precision
-    from trainer.contracts.config import TrainerConfig
-    from trainer.contracts.progress import FitProgress
-    from trainer.contracts.run_state import RunState
     from trainer.contracts.schedulers import LRSchedulerConfig
-    from trainer.contracts.stage import TrainerState
-    from trainer.data.datamodule import DataModule
-    from trainer.hooks import HookDispatcher
-    from trainer.loops.anomaly import NonFiniteLossCheck
-    from trainer.loops.fit_loop import FitLoop
-    from trainer.loops.optimization import SchedulerMetrics
-    from trainer.metrics.metric_logger import MetricLogger
-    from trainer.module import TrainModule
-    from trainer.profiler import Profiler
-    from trainer.strategies.strategy import Strategy
 
 _T = TypeVar("_T")
 
@@ -282,100 +267,3 @@ class CheckpointCallbackView(CallbackView, Protocol):
     last_model_path: str
 
     def last_checkpoint_path(self, taken: Mapping[str, object] | None = None) -> str: ...
-
-
-class TrainerInternals(TrainerView, Protocol):
-    """What the trainer's own parts (loops, checkpoint connector, launcher, data and model set-up)
-    use on the Trainer besides the callbacks' contract: its components and settings. They annotate
-    with this protocol, so no part below the Trainer imports `trainer.trainer`."""
-
-    config: TrainerConfig
-    run: RunState
-    fit_loop: FitLoop
-    hooks: HookDispatcher
-    metric_logger: MetricLogger
-    precision_plugin: Precision
-    profiler: Profiler
-    train_dataloader: Iterable[object] | None
-    val_dataloaders: list[Iterable[object]]
-    predict_dataloaders: list[Iterable[object]]
-    test_dataloaders: list[Iterable[object]]
-    datamodule: DataModule | None
-    num_test_batches: list[int | None]
-    num_predict_batches: list[int | None]
-    optimizers: list[torch.optim.Optimizer]
-    lr_scheduler_configs: list[LRSchedulerConfig]
-
-    # settings (`TrainerConfig`) the parts read as the Trainer's attributes, besides TrainerView's
-    @property
-    def min_epochs(self) -> int | None: ...
-    @property
-    def min_steps(self) -> int | None: ...
-    @property
-    def scale_lr(self) -> bool | str: ...
-    @property
-    def val_check_interval(self) -> int | float: ...
-    @property
-    def check_val_every_n_epoch(self) -> int | None: ...
-    @property
-    def limit_val_batches(self) -> int | float | None: ...
-    @property
-    def allow_global_batch_change(self) -> bool: ...
-    @property
-    def allow_dataset_change(self) -> bool: ...
-    @property
-    def detect_non_finite_grads(self) -> bool: ...
-    @property
-    def compile(self) -> bool: ...
-    @property
-    def channels_last(self) -> bool: ...
-    @property
-    def pin_memory(self) -> bool: ...
-    @property
-    def overfit_batches(self) -> int | float: ...
-    @property
-    def reload_dataloaders_every_n_epochs(self) -> int: ...
-    @property
-    def enable_autolog_hparams(self) -> bool: ...
-
-    @property
-    def state(self) -> TrainerState: ...
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def fit_progress(self) -> FitProgress: ...
-    @property
-    def module(self) -> TrainModule: ...
-    @property
-    def model(self) -> torch.nn.Module: ...
-    @property
-    def local_rank(self) -> int: ...
-    @property
-    def node_rank(self) -> int: ...
-    @property
-    def num_nodes(self) -> int: ...
-    @property
-    def callbacks(self) -> Sequence[CallbackView]: ...
-    @property
-    def loggers(self) -> Sequence[LoggerView]: ...
-    @property
-    def logger(self) -> LoggerView | None: ...
-    @property
-    def checkpoint_callback(self) -> CheckpointCallbackView | None: ...
-    @property
-    def checkpoint_callbacks(self) -> Sequence[CheckpointCallbackView]: ...
-
-    def adopt_spawned_run(self, model: TrainModule | None, outcome: dict[str, object]) -> None: ...
-
-
-class FitLoopView(Protocol):
-    """What the optimization paths (`AutomaticOptimization`, `ManualOptimization`) read on the fit
-    loop that runs them."""
-
-    trainer: TrainerInternals
-    progress: FitProgress
-    loss_check: NonFiniteLossCheck
-
-    def scheduler_metrics(self) -> SchedulerMetrics: ...
-
-    def optimizer_stepped(self) -> None: ...

@@ -13,9 +13,71 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
-from typing import Any
+from typing import ContextManager, Protocol
+
 
 CHECKPOINT_ENTRY = "checkpoint.ckpt"  # the name a reported checkpoint has inside Ray's checkpoint directory
+
+
+# What Lockstep calls on Ray's objects (Ray is untyped for the type checker): the calls are
+# Ray's, the protocols say what each returns.
+class _FileInfo(Protocol):
+    @property
+    def type(self) -> _FileType: ...
+
+
+class _FileType(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Writable(Protocol):
+    def write(self, data: bytes) -> object: ...
+
+
+class _Readable(Protocol):
+    def read(self) -> bytes: ...
+
+
+class _FileSystem(Protocol):
+    """A pyarrow file system (Ray's storage and checkpoints are read through one)."""
+
+    @property
+    def type_name(self) -> str: ...
+
+    def create_dir(self, path: str) -> None: ...
+    def open_output_stream(self, path: str) -> ContextManager[_Writable]: ...
+    def open_input_stream(self, path: str) -> ContextManager[_Readable]: ...
+    def get_file_info(self, path: str) -> _FileInfo: ...
+    def delete_file(self, path: str) -> None: ...
+
+
+class _Storage(Protocol):
+    @property
+    def experiment_fs_path(self) -> str: ...
+    @property
+    def storage_filesystem(self) -> _FileSystem: ...
+
+
+class RayContext(Protocol):
+    """What Lockstep reads on ``ray.train.get_context()``."""
+
+    def get_world_size(self) -> int: ...
+    def get_world_rank(self) -> int: ...
+    def get_local_rank(self) -> int: ...
+    def get_node_rank(self) -> int: ...
+    def get_local_world_size(self) -> int: ...
+    def get_storage(self) -> _Storage: ...
+    def get_experiment_name(self) -> str: ...
+
+
+class _RayCheckpoint(Protocol):
+    @property
+    def path(self) -> str: ...
+    @property
+    def filesystem(self) -> _FileSystem: ...
+
+    def to_directory(self, path: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -31,14 +93,14 @@ class RayPlacement:
     resumes: bool  # Ray hands this worker group a checkpoint to resume from (`ray.train.get_checkpoint()`)
 
 
-def ray_train_context() -> Any | None:
+def ray_train_context() -> RayContext | None:
     """The Ray Train context of this worker, or None outside a Ray Train training function."""
     if "ray.train" not in sys.modules:
         return None
     try:
         import ray.train
 
-        context = ray.train.get_context()
+        context: RayContext = ray.train.get_context()
         context.get_world_size()  # legacy Ray Train (V1) hands out a context outside a session too
     except Exception:  # noqa: BLE001 - not in a training function (the driver, a Tune trial): not a worker
         return None
@@ -63,7 +125,7 @@ def ray_placement() -> RayPlacement | None:
     )
 
 
-def _experiment(context: Any) -> str:
+def _experiment(context: RayContext) -> str:
     """Ray's experiment: ``RunConfig(name=...)`` under ``storage_path``; a new driver with the same
     name and storage path continues it (Ray resumes it from its stored checkpoints), so it is the run."""
     try:
@@ -79,7 +141,7 @@ def ray_resume_path() -> str | None:
         return None
     import ray.train
 
-    checkpoint = ray.train.get_checkpoint()
+    checkpoint: _RayCheckpoint | None = ray.train.get_checkpoint()
     if checkpoint is None:
         return None
     local = checkpoint.filesystem.type_name == "local"  # a pyarrow file system
@@ -93,7 +155,7 @@ def ray_resume_path() -> str | None:
     return path
 
 
-def _local_copy(checkpoint: Any) -> str:
+def _local_copy(checkpoint: _RayCheckpoint) -> str:
     """A remote checkpoint downloaded to this node, at a path that is the same on every node (rank
     0's path is the one every rank reads): each worker downloads on its own, the first to finish
     moves its copy into place, the others drop theirs."""
@@ -138,7 +200,7 @@ class RayStorageNotes:
         return True
 
 
-def _require_context() -> Any:
+def _require_context() -> RayContext:
     context = ray_train_context()
     if context is None:
         raise RuntimeError("Ray's storage is only reachable from a Ray Train worker.")

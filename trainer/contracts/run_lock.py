@@ -15,7 +15,6 @@ import json
 import os
 import socket
 import time
-from typing import Any
 
 from trainer.contracts import storage
 from trainer.contracts.run_identity import PROCESS_TOKEN, attempt, run_id
@@ -83,7 +82,7 @@ class RunLock:
     def _key(self) -> str:
         return self.path if storage.is_url(self.path) else os.path.realpath(self.path)
 
-    def _create(self, mine: dict[str, Any]) -> dict[str, Any] | None:
+    def _create(self, mine: dict[str, object]) -> dict[str, object] | None:
         """Create the lock (None), or the content of the one that exists."""
         data = json.dumps(mine).encode()
         if storage.is_url(self.path):  # object stores have no exclusive create: check, then write
@@ -115,7 +114,7 @@ class RunLock:
         self._made = list(reversed(missing))
 
 
-def _read(path: str) -> dict[str, Any] | None:
+def _read(path: str) -> dict[str, object] | None:
     try:
         value = json.loads(storage.read_bytes(path).decode())
     except FileNotFoundError:
@@ -125,7 +124,7 @@ def _read(path: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else {}
 
 
-def _why_still_held(holder: dict[str, Any], mine: dict[str, Any]) -> str | None:
+def _why_still_held(holder: dict[str, object], mine: dict[str, object]) -> str | None:
     """Why the lock ``holder`` wrote may still be in use, or None when it is stale."""
     if not holder:
         return "its lock file cannot be read (being written, or damaged), so whose it is is unknown"
@@ -144,7 +143,7 @@ def _why_still_held(holder: dict[str, Any], mine: dict[str, Any]) -> str | None:
     return None
 
 
-def _alive(pid: Any) -> bool:
+def _alive(pid: object) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return True  # unknown: assume it runs
     try:
@@ -156,13 +155,13 @@ def _alive(pid: Any) -> bool:
     return True
 
 
-def _who(holder: dict[str, Any]) -> str:
+def _who(holder: dict[str, object]) -> str:
     started = holder.get("started")
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
     return f"run id {holder.get('run_id', '?')}, pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, started {when}"
 
 
-def _held(path: str, holder: dict[str, Any], why: str) -> str:
+def _held(path: str, holder: dict[str, object], why: str) -> str:
     return (
         f"Another run writes checkpoints to {os.path.dirname(path)!r}: its lock {path!r} is held by "
         f"{_who(holder)}, and {why}. Two runs in one directory would overwrite each other's files "

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from trainer.loops.evaluation_loop import EvaluationLoop
+from typing import Protocol
 
 
 class Stage(str, enum.Enum):
@@ -50,6 +47,24 @@ class RunningStage(str, enum.Enum):
         return self in (RunningStage.SANITY_CHECKING, RunningStage.VALIDATING, RunningStage.TESTING)
 
 
+class EvaluationRun(Protocol):
+    """A validation, test or prediction run, as `TrainerState` keeps the latest
+    (`trainer.loops.evaluation_loop.EvaluationLoop`)."""
+
+    @property
+    def stage(self) -> Stage: ...
+    @property
+    def within_fit(self) -> bool: ...  # a fit's validation or sanity check
+    @property
+    def log_step(self) -> int | None: ...  # the loggers' step a fit's validation logs at
+    @property
+    def dataloader_idx(self) -> int: ...
+    @property
+    def batch_idx(self) -> int | None: ...  # the batch being loaded or run (None: outside the batches)
+
+    def position(self) -> str: ...  # the batch running, for error messages
+
+
 @dataclasses.dataclass
 class TrainerState:
     """What the Trainer is doing, as Lightning's ``trainer.state``: ``fn`` is the call (`Stage.FIT`,
@@ -61,7 +76,7 @@ class TrainerState:
     stage: Stage | None = None
     failing: bool = False  # the run raised (set before on_exception, kept until the next run)
     interrupted: bool = False  # ... by a KeyboardInterrupt (Lightning's ``trainer.interrupted``)
-    evaluation: EvaluationLoop | None = None  # the latest EvaluationLoop (errors name its batch)
+    evaluation: EvaluationRun | None = None  # the latest EvaluationLoop (errors name its batch)
 
     def fail(self, exc: BaseException) -> None:
         """The run raised ``exc``: from here on nothing may wait in a collective."""

@@ -8,6 +8,7 @@ is used; a protocol fsspec does not know is an error naming the argument.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import posixpath
@@ -15,7 +16,7 @@ import re
 import secrets
 import shutil
 import threading
-from typing import Any
+from typing import Iterable, Protocol
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 # Object stores: one PUT makes the whole object visible at once (S3 and GCS also for multipart
@@ -156,9 +157,7 @@ def mtime(path: str) -> float:
     if not is_url(path):
         return os.path.getmtime(path)
     fs, inner = _fs(path)
-    # fsspec is not type-checked: `modified` gives a datetime
-    stamp: float = fs.modified(inner).timestamp()
-    return stamp
+    return fs.modified(inner).timestamp()
 
 
 def read_bytes(path: str) -> bytes:
@@ -167,8 +166,7 @@ def read_bytes(path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     fs, inner = _fs(path)
-    content: bytes = fs.cat_file(inner)  # fsspec is not type-checked
-    return content
+    return fs.cat_file(inner)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -231,7 +229,26 @@ def unwritable(dirpath: str) -> str | None:
     return outcome[0]
 
 
-def _fs(path: str) -> tuple[Any, str]:
+class _FileSystem(Protocol):
+    """The calls this layer makes on an fsspec filesystem (fsspec is not type-checked)."""
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None: ...
+    def exists(self, path: str) -> bool: ...
+    def isfile(self, path: str) -> bool: ...
+    def isdir(self, path: str) -> bool: ...
+    def invalidate_cache(self, path: str | None = None) -> None: ...
+    def ls(self, path: str, detail: bool = True) -> Iterable[str]: ...
+    def glob(self, path: str) -> Iterable[str]: ...
+    def unstrip_protocol(self, name: str) -> str: ...
+    def rm(self, path: str, recursive: bool = False) -> None: ...
+    def rm_file(self, path: str) -> None: ...
+    def modified(self, path: str) -> datetime.datetime: ...
+    def cat_file(self, path: str) -> bytes: ...
+    def pipe_file(self, path: str, value: bytes) -> None: ...
+    def mv(self, path1: str, path2: str) -> None: ...
+
+
+def _fs(path: str) -> tuple[_FileSystem, str]:
     """The fsspec filesystem serving URL ``path`` and the path inside it."""
     proto = protocol(path) or "file"
     _filesystem_class(proto, "path", path)
@@ -240,14 +257,15 @@ def _fs(path: str) -> tuple[Any, str]:
     fs, inner = fsspec.core.url_to_fs(path, **_request_limits(proto))
     if proto in _S3 and getattr(fs, "retries", 0) > _S3_RETRIES:
         fs.retries = _S3_RETRIES  # s3fs's own retries (5) of a timed-out request would multiply the bound
-    return fs, inner
+    filesystem: _FileSystem = fs
+    return filesystem, str(inner)
 
 
 _S3 = ("s3", "s3a")
 _S3_RETRIES = 2
 
 
-def _request_limits(proto: str) -> dict[str, Any]:
+def _request_limits(proto: str) -> dict[str, object]:
     """Filesystem options that bound each request by `timeout_s` (S3: botocore's connect and read
     timeouts, one attempt each under s3fs's own retries), so a silent store fails a request."""
     if proto not in _S3:
@@ -258,7 +276,8 @@ def _request_limits(proto: str) -> dict[str, Any]:
     }
 
 
-def _filesystem_class(proto: str, what: str, path: str) -> Any:
+def _filesystem_class(proto: str, what: str, path: str) -> None:
+    """Fail with what to install or use when fsspec cannot serve ``proto``."""
     try:
         import fsspec
     except ImportError:
@@ -272,7 +291,7 @@ def _filesystem_class(proto: str, what: str, path: str) -> Any:
             f"protocol fsspec knows (s3://, gs://, memory://, file://, ...)."
         )
     try:
-        return fsspec.get_filesystem_class(proto)
+        fsspec.get_filesystem_class(proto)
     except ImportError as err:
         raise ImportError(
             f"{what}={path!r}: the {proto}:// filesystem needs a package that is not installed "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from trainer.data.data_hooks import DataHooks
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 TRANSFER_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer")
 

@@ -20,7 +20,8 @@ from trainer.stage import Stage
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import ModuleInternals, TrainerInternals as Trainer
+    from trainer.contracts.run_state import DataHooksView
 
 _D = TypeVar("_D", bound="DataModule")
 
@@ -131,7 +132,7 @@ def attach_datamodule(
     return loaders, datamodule
 
 
-def data_source(trainer: Trainer, module: TrainModule) -> DataModule | TrainModule:
+def data_source(trainer: Trainer, module: ModuleInternals) -> DataHooksView:
     """Whose loader hooks the run calls: the DataModule's when the run has one, else the module's."""
     return trainer.datamodule if trainer.datamodule is not None else module
 

@@ -130,6 +130,15 @@ class _Fetch:
             raise
 
 
+def check_trained_some(seen: int) -> None:
+    """Refuse an epoch in which the train loader yielded no batch (``seen`` batches trained)."""
+    if seen == 0:
+        raise ValueError(
+            "The train dataloader produced no batches this epoch. Check the dataset, the "
+            "sampler and drop_last."
+        )
+
+
 def short_loader_error(
     what: str, rank: int, yielded: int, expected: int, epoch: int | None = None
 ) -> ValueError:

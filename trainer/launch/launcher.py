@@ -33,7 +33,7 @@ from trainer.launch.preemption import (
 from trainer.launch.worker_process import LAUNCHER_PID_ENV, adopt_launcher
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import TrainerInternals as Trainer
 
 
 def _free_port() -> int:

@@ -6,7 +6,7 @@ is set up, to choose how trials report across processes).
 from __future__ import annotations
 
 from trainer.strategies.process_group import ProcessGroupStrategy
-from trainer.strategies.strategy import Strategy
+from trainer.contracts.internals import StrategyInternals as Strategy
 
 
 class AcceleratorConnector:

@@ -24,7 +24,7 @@ import os
 import runpy
 import sys
 import types
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from trainer.lightning.unsupported import NOT_PROVIDED_NAMES, NotProvidedError, not_provided
 
@@ -260,17 +260,23 @@ def replace_in_child(name: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m trainer.as_lightning SCRIPT [ARGS]`` (or ``-m MODULE [ARGS]``): run it as ``__main__``."""
+    """``python -m trainer.as_lightning SCRIPT [ARGS]`` (or ``-m MODULE [ARGS]``, or ``--entry NAME [ARGS]``
+    for an installed console script): run it as ``__main__``."""
     import os
 
     args = list(sys.argv[1:] if argv is None else argv)
-    usage = "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS]"
+    usage = "usage: python -m trainer.as_lightning SCRIPT [ARGS] | -m MODULE [ARGS] | --entry NAME [ARGS]"
     if args and args[0] in ("-h", "--help"):
-        print(f"{usage}\n\nRun a Lightning script or module unchanged, on Lockstep (docs/migration.md).")
+        print(f"{usage}\n\nRun a Lightning script, module or console script unchanged, on Lockstep (docs/migration.md).")
         raise SystemExit(0)
-    if not args or args == ["-m"]:  # a usage error: one line on stderr, exit status 2 (as python's own)
+    if not args or args in (["-m"], ["--entry"]):  # a usage error: one line on stderr, exit status 2 (as python's own)
         sys.stderr.write(usage + "\n")
         raise SystemExit(2)
+    if args[0] == "--entry":
+        entry = _console_script(args[1])
+        install()
+        sys.argv = [args[1], *args[2:]]
+        raise SystemExit(entry())  # as the script pip writes for it: its return value is the exit status
     if args[0] != "-m" and not os.path.isfile(args[0]):  # instead of runpy's traceback
         sys.stderr.write(f"python -m trainer.as_lightning: error: no such script: {args[0]!r}\n")
         raise SystemExit(2)
@@ -283,3 +289,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))  # as `python SCRIPT` puts the script's folder first
     runpy.run_path(args[0], run_name="__main__")
 
+
+def _console_script(name: str) -> Callable[[], object]:
+    """The installed console script ``name``'s function, not yet imported; a one-line error (status 2) when
+    no installed package declares it, with the closest names."""
+    import difflib
+    from importlib.metadata import entry_points
+
+    try:
+        declared = entry_points(group="console_scripts")
+    except TypeError:  # Python 3.9: a mapping of groups
+        declared = entry_points().get("console_scripts", ())  # type: ignore[arg-type,attr-defined,unused-ignore]
+    scripts = {ep.name: ep for ep in declared}
+    if name not in scripts:
+        close = difflib.get_close_matches(name, list(scripts), n=3)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        sys.stderr.write(f"python -m trainer.as_lightning: error: no installed console script {name!r}{hint}\n")
+        raise SystemExit(2)
+
+    def run() -> object:
+        return scripts[name].load()()  # loaded after install(): the package imports Lockstep as Lightning
+
+    return run

@@ -15,7 +15,7 @@ from trainer.lightning.accelerator_connector import AcceleratorConnector
 from trainer.lightning.unsupported import NotProvidedAttributeError
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import TrainerInternals
+    from trainer.contracts.internals import TrainerInternals
 
 # Lightning's Trainer attributes Lockstep does not keep, and what to use instead
 NOT_PROVIDED_TRAINER_ATTRIBUTES: dict[str, str] = {

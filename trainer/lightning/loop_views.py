@@ -17,8 +17,8 @@ from trainer.module import TrainModule
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
-    from trainer.loops.evaluation_loop import EvaluationLoop
-    from trainer.loops.fit_loop import FitLoop
+    from trainer.contracts.stage import EvaluationRun as EvaluationLoop
+    from trainer.contracts.internals import FitLoopInternals as FitLoop
 
 # (ready, started, processed, completed): Lightning's four stages of a counted event
 _Stages = tuple[int, int, int, int]
@@ -348,7 +348,7 @@ def _val_counts(loop: FitLoop) -> list[int | None]:
 
 def _val_stages(loop: FitLoop, total: bool) -> _Stages:
     """Lightning's validation batch counters: ``current`` in the latest run (its batches end to
-    end over the loaders), ``total`` over the training epoch's runs (`FitLoop.validations_in_epoch`
+    end over the loaders), ``total`` over the training epoch's runs (`FitValidation.in_epoch`
     counts the finished ones)."""
     evaluation, counts = _fit_evaluation(loop), _val_counts(loop)
     per_run = sum(n or 0 for n in counts)
@@ -362,7 +362,7 @@ def _val_stages(loop: FitLoop, total: bool) -> _Stages:
         current = (before + 1, before + 1, before + 1, before)
     if not total:
         return current
-    finished = loop.validations_in_epoch * per_run
+    finished = loop.validation.in_epoch * per_run
     if not running:
         return finished, finished, finished, finished
     ready, started, processed, completed = current

@@ -114,7 +114,7 @@ NOT_PROVIDED_NAMES: dict[str, str] = {
     "cli.instantiate_module": "the class's constructor (LightningCLI builds class_path / init_args itself)",
     "plugins": "precision=... for a precision, a Strategy object for strategy=...; under python -m trainer.as_lightning, "
     "lightning.pytorch.plugins provides CheckpointIO and TorchCheckpointIO (Trainer(plugins=[...]))",
-    "profilers": "Trainer(profiler='simple') or Trainer(profiler='pytorch'); under python -m trainer.as_lightning, "
+    "profilers": "Trainer(profiler='simple' | 'advanced' | 'pytorch'); under python -m trainer.as_lightning, "
     "lightning.pytorch.profilers provides Lightning's classes (trainer.lightning.profilers)",
     "loops": "the Trainer's hooks and callbacks (Lockstep's loops are its own: trainer.loops)",
     "serve": "export with module.to_torchscript() or to_onnx() and serve the file",

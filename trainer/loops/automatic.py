@@ -42,7 +42,7 @@ from trainer.loops.optimization import (
 from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import FitLoopView as FitLoop
+    from trainer.contracts.internals import FitLoopView as FitLoop
 
 
 class StepOptimizer(LoopOptimizer):

@@ -19,7 +19,7 @@ from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
     from trainer.module import TrainModule
-    from trainer.contracts.protocols import TrainerInternals as Trainer
+    from trainer.contracts.internals import ModuleInternals, TrainerInternals as Trainer
 
 
 class EvaluationLoop:
@@ -100,7 +100,7 @@ class EvaluationLoop:
             return predictions[0] if not self._several else predictions
         return _split_by_loader(values, len(dataloaders))
 
-    def _step_function(self, module: TrainModule, n_loaders: int) -> Any:
+    def _step_function(self, module: ModuleInternals, n_loaders: int) -> Any:
         """The stage's step, timed by the profiler, called with the arguments it takes."""
         t, name = self.trainer, self.settings.step
         step_fn = getattr(module, name)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from trainer.strategies.strategy import Strategy
+    from trainer.contracts.protocols import StrategyView as Strategy
 
 
 class ItemMeanNormalizer:

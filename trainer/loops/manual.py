@@ -17,7 +17,7 @@ from torch.optim import Optimizer
 from trainer.loops.optimization import LoopOptimizer, Optimization, returned_loss
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import FitLoopView as FitLoop
+    from trainer.contracts.internals import FitLoopView as FitLoop
 
 
 class ManualOptimizer(LoopOptimizer):

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 import torch
 from torch.optim import Optimizer
 
-from trainer.contracts.schedulers import LRSchedulerConfig
+from trainer.contracts.schedulers import LRSchedulerConfig, SchedulerMetrics
 from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.hooks import takes_batch_idx
 from trainer.loops.anomaly import check_finite_gradients
 from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
-    from trainer.contracts.protocols import FitLoopView as FitLoop
+    from trainer.contracts.internals import FitLoopView as FitLoop
 
 _INTERVALS = ("step", "epoch")
 
@@ -152,14 +152,6 @@ def clip_gradients(params: list[torch.Tensor], value: float, algorithm: str) -> 
         torch.nn.utils.clip_grad_value_(params, value)
 
 
-@dataclasses.dataclass
-class SchedulerMetrics:
-    """What a ``ReduceLROnPlateau`` reads: the logged values, and whether validation may still add some."""
-
-    values: Mapping[str, Any]
-    validation_pending: bool  # validation is on but has not run yet in this fit
-
-
 def step_schedulers(
     configs: Iterable[LRSchedulerConfig],
     interval: str,
@@ -182,18 +174,19 @@ def step_schedulers(
     for cfg in configs:
         if cfg.interval != interval or count % cfg.frequency or plateau not in (None, cfg.is_plateau):
             continue
-        if cfg.is_plateau:
+        scheduler = cfg.scheduler
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):  # `cfg.is_plateau`, narrowed for the type checker
             value = _new_monitored_value(cfg, metrics())
             if value is None:
                 continue
             if step is not None:
-                step(cfg.scheduler, value)
+                step(scheduler, value)
             else:
-                cfg.scheduler.step(float(value))
+                scheduler.step(float(value))
         elif step is not None:
-            step(cfg.scheduler, None)
+            step(scheduler, None)
         else:
-            cfg.scheduler.step()
+            scheduler.step()
 
 
 def _new_monitored_value(cfg: LRSchedulerConfig, metrics: SchedulerMetrics) -> Any:

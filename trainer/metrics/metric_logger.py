@@ -14,7 +14,7 @@ from trainer.metrics.metric_store import MetricStore
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import LoggerView as Logger
-    from trainer.strategies.strategy import Strategy
+    from trainer.contracts.internals import MetricStoreView, StrategyInternals as Strategy
 
 
 class MetricLogger:
@@ -30,7 +30,7 @@ class MetricLogger:
     def __init__(self, loggers: Sequence[Logger]) -> None:
         self.loggers = loggers
         self.train = MetricStore(training=True)
-        self.active = self.train  # where `self.log` records now: training, or the running evaluation
+        self.active: MetricStoreView = self.train  # where `self.log` records now: training, or the running evaluation
         self.last_loss: torch.Tensor | None = None  # the latest training loss
         self._shown: dict[str, dict[str, Any]] = {"callback": {}, "log": {}, "pbar": {}}
         self._eval_steps: dict[int, int] = {}  # evaluation batches published per loader this run (the loggers' step)
@@ -60,7 +60,7 @@ class MetricLogger:
         shown.update(self.active.view(kind))
         return shown
 
-    def _take_in(self, store: MetricStore) -> None:
+    def _take_in(self, store: MetricStoreView) -> None:
         """Lightning's eager update of its three dicts, where a later read could no longer see ``store``'s view."""
         for kind, shown in self._shown.items():
             shown.update(store.view(kind))
@@ -82,7 +82,7 @@ class MetricLogger:
         self.train.reset()
         self.active = self.train
 
-    def start_evaluation(self, store: MetricStore) -> None:
+    def start_evaluation(self, store: MetricStoreView) -> None:
         """An evaluation run records into ``store`` until `end_evaluation`."""
         self._take_in(self.active)  # the last training batch's values, as Lightning's batch end takes them
         self.active = store
@@ -97,7 +97,7 @@ class MetricLogger:
         if self.loggers:
             self._send(self.train.step_values(strategy), strategy, step, epoch)
 
-    def publish_eval_step(self, store: MetricStore, strategy: Strategy, dataloader_idx: int) -> None:
+    def publish_eval_step(self, store: MetricStoreView, strategy: Strategy, dataloader_idx: int) -> None:
         """An evaluation batch's on-step values to the loggers, at the loader's count of batches so far
         in this fit / validate / test (Lightning's evaluation step).
 
@@ -115,7 +115,7 @@ class MetricLogger:
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 
-    def preview_epoch(self, store: MetricStore, strategy: Strategy, sync_all: bool = False) -> None:
+    def preview_epoch(self, store: MetricStoreView, strategy: Strategy, sync_all: bool = False) -> None:
         """The end of ``store``'s batches: its views show epoch aggregates from here (for the epoch-end hooks).
 
         `publish_epoch` computes them again after the hooks (a reduction per epoch, not per step),
@@ -126,14 +126,14 @@ class MetricLogger:
         store.epoch_values(strategy, sync_all=sync_all)
         store.stepping = False
 
-    def finish_unpublished(self, store: MetricStore, strategy: Strategy, sync_all: bool = False) -> dict[str, torch.Tensor]:
+    def finish_unpublished(self, store: MetricStoreView, strategy: Strategy, sync_all: bool = False) -> dict[str, torch.Tensor]:
         """The sanity check's end: its aggregates are shown (until `clear_shown`), never logged."""
         values = store.finish_epoch(strategy, sync_all=sync_all)
         self._take_in(store)
         return values
 
     def publish_epoch(
-        self, store: MetricStore, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
+        self, store: MetricStoreView, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
     ) -> dict[str, torch.Tensor]:
         """Publish ``store``'s epoch aggregates (the three dicts and the loggers); return what the loggers
         get (Lightning's ``validate`` / ``test`` results: no ``logger=False`` value, no bare forked name)."""

@@ -18,7 +18,7 @@ from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
-    from trainer.strategies.strategy import Strategy
+    from trainer.contracts.internals import StrategyInternals as Strategy
 
 _REDUCTIONS = ("mean", "sum", "max", "min")
 _REDUCTION_FNS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}

@@ -23,13 +23,12 @@ from trainer.contracts.ray_worker import RayStorageNotes
 from trainer.distributed.job_store import note_reached, take_reached, use_job_store
 from trainer.launch.failure_notes import explain_failure, note_early_exit, reaches_every_rank
 from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
-from trainer.strategies.strategy import Strategy
+from trainer.strategies.strategy import DEFAULT_TIMEOUT, Strategy
 from trainer.launch.worker_process import die_with_elastic_agent
 from trainer.contracts.user_line import user_stacklevel
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 _OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 

@@ -6,6 +6,7 @@ every collective is the identity. The distributed strategies live in their own m
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from typing import Any, ContextManager, Iterator, Mapping, TypeVar
 
@@ -27,6 +28,9 @@ T = TypeVar("T")
 
 # Stateless and reusable: the per-step "no context" costs no allocation.
 NO_CONTEXT = contextlib.nullcontext()
+
+# a process group's collectives time out after this (the strategies' ``timeout=`` default)
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 
 
 class Strategy:
@@ -339,7 +343,6 @@ class SingleDeviceStrategy(Strategy):
         super().setup_environment()
         if os.environ.get("TORCHELASTIC_RUN_ID"):
             from trainer.distributed.rendezvous import join_job_alone
-            from trainer.strategies.process_group import DEFAULT_TIMEOUT
 
             join_job_alone(DEFAULT_TIMEOUT)
 

@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from tests.helpers.distributed import script_env
+from tests.helpers.optional import importorskip
 
 pytestmark = [pytest.mark.launches, pytest.mark.timeout(300)]
 
@@ -37,7 +38,7 @@ def _run(tmp_path, *runner: str) -> dict:
 
 
 def test_lightning_s_bases_and_the_base_classes_signatures_are_kept_under_the_runner(tmp_path):
-    pytest.importorskip("lightning", reason="the differential test reads the installed Lightning")
+    importorskip("lightning", reason="the differential test reads the installed Lightning")
     theirs = _run(tmp_path)
     ours = _run(tmp_path, "-m", "trainer.as_lightning")
     unimportable = {name: got for name, got in ours.items() if isinstance(got, str) and not isinstance(theirs[name], str)}
@@ -62,7 +63,7 @@ AFTER_SAVE = 'import json, torch\nfrom torch import nn\nfrom torch.utils.data im
 
 
 def test_a_logger_s_after_save_checkpoint_is_called_after_each_file_written_as_in_lightning(tmp_path):
-    pytest.importorskip("lightning", reason="the differential test runs the installed Lightning")
+    importorskip("lightning", reason="the differential test runs the installed Lightning")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     for side in ("theirs", "ours"):

@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from tests.helpers.distributed import script_env
+from tests.helpers.optional import importorskip
 
 pytestmark = [pytest.mark.launches, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -194,7 +195,7 @@ def _differences(theirs: dict, ours: dict) -> list[str]:
 
 
 def test_the_three_metric_dicts_and_the_default_callbacks_are_lightning_s_at_every_hook(tmp_path):
-    pytest.importorskip("lightning", reason="the differential test runs the installed Lightning")
+    importorskip("lightning", reason="the differential test runs the installed Lightning")
     (tmp_path / "theirs").mkdir()
     (tmp_path / "ours").mkdir()
     theirs = _run(tmp_path / "theirs")

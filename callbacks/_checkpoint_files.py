@@ -151,6 +151,13 @@ def is_inside(path: Any, dirpath: str | None, extension: str) -> bool:
     return os.path.commonpath([real, os.path.realpath(path)]) == real and os.path.realpath(path) != real
 
 
+def tell_loggers(trainer: TrainerView, checkpoint_callback: Any) -> None:
+    """Lightning's ``logger.after_save_checkpoint(callback)`` after each file written, on global rank 0."""
+    if trainer.is_global_zero:
+        for lg in trainer.loggers:
+            lg.after_save_checkpoint(checkpoint_callback)
+
+
 def link(target: str, link: str) -> None:
     """``link`` as a relative symbolic link to ``target`` (a copy where links are not allowed)."""
     if os.path.abspath(target) == os.path.abspath(link):

@@ -57,8 +57,9 @@ class CSVLogger(_FileLogger):
         return storage.join(self.log_dir, self.METRICS_FILE)
 
     # -- Logger API -------------------------------------------------------------------------
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Buffer one row ``{"step": step, **metrics}``."""
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Buffer one row ``{"step": step, **metrics}`` (no step: the count of rows so far, as Lightning's)."""
+        step = len(self._rows) if step is None else step
         if not self.is_global_zero:
             return
         self._rows.append({"step": int(step), **_flat_metrics(metrics, self._prefix)})

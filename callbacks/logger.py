@@ -26,12 +26,16 @@ class Logger(Callback):
         """Directory this logger writes to (``None`` if it writes no files)."""
         return None
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Record scalar ``metrics`` at ``step`` (the optimizer step count)."""
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Record scalar ``metrics`` at ``step`` (the optimizer step count; the Trainer always gives one)."""
         raise NotImplementedError
 
-    def log_hyperparams(self, params: dict[str, Any]) -> None:
+    def log_hyperparams(self, params: dict[str, Any], *args: Any, **kwargs: Any) -> None:
         """Record the run's hyperparameters."""
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Called on global rank 0 after ``checkpoint_callback`` (a `ModelCheckpoint`) wrote a file,
+        as Lightning calls it (a link to the newest file is no write)."""
 
     def log_graph(self, model: Any, input_array: Any = None) -> None:
         """Record the module's computation graph (called at the start of each ``fit``)."""

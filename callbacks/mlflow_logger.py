@@ -214,8 +214,9 @@ class MLFlowLogger(Logger):
 
 
     # -- Logger API -------------------------------------------------------------------------
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Log each metric at ``step`` (a dict of scalars as ``key/sub_key``)."""
+        step = 0 if step is None else step  # the Trainer always gives one; a direct call may not
         if not self._logs:
             return
         from mlflow.entities import Metric

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from callbacks._checkpoint_arguments import check_arguments
 from callbacks._checkpoint_files import (
-    DirectoryClaim, TemplateNames, checkpoint_name, default_dirpath, is_inside, link, unique_path, writable_dirpath,
-    yaml_text,
+    DirectoryClaim, TemplateNames, checkpoint_name, default_dirpath, is_inside, link, tell_loggers, unique_path,
+    writable_dirpath, yaml_text,
 )
 from callbacks._utils import (
     _decided_on_rank_zero, _monitor_value, _rank_zero_print, _rank_zero_warn, _to_float, _worst, _ValidationMetricTracker,
@@ -285,6 +285,7 @@ class ModelCheckpoint(Checkpoint):
         path = self.format_checkpoint_name(self._metrics(trainer))
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
+        tell_loggers(trainer, self)
         if self.save_last:
             self._write_last(trainer, self.last_checkpoint_path())
         _rank_zero_print(
@@ -410,6 +411,7 @@ class ModelCheckpoint(Checkpoint):
             if decision.save_path is not None:
                 trainer.save_checkpoint(decision.save_path, weights_only=self.save_weights_only)
                 self._last_checkpoint_saved = decision.save_path
+                tell_loggers(trainer, self)
         except BaseException:
             # the write failed: keep pointing at the files that exist
             self._book = before
@@ -431,6 +433,7 @@ class ModelCheckpoint(Checkpoint):
         self.last_model_path = path
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_checkpoint_saved = path
+        tell_loggers(trainer, self)
 
     def last_checkpoint_path(self, taken: Mapping[str, Any] | None = None) -> str:
         """Where this run writes its last checkpoint: the one it wrote (or resumed) before, else

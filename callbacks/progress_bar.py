@@ -71,6 +71,9 @@ class ProgressBar(Callback):
         self._eval_bar: _Bar | None = None
         # the last validation's values stay on the training bar until the next validation
         self._val_metrics: dict[str, float] = {}
+        # `progress_bar_metrics` keeps training's values through a validation inside fit (as
+        # Lightning's): the evaluation bar shows only what changed since it started
+        self._before_eval: dict[str, float] = {}
 
     @property
     def file(self) -> TextIO:
@@ -82,12 +85,12 @@ class ProgressBar(Callback):
         """True on global rank 0 once set up, unless ``refresh_rate == 0``."""
         return self._enabled
 
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._enabled = trainer.is_global_zero and self.refresh_rate > 0
         self._val_metrics = {}
 
     # -- training ---------------------------------------------------------------------------
-    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not self._enabled:
             return
         self._close_train_bar()
@@ -100,7 +103,7 @@ class ProgressBar(Callback):
         )
 
     def on_train_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         bar = self._train_bar
         if bar is None:
@@ -113,41 +116,43 @@ class ProgressBar(Callback):
         bar.catch_up(batch_idx)
         bar.advance(1, self.refresh_rate, lambda: self._train_postfix(trainer))
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # runs after the epoch's validation: the final line shows the validation metrics too
         self._close_train_bar(trainer)
 
-    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # max_steps inside an epoch leaves it unfinished (no epoch end): show where it stopped
         self._close_train_bar(trainer)
 
     # -- evaluation -------------------------------------------------------------------------
-    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         counts = trainer.num_val_batches
         if trainer.sanity_checking:
             cap = trainer.num_sanity_val_steps
             counts = [n if cap == -1 else cap if n is None else min(n, cap) for n in counts]
+        if self._enabled and self._train_bar is not None:  # one read per validation run, not per step
+            self._before_eval = self._metrics_postfix(trainer)
         self._start_eval("Sanity Checking" if trainer.sanity_checking else "Validation", counts)
 
     def on_validation_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         """Each evaluation batch end, whatever the stage."""
         self._advance_eval(trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # the sanity check only proves the loop runs: no line for it in logs
         metrics = self._end_eval(trainer, print_line=not trainer.sanity_checking)
         if metrics is not None and not trainer.sanity_checking:
             self._val_metrics = metrics
 
-    def on_test_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_test_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._start_eval("Testing", getattr(trainer, "num_test_batches", None))
 
-    def on_test_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_test_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._end_eval(trainer)
 
-    def on_predict_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_predict_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._start_eval("Predicting", getattr(trainer, "num_predict_batches", None))
 
     # the same for every evaluation stage
@@ -155,10 +160,10 @@ class ProgressBar(Callback):
     on_predict_end = on_test_end
 
     # -- failures ---------------------------------------------------------------------------
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: ModuleView, exception: BaseException) -> None:
         self._close_all()
 
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._close_all()
 
     def print(self, *args: Any, sep: str = " ", end: str = "\n") -> None:
@@ -201,14 +206,19 @@ class ProgressBar(Callback):
 
     def _advance_eval(self, trainer: TrainerView) -> None:
         if self._eval_bar is not None:
-            self._eval_bar.advance(1, self.refresh_rate, lambda: self._metrics_postfix(trainer))
+            self._eval_bar.advance(1, self.refresh_rate, lambda: self._eval_postfix(trainer))
 
     def _end_eval(self, trainer: TrainerView, print_line: bool = True) -> dict[str, float] | None:
         """Close the evaluation bar; return the metrics it showed, if it read them."""
         bar, self._eval_bar = self._eval_bar, None
         if bar is None:
             return None
-        return bar.close(lambda: self._metrics_postfix(trainer), print_line=print_line)
+        shown = bar.close(lambda: self._eval_postfix(trainer), print_line=print_line)
+        self._before_eval = {}
+        return shown
+
+    def _eval_postfix(self, trainer: TrainerView) -> dict[str, float]:
+        return {k: v for k, v in self._metrics_postfix(trainer).items() if self._before_eval.get(k) != v}
 
     def _close_train_bar(self, trainer: TrainerView | None = None) -> None:
         bar, self._train_bar = self._train_bar, None
@@ -229,7 +239,9 @@ class ProgressBar(Callback):
             bar.close(None)
 
     def _train_postfix(self, trainer: TrainerView) -> dict[str, float]:
-        return {**self._val_metrics, **self._metrics_postfix(trainer)}
+        # in `progress_bar_metrics`' order, as Lightning's bar (which keeps the validation's values)
+        shown = self._metrics_postfix(trainer)
+        return {**shown, **{k: v for k, v in self._val_metrics.items() if k not in shown}}
 
     @staticmethod
     def _metrics_postfix(trainer: TrainerView) -> dict[str, float]:

@@ -108,8 +108,9 @@ class TensorBoardLogger(_FileLogger):
         return self._writer
 
     # -- Logger API -------------------------------------------------------------------------
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Add each metric as a scalar at ``step``, unless it repeats the tag's last point."""
+        step = 0 if step is None else step  # the Trainer always gives one; a direct call may not
         if not self.is_global_zero:
             return
         writer = None  # `experiment`, read once per call

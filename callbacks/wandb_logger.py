@@ -131,8 +131,9 @@ class WandbLogger(Logger):
 
 
     # -- Logger API -------------------------------------------------------------------------
-    def log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Log the metrics at ``step`` (a dict of scalars as ``key/sub_key``)."""
+        step = 0 if step is None else step  # the Trainer always gives one; a direct call may not
         if not self.is_global_zero:
             return
         flat = _flat_metrics(metrics, self._prefix)

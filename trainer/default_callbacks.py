@@ -6,6 +6,7 @@ not by class: a callback of role "checkpoint" is a checkpoint callback everywher
 """
 from __future__ import annotations
 
+import importlib.util
 from typing import TYPE_CHECKING, Any, Callable
 
 from callbacks._file_logger import fix_log_versions
@@ -17,8 +18,11 @@ from callbacks.callback import Callback
 from callbacks.logger import Logger
 from callbacks.lr_monitor import LearningRateMonitor
 from callbacks.model_checkpoint import ModelCheckpoint
-from callbacks.model_summary import ModelSummary
+from callbacks.model_summary import ModelSummary, RichModelSummary
 from callbacks.progress_bar import ProgressBar
+from callbacks.rich_progress_bar import RichProgressBar
+from callbacks.tqdm_progress_bar import TQDMProgressBar
+from trainer.lightning.alias import installed as alias_installed
 from callbacks.timer import Timer
 
 if TYPE_CHECKING:
@@ -27,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Callback", "Logger", "ModelCheckpoint", "make_loggers", "make_callbacks", "checkpoint_callbacks",
-    "with_module_callbacks", "attach_module_logging", "BatchSizeFinder", "LRFinder", "lr_find", "scale_batch_size",
+    "with_module_callbacks", "attach_module_logging", "hook_receivers", "BatchSizeFinder", "LRFinder", "lr_find",
+    "scale_batch_size",
 ]
 
 
@@ -64,10 +69,19 @@ def make_callbacks(config: TrainerConfig, loggers: list[Logger]) -> list[Callbac
     roles = {cb.role for cb in given}
     if any(type(cb).__module__.startswith("ray.") for cb in given):
         roles.add("ray_report")  # Ray's own report callback (ray.train.lightning's) reports this run
-    given += [make() for role, make in _defaults(config, bool(loggers)) if role not in roles]
+    as_lightning = alias_installed()
+    defaults = _lightning_defaults(config) if as_lightning else _defaults(config, bool(loggers))
+    given += [make() for role, make in defaults if role not in roles]
     if config.debug.fast_dev_run:
         given = [cb for cb in given if cb.role != "checkpoint"]
+    if as_lightning:  # Lightning's list: the loggers are not callbacks there (`hook_receivers` calls them)
+        return _in_calling_order(given)
     return [*loggers, *_in_calling_order(given)]
+
+
+def hook_receivers(loggers: list[Logger], callbacks: list[Callback]) -> list[Callback]:
+    """Whom the hooks are called on: the loggers (first, as Lockstep's list has them) and the callbacks."""
+    return [*(lg for lg in loggers if not any(lg is cb for cb in callbacks)), *callbacks]
 
 
 def _in_calling_order(callbacks: list[Callback]) -> list[Callback]:
@@ -99,6 +113,22 @@ def _defaults(config: TrainerConfig, logging: bool) -> list[tuple[str, Callable[
         save_last = True if storage.is_url(config.checkpointing.root) else "link"
         defaults.append(("checkpoint", lambda: ModelCheckpoint(save_last=save_last)))
     return defaults
+
+
+def _lightning_defaults(config: TrainerConfig) -> list[tuple[str, Callable[[], Callback]]]:
+    """Under ``trainer.as_lightning``: the defaults Lightning adds, in its order (a timer, a rich
+    progress bar and model summary where ``rich`` is installed, else the tqdm bar and the plain
+    summary, the checkpoint last), and none it does not add (no learning-rate monitor)."""
+    rich = importlib.util.find_spec("rich") is not None
+    defaults: list[tuple[str, Callable[[], Callback]]] = []
+    max_time = config.limits.max_time
+    if max_time is not None:
+        defaults.append(("timer", lambda: Timer(max_time, interval="step")))
+    if config.logging.enable_progress_bar:
+        defaults.append(("progress_bar", RichProgressBar if rich else TQDMProgressBar))
+    if config.logging.enable_model_summary:
+        defaults.append(("model_summary", RichModelSummary if rich else ModelSummary))
+    return [*defaults, *(d for d in _defaults(config, False) if d[0] in ("ray_report", "checkpoint"))]
 
 
 def with_module_callbacks(callbacks: list[Callback], module: Any) -> list[Callback]:

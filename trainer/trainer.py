@@ -21,7 +21,8 @@ from trainer.data.datamodule import DataModule, attach_datamodule, prepare_and_s
 from trainer.batch_counts import BatchCounts
 from trainer.default_callbacks import Callback, Logger, ModelCheckpoint, checkpoint_callbacks
 from trainer.default_callbacks import (
-    attach_module_logging, first_log_dir, make_callbacks, make_loggers, share_log_versions, with_module_callbacks,
+    attach_module_logging, first_log_dir, hook_receivers, make_callbacks, make_loggers, share_log_versions,
+    with_module_callbacks,
 )
 from trainer.hooks import HookDispatcher
 from trainer.metrics.results_table import print_results
@@ -329,7 +330,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         self._strategy.collectives.position = self._position  # what this rank's heartbeat says
         self.callbacks = with_module_callbacks(self.callbacks, model)  # kept, as in Lightning
         attach_module_logging(self.callbacks, model)
-        self.hooks = HookDispatcher(self, model, self.callbacks, Callback)
+        self.hooks = HookDispatcher(self, model, hook_receivers(self.loggers, self.callbacks), Callback)
         self.profiler.start(stage.value)
         try:
             self._strategy.setup_environment()

@@ -64,13 +64,14 @@ def test_metrics_are_read_only_on_refresh():
     # one read per printed line, none per step
     bar = ProgressBar(file=io.StringIO(), line_every_percent=50, min_interval_s=3600)
     trainer = _fit(bar, n=80, trainer_cls=_CountingTrainer)
-    assert trainer.reads == 3  # 50 % line, validation line, epoch-end line; 20 batches
+    # 50 % line, validation start (what the evaluation bar leaves out), validation line, epoch-end line; 20 batches
+    assert trainer.reads == 4
 
     bar = ProgressBar(file=_Terminal(), min_interval_s=3600)
     trainer = _fit(bar, n=80, trainer_cls=_CountingTrainer)
     # tty: the first refresh, the validation bar's first refresh and close, the sanity bar's
-    # first refresh and close, and the epoch bar's close
-    assert trainer.reads <= 6
+    # first refresh and close, the validation start, and the epoch bar's close
+    assert trainer.reads <= 7
 
 
 def test_tty_draws_tqdm_bars():
@@ -180,15 +181,15 @@ def test_training_bar_shows_no_duplicate_loss_and_evaluation_bars_no_training_me
     _fit(ProgressBar(file=out, line_every_percent=50), epochs=1)  # logs train_loss with prog_bar
     lines = out.getvalue().splitlines()
     epoch = [line for line in lines if line.startswith("Epoch 0:")]
-    assert [_shown(line) for line in epoch] == [["train_loss"], ["val_loss", "train_loss"]]
+    assert [_shown(line) for line in epoch] == [["train_loss"], ["train_loss", "val_loss"]]  # Lightning's order
     validation = [line for line in lines if line.startswith("Validation:")]
     assert [_shown(line) for line in validation] == [["val_loss"]]
 
-    # a module that shows nothing itself still gets the loss training_step returned
+    # a module that shows nothing itself gets no loss either: Lightning 2's bar shows `prog_bar=True` values only
     out = io.StringIO()
     _fit(ProgressBar(file=out, line_every_percent=50), epochs=1, module=Scripted(prog_bar=False))
     lines = out.getvalue().splitlines()
-    assert [_shown(line) for line in lines if line.startswith("Epoch 0:")] == [["loss"], ["loss"]]
+    assert [_shown(line) for line in lines if line.startswith("Epoch 0:")] == [[], []]
     assert [_shown(line) for line in lines if line.startswith("Validation:")] == [[]]
 
 
@@ -221,7 +222,7 @@ def test_rich_bar_on_a_terminal_shows_the_same_metrics_as_the_tqdm_bar():
     rich_text, tqdm_text = rich_out.getvalue(), tqdm_out.getvalue()
     assert "\x1b[" in rich_text  # drawn by rich, with terminal control codes
     assert "Epoch 0" in rich_text and "Epoch 1" in rich_text and "20/20" in rich_text
-    final = re.findall(r"val_loss=[0-9.e+-]+, train_loss=[0-9.e+-]+", tqdm_text)[-1]
+    final = re.findall(r"train_loss=[0-9.e+-]+, val_loss=[0-9.e+-]+", tqdm_text)[-1]
     assert final in rich_text  # the same metrics, formatted the same way
 
 

@@ -126,7 +126,9 @@ def test_logger_false_reaches_callback_metrics_and_progress_bar_but_no_logger(tm
     metrics = trainer.callback_metrics
     for name in ("hidden", "hidden_step", "hidden_epoch", "hidden_d", "val_hidden"):
         assert name in metrics, name
-    assert "hidden" in trainer.progress_bar_metrics
+    # as Lightning's: a value logged on_step and on_epoch shows under its forked names only
+    assert {"hidden_step", "hidden_epoch"} <= set(trainer.progress_bar_metrics)
+    assert "hidden" not in trainer.progress_bar_metrics
     assert {"shown_step", "shown_epoch", "val_shown"} <= capture.names()
     assert "shown" not in capture.names()  # as Lightning: only the _step and _epoch forms
     assert not {n for n in capture.names() if "hidden" in n}  # before: all of them were sent

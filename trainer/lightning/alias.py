@@ -46,6 +46,8 @@ _FABRIC_PROVIDED = {
     "plugins.io.checkpoint_io": "trainer.lightning.fabric_io",
     "plugins": "trainer.lightning.plugins",  # CheckpointIO, TorchCheckpointIO, Precision (a name to subclass)
     "plugins.precision": "trainer.lightning.plugins",
+    # Lightning's loggers are Fabric's (`issubclass(pl.loggers.Logger, fabric.loggers.Logger)`): the same classes here
+    "loggers": "trainer.loggers",
 }
 # lightning.pytorch's submodules that Lockstep provides, and the Lockstep module of each
 _SUBMODULES = {
@@ -234,13 +236,18 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(), is_package=True)
 
 
+def installed() -> bool:
+    """Whether `install` ran in this process (the script runs under ``trainer.as_lightning``)."""
+    return any(getattr(finder, "_lockstep_alias", False) for finder in sys.meta_path)
+
+
 def install() -> None:
     """Make Lightning's module names resolve to Lockstep in this process and the processes it starts
     (idempotent; docs/migration.md, section 1).
 
     Raises `RuntimeError` if Lightning was imported already: objects made from it would stay Lightning's.
     """
-    if any(getattr(finder, "_lockstep_alias", False) for finder in sys.meta_path):
+    if installed():
         return
     loaded = sorted(n for n in sys.modules if lockstep_module_for(n) is not None or n.startswith(_FABRIC))
     if loaded:

@@ -149,11 +149,11 @@ class EvaluationLoop:
         """The epoch-end hooks, then the run's aggregates (published, except the sanity check's)."""
         t, s, strategy = self.trainer, self.settings, self.trainer.strategy
         sync_all = t.world_size > 1
-        if self.stage == Stage.SANITY_CHECK:  # its values are never published
-            t.hooks.call(s.hook("epoch_end"))
-            return self.metrics.finish_epoch(strategy, sync_all=sync_all)
         # the epoch-end hooks see the aggregates; the module's may log more
         t.metric_logger.preview_epoch(self.metrics, strategy, sync_all=sync_all)
+        if self.stage == Stage.SANITY_CHECK:  # its values are shown until the check ends, never logged
+            t.hooks.call(s.hook("epoch_end"))
+            return t.metric_logger.finish_unpublished(self.metrics, strategy, sync_all=sync_all)
         t.hooks.call(s.hook("epoch_end"))
         step = self.log_step if self.log_step is not None else t.fit_loop.logged_steps()
         return t.metric_logger.publish_epoch(self.metrics, strategy, step, t.current_epoch, sync_all=sync_all)

@@ -70,9 +70,12 @@ class FitValidation:
         if t.val_dataloaders and t.num_sanity_val_steps != 0 and self.enabled():
             with isolated_rng():  # training draws the same random numbers with or without it (its hooks too, as Lightning)
                 t.state.stage = Stage.SANITY_CHECK
+                t.metric_logger.clear_shown()  # as Lightning: the check shows its own values only, then none
                 t.hooks.call("on_sanity_check_start")
                 EvaluationLoop(t, Stage.SANITY_CHECK, within_fit=True).run(t.val_dataloaders)
                 t.hooks.call("on_sanity_check_end")
+                t.metric_logger.end_evaluation()
+                t.metric_logger.clear_shown()
                 t.state.stage = Stage.TRAIN
 
     def run(self, window_end: bool, steps: int) -> None:

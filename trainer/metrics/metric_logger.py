@@ -18,66 +18,64 @@ if TYPE_CHECKING:
 
 
 class MetricLogger:
-    """The metrics of one Trainer: the training store, the active store and what was published."""
+    """The metrics of one Trainer: the training store, the active store and what was shown.
+
+    The Trainer's ``callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics`` work as
+    Lightning's: each is one dict for the run that a read updates from the active store's view
+    (`MetricStore.view`: step values within the batches, aggregates after them). The loops take in
+    a view eagerly only where Lightning's would otherwise miss it (a switch of store or of phase),
+    so nothing is computed per step that no one reads.
+    """
 
     def __init__(self, loggers: Sequence[Logger]) -> None:
         self.loggers = loggers
         self.train = MetricStore(training=True)
         self.active: MetricStoreView = self.train  # where `self.log` records now: training, or the running evaluation
-        self.last_loss: torch.Tensor | None = None  # the latest training loss (the progress bar's `loss`)
-        self._callback_metrics: dict[str, torch.Tensor] = {}
-        self._callback_view: dict[str, torch.Tensor] = {}  # what `callback_metrics` returns, for the run
-        self._logged: dict[str, torch.Tensor] = {}
-        self._eval_progress_bar_keys: list[str] = []
+        self.last_loss: torch.Tensor | None = None  # the latest training loss
+        self._shown: dict[str, dict[str, Any]] = {"callback": {}, "log": {}, "pbar": {}}
         self._eval_steps: dict[int, int] = {}  # evaluation batches published per loader this run (the loggers' step)
 
     # -- what the Trainer's properties return ---------------------------------------------------
     @property
     def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """Latest training step values and every published aggregate (tensors).
+        """The run's callback metrics, updated with the active store's view (tensors).
 
         One dict for the whole run, as Lightning's: what a callback writes into it stays until the
         next run (Lightning's `LearningRateMonitor` writes its learning rates there, and so may users).
         """
-        self._callback_view.update(self.train.current_values())
-        self._callback_view.update(self._callback_metrics)
-        return self._callback_view
+        return self._read("callback")
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:
-        """What was last sent to the loggers, as tensors (the loggers get floats), as Lightning returns them."""
-        return dict(self._logged)
+        """Every ``logger=True`` value as Lightning's connector holds it (tensors), loggers or none."""
+        return self._read("log")
 
     def progress_bar_metrics(self) -> dict[str, float]:
-        """What the progress bar shows, read from the device now.
+        """The ``prog_bar=True`` values (numbers read from the device now), as Lightning's: the last
+        ones of each name this run, kept across the validation runs inside fit."""
+        return self._read("pbar")
 
-        During an evaluation run: that run's ``prog_bar=True`` values (latest batch, then the
-        run's aggregate). Otherwise: the training loss as ``loss`` (unless the module shows its
-        own ``loss`` or ``train_loss``), the training ``prog_bar=True`` values and the last
-        evaluation's.
-        """
-        run = self.active
-        if not run.training:
-            values = {**run.current_values(), **run.aggregates}
-            return {key: float(values[key]) for key in run.progress_bar_keys() if key in values}
-        train_keys = self.train.progress_bar_keys()
-        out: dict[str, float] = {}
-        if self.last_loss is not None and not {"loss", "train_loss"} & set(train_keys):
-            out["loss"] = float(self.last_loss)
-        current = self.callback_metrics
-        for key in [*train_keys, *self._eval_progress_bar_keys]:
-            if key in current:
-                out[key] = float(current[key])
-        return out
+    def _read(self, kind: str) -> dict[str, Any]:
+        shown = self._shown[kind]
+        shown.update(self.active.view(kind))
+        return shown
+
+    def _take_in(self, store: MetricStoreView) -> None:
+        """Lightning's eager update of its three dicts, where a later read could no longer see ``store``'s view."""
+        for kind, shown in self._shown.items():
+            shown.update(store.view(kind))
 
     # -- the loops' calls -----------------------------------------------------------------------
     def start_run(self) -> None:
         """A new fit / validate / test / predict: the metrics shown are this run's only (as Lightning)."""
         self.train.reset()
         self.active = self.train
-        self._callback_metrics, self._logged, self._eval_progress_bar_keys = {}, {}, []
-        self._callback_view = {}
+        self.clear_shown()
         self._eval_steps = {}
+
+    def clear_shown(self) -> None:
+        """Forget what the three dicts hold (Lightning's, around the sanity check)."""
+        self._shown = {"callback": {}, "log": {}, "pbar": {}}
 
     def start_training_epoch(self) -> None:
         """A new training epoch: forget the last epoch's step values."""
@@ -86,10 +84,12 @@ class MetricLogger:
 
     def start_evaluation(self, store: MetricStoreView) -> None:
         """An evaluation run records into ``store`` until `end_evaluation`."""
+        self._take_in(self.active)  # the last training batch's values, as Lightning's batch end takes them
         self.active = store
 
     def end_evaluation(self) -> None:
         """Back to training (after a validation run inside fit)."""
+        self._take_in(self.active)
         self.active = self.train
 
     def publish_step(self, strategy: Strategy, step: int, epoch: int) -> None:
@@ -98,50 +98,49 @@ class MetricLogger:
             self._send(self.train.step_values(strategy), strategy, step, epoch)
 
     def publish_eval_step(self, store: MetricStoreView, strategy: Strategy, dataloader_idx: int) -> None:
-        """An evaluation batch's on-step values: into ``logged_metrics`` and to the loggers, at the
-        loader's count of batches so far in this fit / validate / test (Lightning's evaluation step).
+        """An evaluation batch's on-step values to the loggers, at the loader's count of batches so far
+        in this fit / validate / test (Lightning's evaluation step).
 
         Global rank 0's own values, unreduced: ranks may see different numbers of evaluation batches,
         so a collective per batch could wait forever (the run's aggregates are reduced exactly).
         """
         step = self._eval_steps.get(dataloader_idx, 0)
         self._eval_steps[dataloader_idx] = step + 1
-        values = store.step_values(strategy, local=True) if strategy.is_global_zero else {}
+        if not self.loggers or not strategy.is_global_zero:
+            return
+        values = store.step_values(strategy, local=True)
         if not values:
             return
-        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})
         numbers = {k: float(v) for k, v in values.items()}
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 
     def preview_epoch(self, store: MetricStoreView, strategy: Strategy, sync_all: bool = False) -> None:
-        """Put ``store``'s epoch aggregates so far into the callback metrics (for the epoch-end hooks).
+        """The end of ``store``'s batches: its views show epoch aggregates from here (for the epoch-end hooks).
 
         `publish_epoch` computes them again after the hooks (a reduction per epoch, not per step),
         so values the module logs in its epoch-end hook are included.
         """
-        self._callback_metrics.update(store.epoch_values(strategy, sync_all=sync_all))
+        if store.stepping:
+            self._take_in(store)  # the last batch's step values stay shown, as Lightning's
+        store.epoch_values(strategy, sync_all=sync_all)
+        store.stepping = False
+
+    def finish_unpublished(self, store: MetricStoreView, strategy: Strategy, sync_all: bool = False) -> dict[str, torch.Tensor]:
+        """The sanity check's end: its aggregates are shown (until `clear_shown`), never logged."""
+        values = store.finish_epoch(strategy, sync_all=sync_all)
+        self._take_in(store)
+        return values
 
     def publish_epoch(
         self, store: MetricStoreView, strategy: Strategy, step: int, epoch: int, sync_all: bool = False
     ) -> dict[str, torch.Tensor]:
-        """Publish ``store``'s epoch aggregates (callback metrics and loggers); return what the loggers
-        get (Lightning's ``validate`` / ``test`` results: no ``logger=False`` value, no bare forked name).
-
-        A training epoch's last step values join ``logged_metrics`` too, sent or not (a step between
-        two ``log_every_n_steps``), as Lightning's do; the loggers get only what was sent.
-        """
-        unsent = store.step_values(strategy) if store.training and self.loggers else {}  # every rank: it may reduce
+        """Publish ``store``'s epoch aggregates (the three dicts and the loggers); return what the loggers
+        get (Lightning's ``validate`` / ``test`` results: no ``logger=False`` value, no bare forked name)."""
         values = store.finish_epoch(strategy, sync_all=sync_all)
-        if strategy.is_global_zero:
-            self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in unsent.items()})
-        self._callback_metrics.update(values)
-        if not store.training:
-            self._eval_progress_bar_keys = store.progress_bar_keys()
+        self._take_in(store)
         hidden = store.hidden_from_loggers()
         logged = {k: v for k, v in values.items() if k not in hidden}
-        if not store.training and strategy.is_global_zero:  # with or without loggers, as Lightning's evaluation
-            self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in logged.items()})
         self._send(logged, strategy, step, epoch)
         if self.loggers and strategy.is_global_zero:  # the epoch's records are on disk when its hooks end
             for lg in self.loggers:
@@ -150,17 +149,15 @@ class MetricLogger:
 
     def restore(self, callback_metrics: Mapping[str, torch.Tensor], logged: Mapping[str, torch.Tensor]) -> None:
         """Take another process's published metrics (rank 0's, after a spawned run)."""
-        self._callback_metrics = dict(callback_metrics)
-        self._callback_view = {}
-        self._logged = dict(logged)
+        self.train.reset()
+        self.active = self.train
+        self._shown = {"callback": dict(callback_metrics), "log": dict(logged), "pbar": {}}
 
     def _send(self, values: Mapping[str, torch.Tensor], strategy: Strategy, step: int, epoch: int) -> None:
         if not values or not self.loggers or not strategy.is_global_zero:
             return
         numbers = {k: float(v) for k, v in values.items()}
-        numbers["epoch"] = float(epoch)  # every record: CSV rows group by it
-        # read above: no new sync; "epoch" goes to the loggers only, as Lightning's
-        self._logged.update({k: torch.as_tensor(v).detach().cpu() for k, v in values.items()})
+        numbers["epoch"] = float(epoch)  # every record: CSV rows group by it; the loggers' only, as Lightning's
         for lg in self.loggers:
             lg.log_metrics(numbers, step=step)
 

@@ -56,6 +56,9 @@ class MetricStore:
     def __init__(self, training: bool) -> None:
         self.training = training
         self.in_step = False  # inside a batch: `log` defaults to on_step for training
+        # between the first batch and the end of the batches: the views show step values, after
+        # them epoch aggregates (Lightning's ``_first_loop_iter is not None``)
+        self.stepping = False
         self.dataloader_suffix = ""
         self._entries: dict[str, _Entry] = {}
         self.aggregates: dict[str, torch.Tensor] = {}  # what `epoch_values` last returned
@@ -67,6 +70,7 @@ class MetricStore:
         """The batch being processed (its size weights epoch means; computed only if needed)."""
         self._batch = batch
         self._batch_size_known = False
+        self.stepping = True
 
     @property
     def batch_size(self) -> int | None:
@@ -146,6 +150,43 @@ class MetricStore:
                 out[key + "_step"] = e.last
         return out
 
+    def view(self, kind: str) -> dict[str, Any]:
+        """What Lightning's result collection shows now to ``callback_metrics`` (``kind`` "callback"),
+        ``logged_metrics`` ("log") or ``progress_bar_metrics`` ("pbar", numbers read from the device).
+
+        While `stepping`: the on-step values (training's in the callback metrics too, evaluation's
+        not); after the batches: the on-epoch aggregates, as `epoch_values` last computed them
+        (this rank's own for a value first logged after that, in an epoch-end hook).
+        """
+        out: dict[str, Any] = {}
+        stepping = self.stepping
+        for key, e in self._entries.items():
+            forked, value = self._shown_value(key, e, stepping)
+            if value is None:
+                continue
+            if kind == "log":
+                if e.logger:
+                    out[forked] = value
+            elif kind == "pbar":
+                if e.prog_bar:
+                    out[forked] = value.item()
+            elif self.training or not stepping:
+                out[key] = value
+                out[forked] = value
+        return out
+
+    def _shown_value(self, key: str, e: _Entry, stepping: bool) -> tuple[str, torch.Tensor | None]:
+        """``(the name the loggers get, the value)`` of one entry in `view` (None: nothing to show now)."""
+        if stepping:
+            return (key + "_step" if e.on_epoch else key), (e.last if e.on_step else None)
+        forked = key + "_epoch" if e.on_step else key
+        if not e.on_epoch:
+            return forked, None
+        value = self.aggregates.get(forked)
+        if value is None and e.metric is None and e.total is not None:
+            value = _local_aggregate(e)
+        return forked, value
+
     def hidden_from_loggers(self) -> set[str]:
         """Names the loggers do not get (as in Lightning).
 
@@ -213,6 +254,7 @@ class MetricStore:
         self._reset_metric_objects()  # an epoch stopped early (max_steps) must not leak its state
         self._entries.clear()
         self.aggregates = {}
+        self.stepping = False
         self._batch = None
         self._batch_size_known = False
 
@@ -284,6 +326,12 @@ def _accumulate(entry: _Entry, value: torch.Tensor, batch_size: int | None) -> N
     else:
         pick: Callable[..., torch.Tensor] = torch.maximum if entry.reduce == "max" else torch.minimum
         entry.total = value.float().clone() if entry.total is None else pick(entry.total, value.float())
+
+
+def _local_aggregate(entry: _Entry) -> torch.Tensor:
+    """This rank's aggregate so far, without communication (a view reads it, on one rank only)."""
+    assert entry.total is not None
+    return entry.total / entry.weight if entry.reduce == "mean" else entry.total
 
 
 def _finish(key: str, entry: _Entry, strategy: Strategy, sync: bool) -> torch.Tensor:

@@ -147,7 +147,6 @@ class ModelCheckpoint(Checkpoint):
         self._last_time_checked: float | None = None
         self._missing_fields_warned: set[str] = set()
         self._in_fit = False
-        self._saves_in_epoch = False  # a step or time schedule: `on_train_batch_end` has work (set per fit)
         self._pending_state: dict[str, Any] | None = None
         self._claim = DirectoryClaim()  # its directory's lock, held during fit (global rank 0)
         self._tracker = _ValidationMetricTracker(monitor) if monitor is not None else None
@@ -216,12 +215,11 @@ class ModelCheckpoint(Checkpoint):
 
     def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
         self._last_time_checked = time.monotonic()
-        self._saves_in_epoch = bool(self.every_n_train_steps) or self.train_time_interval is not None
 
     def on_train_batch_end(
         self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not self._saves_in_epoch:  # no schedule within an epoch (decided once per fit)
+        if not self.every_n_train_steps and self.train_time_interval is None:  # no schedule within an epoch
             return
         step = trainer.global_step
         # with accumulation several micro batches share one global step: save once

@@ -92,3 +92,19 @@ def test_the_trainer_finds_callbacks_by_their_declared_role(tmp_path):
     assert not any(isinstance(cb, ProgressBar) for cb in trainer.callbacks)  # the declared bar stands in
     assert not any(isinstance(cb, ModelCheckpoint) for cb in trainer.callbacks)
     assert trainer.checkpoint_callbacks == [ckpt] and trainer.callbacks[-1] is ckpt  # checkpoints run last
+
+
+class LogsFromItsHooks(Callback):
+    """A library's callback that logs with ``self.log`` (Lightning gives callbacks the module's)."""
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.log("from_callback", float(trainer.current_epoch) + 0.25)
+        self.log_dict({"also_from_callback": 2.0})
+
+
+def test_a_callback_logs_with_the_modules_log_and_log_dict(tmp_path):
+    trainer = Trainer(accelerator="cpu", max_epochs=2, callbacks=[LogsFromItsHooks()], default_root_dir=tmp_path,
+                      **QUIET)
+    trainer.fit(Regression(), loader(regression_data(8), 4))
+    assert float(trainer.callback_metrics["from_callback"]) == 1.25
+    assert float(trainer.callback_metrics["also_from_callback"]) == 2.0

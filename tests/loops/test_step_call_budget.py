@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import sys
 from pathlib import Path
 from typing import Any
@@ -96,11 +97,16 @@ def _calls(max_steps: int, defaults: bool, accumulate: int, root: Path) -> colle
             counts[name] += 1
 
     module, loader = _Tiny(), DataLoader(data, batch_size=2)
+    # No cyclic garbage collection inside the count: a generator it collects (an earlier loader iterator)
+    # is closed, which enters it once more, at a moment that depends on what ran before in this process.
+    gc.collect()
+    gc.disable()
     sys.setprofile(profile)
     try:
         t.fit(module, loader)
     finally:
         sys.setprofile(None)
+        gc.enable()
     return counts
 
 

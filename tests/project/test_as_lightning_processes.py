@@ -93,7 +93,7 @@ def test_without_the_runner_the_script_runs_on_the_installed_lightning(tmp_path)
 def test_a_trainer_of_one_device_in_a_rank_predicts_alone_as_in_lightning(tmp_path):
     """After a 2-rank fit, ``Trainer(devices=1)`` in each rank is a Trainer of that process alone (world 1,
     rank 0, the whole set predicted), as Lightning makes it (pytorch-forecasting's ``predict`` builds one)."""
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "lightning").mkdir()
     (tmp_path / "lockstep").mkdir()
     theirs = _seen(tmp_path / "lightning", [str(SCRIPT), "ddp_then_alone"])
@@ -107,7 +107,7 @@ def test_two_ranks_under_the_runner_train_on_lightning_s_shares(tmp_path):
     """Under the runner, 2 ranks over a shuffled loader train on Lightning's DistributedSampler shares
     (seed + epoch), so they end with the parameters Lightning's 2 ranks end with (Lockstep's own order,
     the one-process order, would give others): what the library census's 2-process rows compare."""
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     (tmp_path / "lightning").mkdir()
     (tmp_path / "lockstep").mkdir()
     theirs = _seen(tmp_path / "lightning", [str(SCRIPT), "ddp_shuffled"])

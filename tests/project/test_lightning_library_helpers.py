@@ -6,6 +6,7 @@ built from the Trainer's flags (scvi-tools' ``parse_device_args`` reads ``_accel
 from __future__ import annotations
 
 import pytest
+from tests.helpers.optional import importorskip
 
 from trainer.lightning.accelerator_connector import _AcceleratorConnector
 from trainer.loggers import rank_zero_experiment
@@ -38,7 +39,7 @@ def test_rank_zero_experiment_gives_the_experiment_on_rank_zero_and_a_do_nothing
 
 @pytest.mark.parametrize("accelerator, devices", FLAGS)
 def test_a_connector_built_from_flags_resolves_them_as_lightning(accelerator, devices):
-    pytest.importorskip("lightning")
+    importorskip("lightning.pytorch")
     from lightning.pytorch.trainer.connectors.accelerator_connector import _AcceleratorConnector as Theirs
 
     theirs, ours = Theirs(accelerator=accelerator, devices=devices), _AcceleratorConnector(accelerator=accelerator, devices=devices)

@@ -18,7 +18,7 @@ FLAGS = [("cpu", 1), ("cpu", 2), ("cpu", "auto"), ("auto", "auto"), ("cpu", "3")
 
 
 def test_rank_prefixed_message_as_lightning():
-    from lightning.pytorch.utilities.rank_zero import rank_prefixed_message as theirs
+    theirs = importorskip("lightning.pytorch.utilities.rank_zero").rank_prefixed_message
 
     for rank in (None, 0, 3):
         assert rank_prefixed_message("saved", rank) == theirs("saved", rank)

@@ -91,7 +91,7 @@ class _FileLogger(Logger):
         self._version_fixed = True
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if not self._version_fixed:
             restart = trainer.strategy.is_restart()  # every rank asks: it may be a collective
@@ -108,17 +108,17 @@ class _FileLogger(Logger):
     # -- the flush policy of the file loggers ------------------------------------------------
     # Loggers run before the other callbacks: what was logged so far is on disk for their
     # epoch-end hooks; the epoch aggregates follow with `save()` once they are published.
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self.save()
 
-    def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self.save()
 
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: ModuleView, exception: BaseException) -> None:
         self._after_failure()
         self._remove_empty_version_dir()
 
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self.save()
         self._remove_empty_version_dir()  # a resume that trained nothing leaves no empty version_N
 

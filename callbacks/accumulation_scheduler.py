@@ -66,7 +66,7 @@ class GradientAccumulationScheduler(Callback):
             value = accumulate
         return value
 
-    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # a value this callback set in an earlier `fit` of the same Trainer is not a conflict
         if trainer.accumulate_grad_batches not in (1, self._last_set):
             raise ValueError(
@@ -75,6 +75,6 @@ class GradientAccumulationScheduler(Callback):
                 "Trainer argument, or put its value in the schedule; a Trainer(global_batch_size=...) fixes it)."
             )
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._last_set = self.get_accumulate_grad_batches(trainer.current_epoch)
         trainer.accumulate_grad_batches = self._last_set

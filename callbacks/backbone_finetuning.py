@@ -70,10 +70,10 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict["previous_backbone_lr"]
         super().load_state_dict(state_dict)
 
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
-        _backbone(module)
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
+        _backbone(pl_module)
         self._trainer = trainer
-        super().setup(trainer, module, stage)
+        super().setup(trainer, pl_module, stage)
 
     def freeze_before_training(self, pl_module: ModuleView) -> None:
         self.freeze(_backbone(pl_module))

@@ -157,21 +157,21 @@ class BaseFinetuning(Callback):
             optimizer.add_param_group({"params": params, "lr": params_lr / denom})
 
     # -- the schedule ---------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         if stage == "fit":
             self._finetuned_epoch = -1  # a new fit; a resumed one gets its saved value back after this
-            self.freeze_before_training(module)
+            self.freeze_before_training(pl_module)
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # Resumed inside an epoch whose finetuning step the saved run already took: the restored
         # groups and rates include it, and taking it again would compound the rate change.
         if trainer.current_epoch <= self._finetuned_epoch:
             return
         self._finetuned_epoch = trainer.current_epoch
-        names = {p: n for n, p in module.named_parameters()}
+        names = {p: n for n, p in pl_module.named_parameters()}
         for index, optimizer in enumerate(trainer.optimizers):
             before = len(optimizer.param_groups)
-            self.finetune_function(module, trainer.current_epoch, optimizer)
+            self.finetune_function(pl_module, trainer.current_epoch, optimizer)
             groups = optimizer.param_groups
             if index not in self._internal_optimizer_metadata:
                 self._internal_optimizer_metadata[index] = _map_params(groups, names)

@@ -209,5 +209,5 @@ class BatchSizeFinder(Callback):
         """Run the search for ``method``'s loaders."""
         self.optimal_batch_size = scale_batch_size(trainer, module, trainer.datamodule, method, self)
 
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
-        self.scale_batch_size(trainer, module, stage)
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
+        self.scale_batch_size(trainer, pl_module, stage)

@@ -107,27 +107,27 @@ class EarlyStopping(Callback):
         return f"EarlyStopping{{monitor={self.monitor!r}, mode={self.mode!r}}}"
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._in_fit = True
 
-    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._in_fit = False
 
-    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not self._in_fit or trainer.sanity_checking:
             return
         from_validation = self._tracker.on_validation_end(trainer)
         if self.check_on_train_epoch_end is False or (self.check_on_train_epoch_end is None and from_validation):
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not self._in_fit or self.check_on_train_epoch_end is False:
             return
         if self.check_on_train_epoch_end is None and self._tracker.is_validation_metric:

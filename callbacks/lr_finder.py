@@ -136,14 +136,14 @@ class _RangeRecorder(Callback):
     def _window_end(self, trainer: TrainerView, batch_idx: int) -> bool:
         return (batch_idx + 1) % trainer.accumulate_grad_batches == 0
 
-    def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, pl_module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self._window_end(trainer, batch_idx):
             schedule = trainer.lr_scheduler_configs[0].scheduler
             assert isinstance(schedule, _RangeSchedule)  # the finder's own (it wraps configure_optimizers)
             self.lrs.append(float(schedule.lr[0]))
 
     def on_train_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self._window_end(trainer, batch_idx):
             return
@@ -274,7 +274,7 @@ class LearningRateFinder(Callback):
         """Run the range test on the fit's training data."""
         self.optimal_lr = lr_find(trainer, module, trainer.train_dataloader, None, None, *self._settings)
 
-    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
-        self.lr_find(trainer, module)
+    def on_fit_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
+        self.lr_find(trainer, pl_module)
 
 

@@ -51,15 +51,15 @@ class LearningRateMonitor(Callback):
         self._every = 0  # the Trainer's log_every_n_steps, read once per fit
         self._manual = False  # the module steps its optimizers: the loggers count batches
 
-    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not trainer.loggers:
             raise ValueError("LearningRateMonitor needs a logger: the Trainer has none (logger=False).")
         self.lrs = {name: [] for name, _, _ in self._groups(trainer)}
         self._last_step_logged = -1
         self._every = trainer.log_every_n_steps
-        self._manual = not module.automatic_optimization
+        self._manual = not pl_module.automatic_optimization
 
-    def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, pl_module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self.logging_interval == "epoch":
             return
         # a comparison or two per batch; the learning rates are read only when they are logged
@@ -72,7 +72,7 @@ class LearningRateMonitor(Callback):
         self._last_step_logged = step
         self._log(trainer, "step", step)
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self.logging_interval != "step":
             self._log(trainer, "epoch", trainer.fit_progress.batches_total if self._manual else trainer.global_step)
 

@@ -279,11 +279,11 @@ class MLFlowLogger(Logger):
         return {**self.__dict__, "_client": None}
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         self._root_dir = trainer.default_root_dir
 
-    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not self.log_model or not trainer.is_global_zero or not self._sends:
             return
         for cb in trainer.checkpoint_callbacks:

@@ -172,7 +172,7 @@ class ModelCheckpoint(Checkpoint):
         return self._last_global_step_saved, self._last_checkpoint_saved
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # after every `setup`: the logger has fixed its version, so `trainer.log_dir` is final
         self._in_fit = True
         if self.dirpath is None:
@@ -203,21 +203,21 @@ class ModelCheckpoint(Checkpoint):
         pending = set(state.get("best_k_models", {})) | {state.get("last_model_path", "")} if state else set()
         return (set(self.best_k_models) | {self.last_model_path} | pending) - {""}
 
-    def on_fit_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._in_fit = False
 
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def teardown(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._in_fit = False
         if stage == "fit":
             self._claim.release()
             # a later `fit` counts steps from 0 again (or from its checkpoint, restored before it)
             self._last_global_step_saved = -1
 
-    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._last_time_checked = time.monotonic()
 
     def on_train_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self.every_n_train_steps and self.train_time_interval is None:  # no schedule within an epoch
             return
@@ -237,11 +237,11 @@ class ModelCheckpoint(Checkpoint):
         if due_by_steps or due_by_time:
             self._save(trainer, top_k=True, last="always")
 
-    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self._tracker is not None and self._in_fit:
             self._tracker.on_validation_start(trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not self._in_fit or trainer.sanity_checking:
             return
         from_validation = self._tracker.on_validation_end(trainer) if self._tracker is not None else False
@@ -252,7 +252,7 @@ class ModelCheckpoint(Checkpoint):
             return
         self._save_at_epoch_end(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not self._in_fit:
             return
         if self.save_on_train_epoch_end is None:
@@ -262,17 +262,17 @@ class ModelCheckpoint(Checkpoint):
             return
         self._save_at_epoch_end(trainer)
 
-    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # max_steps stopped the run inside an epoch: the epoch is not over, so its end hooks did
         # not run. Without a monitor, save what that epoch end would have (the latest state; it
         # resumes at the next batch). A monitored metric's epoch value is not final there.
         position = trainer.fit_progress
         if self.monitor is None and position.batches_done and not position.epoch_finished:
-            self.on_train_epoch_end(trainer, module)
+            self.on_train_epoch_end(trainer, pl_module)
         if self.save_last and not self._last_checkpoint_saved and trainer.global_step > 0:
             self._save(trainer, top_k=False, last="always")  # as Lightning: save_last always leaves one
 
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: ModuleView, exception: BaseException) -> None:
         if (
             not self.save_on_exception
             or not self._in_fit

@@ -119,9 +119,9 @@ class ModelSummary(Callback):
             raise ValueError(f"ModelSummary max_depth must be >= -1, got {max_depth}")
         self.max_depth = max_depth
 
-    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self.max_depth != 0 and trainer.is_global_zero:
-            print(summarize(torch_module(module), self.max_depth), flush=True)
+            print(summarize(torch_module(pl_module), self.max_depth), flush=True)
 
 
 class RichModelSummary(ModelSummary):
@@ -140,13 +140,13 @@ class RichModelSummary(ModelSummary):
             ) from None
         super().__init__(max_depth)
 
-    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self.max_depth == 0 or not trainer.is_global_zero:
             return
         from rich.console import Console
         from rich.table import Table
 
-        rows, totals = _table(torch_module(module), self.max_depth)
+        rows, totals = _table(torch_module(pl_module), self.max_depth)
         table = Table(header_style="bold magenta")
         for column in rows[0]:
             table.add_column(column)

@@ -34,6 +34,6 @@ class OnExceptionCheckpoint(Callback):
         """Where the checkpoint is written."""
         return storage.join(self.dirpath, self.filename + self.FILE_EXTENSION)
 
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
+    def on_exception(self, trainer: TrainerView, pl_module: ModuleView, exception: BaseException) -> None:
         if trainer.state.fn == "fit":  # only a fit has a run to resume
             trainer.save_checkpoint(self.ckpt_path)

@@ -72,13 +72,13 @@ class BasePredictionWriter(Callback):
         ``batch_indices`` always has one list per loader)."""
         raise NotImplementedError()
 
-    def on_predict_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_predict_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._predictions, self._indices, self._planned = {}, {}, {}
 
     def on_predict_batch_end(
         self,
         trainer: TrainerView,
-        module: ModuleView,
+        pl_module: ModuleView,
         outputs: Any,
         batch: Any,
         batch_idx: int,
@@ -89,9 +89,9 @@ class BasePredictionWriter(Callback):
             self._predictions.setdefault(dataloader_idx, []).append(outputs)
             self._indices.setdefault(dataloader_idx, []).append(indices)
         if self.interval != "epoch":
-            self.write_on_batch_end(trainer, module, outputs, indices, batch, batch_idx, dataloader_idx)
+            self.write_on_batch_end(trainer, pl_module, outputs, indices, batch, batch_idx, dataloader_idx)
 
-    def on_predict_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_predict_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self.interval == "batch":
             return
         keys = sorted(self._predictions)
@@ -99,7 +99,7 @@ class BasePredictionWriter(Callback):
         indices = [self._indices[k] for k in keys]
         if len(keys) == 1:  # as Lightning: one loader's predictions flat, the indices always per loader
             predictions = predictions[0]
-        self.write_on_epoch_end(trainer, module, predictions, indices)
+        self.write_on_epoch_end(trainer, pl_module, predictions, indices)
 
     def _batch_indices(self, trainer: TrainerView, batch_idx: int, dataloader_idx: int) -> list[int] | None:
         """The dataset indices of this batch, read from the loader's batch sampler when its order is fixed."""

@@ -43,27 +43,27 @@ class RayReportCallback(Callback):
             ) from err
         self._reported: tuple[int, str] | None = None  # the checkpoint callback's save last reported
 
-    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # a resumed fit starts from a save Ray already has
         checkpoint = _checkpoint_callback(trainer)
         self._reported = None if checkpoint is None else checkpoint.last_save
 
     def on_train_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._report_new_save(trainer)
 
-    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if not trainer.sanity_checking:
             self._report_new_save(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if _checkpoint_callback(trainer) is None:
             _report(trainer, None)
         else:
             self._report_new_save(trainer)
 
-    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._report_new_save(trainer)
 
     def _report_new_save(self, trainer: TrainerView) -> None:

@@ -54,12 +54,12 @@ class RichProgressBar(ProgressBar):
             self._progress.stop()
             self._progress = None
 
-    def on_exception(self, trainer: TrainerView, module: ModuleView, exception: BaseException) -> None:
-        super().on_exception(trainer, module, exception)
+    def on_exception(self, trainer: TrainerView, pl_module: ModuleView, exception: BaseException) -> None:
+        super().on_exception(trainer, pl_module, exception)
         self._stop_live()
 
-    def teardown(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
-        super().teardown(trainer, module, stage)
+    def teardown(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
+        super().teardown(trainer, pl_module, stage)
         self._stop_live()
 
     def __getstate__(self) -> dict[str, Any]:

@@ -117,11 +117,11 @@ class StochasticWeightAveraging(Callback):
         return averaged + (current - averaged) / (num_averaged + 1)
 
     # -- hooks ----------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         if stage == "fit" and "fsdp" in type(trainer.strategy).__name__.lower():
             raise ValueError("StochasticWeightAveraging does not support sharded models (strategy='fsdp').")
 
-    def on_fit_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_fit_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if len(trainer.optimizers) != 1:
             raise ValueError(f"StochasticWeightAveraging works with 1 optimizer, got {len(trainer.optimizers)}.")
         if len(trainer.lr_scheduler_configs) > 1:
@@ -132,7 +132,7 @@ class StochasticWeightAveraging(Callback):
                 raise ValueError("StochasticWeightAveraging(swa_epoch_start=<float>) needs max_epochs; give an int epoch.")
             self._swa_epoch_start = int(max_epochs * self._swa_epoch_start)
         self._max_epochs = max_epochs
-        named = list(module.named_parameters())
+        named = list(pl_module.named_parameters())
         self._names = [name for name, _ in named]
         device = self._device or next((p.device for _, p in named), torch.device("cpu"))
         self._average = [p.detach().to(device, copy=True) for _, p in named]
@@ -144,7 +144,7 @@ class StochasticWeightAveraging(Callback):
             # the view is read-only (a Sequence); SWA alone replaces the Trainer's list of configs
             cast("list[LRSchedulerConfig]", trainer.lr_scheduler_configs).clear()
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         epoch = trainer.current_epoch
         in_window = self.swa_start <= epoch <= self.swa_end
         if in_window and not self._initialized:
@@ -154,16 +154,16 @@ class StochasticWeightAveraging(Callback):
                 self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long)
         if in_window and epoch > self._latest_update_epoch:
             assert self._average is not None and self.n_averaged is not None
-            self.update_parameters(self._average, list(module.parameters()), self.n_averaged, self._avg_fn)
+            self.update_parameters(self._average, list(pl_module.parameters()), self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
-    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # only a fit that trained through the last epoch gets the average (a stopped one keeps its weights)
         if self._average is None or not (self._max_epochs == -1 or trainer.current_epoch - 1 == self.swa_end):
             return
-        self.transfer_weights(self._average, list(module.parameters()))
-        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules()):
-            self._update_batch_norm(trainer, module)
+        self.transfer_weights(self._average, list(pl_module.parameters()))
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in pl_module.modules()):
+            self._update_batch_norm(trainer, pl_module)
 
     # -- the average ------------------------------------------------------------------------------
     @staticmethod

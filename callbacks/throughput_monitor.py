@@ -50,21 +50,21 @@ class ThroughputMonitor(Callback):
         self._excluded = 0.0
 
     # -- hooks ------------------------------------------------------------------------------
-    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._reset_interval(time.perf_counter(), trainer.global_step)
         self._batch_end = None
 
-    def on_train_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # the first batch's wait includes creating the epoch's data iterator (worker start-up)
         self._batch_end = time.perf_counter()
 
-    def on_train_batch_start(self, trainer: TrainerView, module: ModuleView, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: TrainerView, pl_module: ModuleView, batch: Any, batch_idx: int) -> None:
         if self._batch_end is not None:
             self._wait += time.perf_counter() - self._batch_end
             self._batch_end = None
 
     def on_train_batch_end(
-        self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int
+        self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         size = trainer.train_batch_size  # the size `self.log` weights this batch by
         self._samples += size if size is not None else trainer.micro_batch_size or 0
@@ -76,10 +76,10 @@ class ThroughputMonitor(Callback):
             self._log(trainer, now, step)
         self._batch_end = time.perf_counter()
 
-    def on_validation_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         self._validation_start = time.perf_counter()
 
-    def on_validation_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self._validation_start is not None:
             self._excluded += time.perf_counter() - self._validation_start
             self._validation_start = None

@@ -96,11 +96,11 @@ class Timer(Callback):
     on_predict_start = _clock_hook("predict", starts=True)
     on_predict_end = _clock_hook("predict", starts=False)
 
-    def on_train_batch_end(self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.interval == "step" and self.duration is not None:
             self._check(trainer)
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self.interval == "epoch" and self.duration is not None:
             self._check(trainer)
 

@@ -173,7 +173,7 @@ class WandbLogger(Logger):
         return {**self.__dict__, "_run": None}  # each spawned worker starts (or resumes) its own
 
     # -- hooks ------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         self._rank = trainer.global_rank
         if self._save_dir is None and not storage.is_url(trainer.default_root_dir):
             self._save_dir = os.fspath(trainer.default_root_dir)  # a URL root: the current directory

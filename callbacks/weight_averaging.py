@@ -48,41 +48,41 @@ class WeightAveraging(Callback):
         return step_idx is not None
 
     # -- hooks ----------------------------------------------------------------------------------
-    def setup(self, trainer: TrainerView, module: ModuleView, stage: str) -> None:
+    def setup(self, trainer: TrainerView, pl_module: ModuleView, stage: str) -> None:
         if stage == "fit":
-            device = self._device or next((p.device for p in module.parameters()), torch.device("cpu"))
-            self._average_model = AveragedModel(model=torch_module(module), device=device, use_buffers=self._use_buffers,
+            device = self._device or next((p.device for p in pl_module.parameters()), torch.device("cpu"))
+            self._average_model = AveragedModel(model=torch_module(pl_module), device=device, use_buffers=self._use_buffers,
                                                 **self._kwargs)
             self._average_in_module = False
 
-    def on_train_batch_end(self, trainer: TrainerView, module: ModuleView, outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: TrainerView, pl_module: ModuleView, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         # after a micro batch that ended no window, global_step has not moved: nothing new to average
         if trainer.global_step > self._latest_update_step and self.should_update(step_idx=trainer.global_step - 1):
             assert self._average_model is not None
-            self._average_model.update_parameters(torch_module(module))
+            self._average_model.update_parameters(torch_module(pl_module))
             self._latest_update_step = trainer.global_step
 
-    def on_train_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if trainer.current_epoch > self._latest_update_epoch and self.should_update(epoch_idx=trainer.current_epoch):
             assert self._average_model is not None
-            self._average_model.update_parameters(torch_module(module))
+            self._average_model.update_parameters(torch_module(pl_module))
             self._latest_update_epoch = trainer.current_epoch
 
-    def on_train_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_train_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         # A swap, not a copy (Lightning copies): the trained weights are the only state a resume
         # can continue from, and the last.ckpt of fit end and any later save_checkpoint need them.
         if self._average_model is not None and not self._average_in_module:
-            self._swap(module)
+            self._swap(pl_module)
             self._average_in_module = True
 
-    def on_validation_epoch_start(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_epoch_start(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self._average_model is not None and not self._average_in_module:
-            self._swap(module)
+            self._swap(pl_module)
 
-    def on_validation_epoch_end(self, trainer: TrainerView, module: ModuleView) -> None:
+    def on_validation_epoch_end(self, trainer: TrainerView, pl_module: ModuleView) -> None:
         if self._average_model is not None and not self._average_in_module:
-            self._swap(module)
+            self._swap(pl_module)
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -91,7 +91,7 @@ class WeightAveraging(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._latest_update_step = state_dict["latest_update_step"]
 
-    def on_save_checkpoint(self, trainer: TrainerView, module: ModuleView, checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: TrainerView, pl_module: ModuleView, checkpoint: dict[str, Any]) -> None:
         if self._average_model is None:  # outside fit: the module's own weights (averaged after a fit)
             return
         state = self._average_model.state_dict()
@@ -103,13 +103,13 @@ class WeightAveraging(Callback):
             checkpoint["state_dict"] = held
         checkpoint["averaging_state"] = {name: value for name, value in state.items() if not name.startswith("module.")}
 
-    def on_load_checkpoint(self, trainer: TrainerView, module: ModuleView, checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: TrainerView, pl_module: ModuleView, checkpoint: dict[str, Any]) -> None:
         if self._average_model is None:
             return
         if "current_model_state" in checkpoint and "averaging_state" in checkpoint:
             state = {"module." + name: value for name, value in checkpoint["state_dict"].items()}
             self._average_model.load_state_dict({**state, **checkpoint["averaging_state"]})
-            torch_module(module).load_state_dict(checkpoint["current_model_state"])
+            torch_module(pl_module).load_state_dict(checkpoint["current_model_state"])
         else:  # a checkpoint written without averaging: both start from its weights
             self._average_model.module.load_state_dict(checkpoint["state_dict"], strict=False)
 

@@ -203,17 +203,17 @@ class SaveConfigCallback(Callback):
     # makes before its first step, so a refused run (a `GlobalBatchError`, a checkpoint that does not
     # fit) writes nothing, and its empty log version goes again. The loggers' version is fixed by then.
     # The CLI's callback runs on the Trainer and the TrainModule only, which `save_config` takes (as Lightning's).
-    def on_fit_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
-        self._save(trainer, module, "fit")
+    def on_fit_start(self, trainer: Trainer, pl_module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, pl_module, "fit")
 
-    def on_validation_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
-        self._save(trainer, module, "validate")
+    def on_validation_start(self, trainer: Trainer, pl_module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, pl_module, "validate")
 
-    def on_test_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
-        self._save(trainer, module, "test")
+    def on_test_start(self, trainer: Trainer, pl_module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, pl_module, "test")
 
-    def on_predict_start(self, trainer: Trainer, module: TrainModule) -> None:  # type: ignore[override]
-        self._save(trainer, module, "predict")
+    def on_predict_start(self, trainer: Trainer, pl_module: TrainModule) -> None:  # type: ignore[override]
+        self._save(trainer, pl_module, "predict")
 
     def _save(self, trainer: Trainer, module: TrainModule, stage: str) -> None:
         if self.already_saved:

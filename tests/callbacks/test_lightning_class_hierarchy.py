@@ -57,6 +57,31 @@ def test_lightning_s_bases_and_the_base_classes_signatures_are_kept_under_the_ru
         if ours[name]["sigs"].get(method) != want
     ]
     assert not differences, "\n".join(differences)
+    # every hook of every class keeps Lightning's parameter names (a subclass's cooperative
+    # `super().on_validation_end(trainer, pl_module=pl_module)` binds by name)
+    renamed = [
+        f"{name}.{method}: Lightning ({want}) Lockstep ({ours[name]['sigs'][method]})"
+        for name, got in theirs.items()
+        if not isinstance(got, str)
+        for method, want in got["sigs"].items()
+        if _is_hook(method) and method in ours[name]["sigs"] and not _keeps_names(want, ours[name]["sigs"][method])
+    ]
+    assert not renamed, "\n".join(renamed)
+
+
+def _is_hook(method: str) -> bool:
+    return method.startswith("on_") or method in ("setup", "teardown")
+
+
+def _keeps_names(lightning: str, lockstep: str) -> bool:
+    """Lockstep's hook names Lightning's named parameters alike (as SCRIPT writes signatures); where
+    Lightning takes ``*args`` from some point on, any names are fine after it."""
+    def names(signature: str) -> list[str]:
+        return [p.split("=")[0].strip() for p in signature.split(",") if p.strip()]
+
+    theirs, ours = names(lightning), names(lockstep)
+    starred = next((i for i, n in enumerate(theirs) if n.startswith("*")), None)
+    return ours[:starred] == theirs[:starred] if starred is not None else ours == theirs
 
 
 AFTER_SAVE = 'import json, torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader, TensorDataset\nimport lightning.pytorch as pl\nfrom lightning.pytorch.callbacks import ModelCheckpoint\n\nclass Rec(pl.loggers.CSVLogger):\n    calls = []\n    def after_save_checkpoint(self, checkpoint_callback):\n        Rec.calls.append(type(checkpoint_callback).__name__)\n        super().after_save_checkpoint(checkpoint_callback)\n\nclass M(pl.LightningModule):\n    def __init__(self):\n        super().__init__(); self.net = nn.Linear(2, 1)\n    def training_step(self, b, i):\n        return nn.functional.mse_loss(self.net(b[0]), b[1])\n    def configure_optimizers(self):\n        return torch.optim.SGD(self.parameters(), lr=0.1)\ndl = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)\npl.Trainer(accelerator="cpu", max_epochs=2, logger=Rec("logs"), enable_progress_bar=False, enable_model_summary=False,\n           callbacks=[ModelCheckpoint(dirpath="ck", save_top_k=-1, save_last=True)]).fit(M(), dl)\nprint(json.dumps(len(Rec.calls)))\n'

@@ -148,9 +148,10 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         return self._module
 
     @property
-    def model(self) -> torch.nn.Module:
-        """What the loop calls: the module, or its DDP wrapper under a distributed strategy."""
-        return self._strategy.model if self._strategy.model is not None else self.module
+    def model(self) -> torch.nn.Module | None:
+        """What the loop calls: the module, or its DDP wrapper under a distributed strategy; None
+        before the first run, as Lightning's (libraries test ``trainer.model is None``)."""
+        return self._strategy.model if self._strategy.model is not None else self._module
 
     @property
     def lightning_module(self) -> TrainModule | None:

@@ -110,3 +110,41 @@ def test_interrupted_and_init_module():
     with t.init_module():
         layer = nn.Linear(2, 2)
     assert layer.weight.dtype == torch.bfloat16 and torch.get_default_dtype() == torch.float32
+
+
+# Lightning's Trainer attributes whose value on a fresh Trainer (no run yet) Lockstep gives differently:
+# Lockstep keeps the setting as given where Lightning resolves it at construction
+FRESH_DIFFERENCES = {
+    "estimated_stepping_batches": "Lockstep raises until fit has set up its data (Lightning loads the train loader)",
+    "gradient_clip_algorithm": "Lockstep's default is 'norm' (Lightning: None, resolved to 'norm' at the first clip)",
+    "limit_train_batches": "None as given (Lightning: 1.0)",
+    "limit_val_batches": "None as given (Lightning: 1.0)",
+    "limit_test_batches": "None as given (Lightning: 1.0)",
+    "limit_predict_batches": "None as given (Lightning: 1.0)",
+    "max_epochs": "Lockstep resolves the default epoch limit at construction (Lightning: None until fit)",
+    "num_training_batches": "None before fit (Lightning: inf)",
+    "val_dataloaders": "an empty list before a run (Lightning: None)",
+    "test_dataloaders": "an empty list before a run (Lightning: None)",
+    "predict_dataloaders": "an empty list before a run (Lightning: None)",
+}
+
+
+def _outcome(t, name):
+    try:
+        return "None" if getattr(t, name) is None else "value"
+    except Exception:  # noqa: BLE001 - raising is the outcome compared
+        return "raises"
+
+
+def test_a_fresh_trainer_answers_none_values_and_errors_where_lightning_does():
+    """Libraries test ``trainer.model is None`` (and the like) before a run: on a fresh Trainer each
+    attribute is None, a value, or raises exactly where Lightning's is, but for the listed ones."""
+    theirs, ours = pl.Trainer(**QUIET), lockstep.Trainer(**QUIET)
+    differ = {
+        name: (_outcome(theirs, name), _outcome(ours, name))
+        for name in _public_attributes()
+        if name not in NOT_PROVIDED_TRAINER_ATTRIBUTES and name not in FRESH_DIFFERENCES
+        and _outcome(theirs, name) != _outcome(ours, name)
+    }
+    assert not differ, differ
+    assert set(FRESH_DIFFERENCES) <= set(_public_attributes())

@@ -191,7 +191,7 @@ class FitLoop:
         p = self.progress
         self.setup.draw_ahead(self.setup.plan is None and p.global_step == 0 and p.current_epoch == 0)
         hooks.call("on_train_start")
-        t.model.train()
+        (t.model or t.module).train()  # the DDP wrapper where there is one
         self.rank_states_at_end = None
         self._preemption.install()
         self.in_training = True  # stays True when the loop raises: errors name the batch

@@ -15,28 +15,18 @@ from typing import Any, Protocol
 
 import pytest
 
+from tests.helpers.session_cache import once_per_session, session_dir
 from trainer.contracts import internals
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_mypy_finds_no_error_in_trainer_and_callbacks():
-    out = subprocess.run(
-        [sys.executable, "-m", "mypy", "trainer", "callbacks"],
-        capture_output=True, text=True, cwd=REPO, timeout=580,
-    )
-    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
-    assert out.returncode == 0 and not errors, "mypy:\n" + "\n".join(errors or [out.stdout, out.stderr])
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_mypy_finds_a_callback_reaching_past_the_trainers_contract(tmp_path):
+# The samples mypy reads beside trainer/, callbacks/ and the conformance module, each with the errors
+# it must find. One mypy run checks them all (mypy takes about 90 CPU-seconds here, each run analysing
+# the whole package again), made once per session for every xdist worker (tests/helpers/session_cache.py).
+SAMPLES = {
     # what the callbacks may use on the Trainer is `TrainerView`: the loop and private names are not
-    sample = tmp_path / "reaching_callback.py"
-    sample.write_text(
+    "reaching_callback.py": (
         "from __future__ import annotations\n"
         "from callbacks import Callback\n"
         "from trainer.contracts.protocols import ModuleView, TrainerView\n\n\n"
@@ -44,26 +34,9 @@ def test_mypy_finds_a_callback_reaching_past_the_trainers_contract(tmp_path):
         "    def on_train_start(self, trainer: TrainerView, module: ModuleView) -> None:\n"
         "        trainer.fit_loop.agree_on_stop()\n"
         "        print(trainer._strategy, trainer.global_step)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", str(sample)],
-        capture_output=True, text=True, cwd=REPO, timeout=580,
-    )
-    errors = [line.split(": error: ")[1] for line in out.stdout.splitlines() if ": error: " in line]
-    assert [e.split(";")[0].split("  [")[0] for e in errors] == [
-        '"TrainerView" has no attribute "fit_loop"',
-        '"TrainerView" has no attribute "_strategy"',
-    ], out.stdout
-
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_mypy_holds_the_real_classes_against_the_floor_s_protocols(tmp_path):
-    # tests/project/conformance_check.py gives each real class as the protocol its users receive;
-    # the sample shows the check sees a member's type and a member the class lacks
-    sample = tmp_path / "wrong_protocol.py"
-    sample.write_text(
+    ),
+    # the conformance check sees a member's type and a member the class lacks
+    "wrong_protocol.py": (
         "from typing import Protocol\n"
         "from trainer.loops.fit_loop import FitLoop\n"
         "from trainer.trainer import Trainer\n\n\n"
@@ -76,17 +49,74 @@ def test_mypy_holds_the_real_classes_against_the_floor_s_protocols(tmp_path):
         "    return trainer\n\n\n"
         "def lacking(loop: FitLoop) -> Lacking:\n"
         "    return loop\n"
-    )
+    ),
+    # the signature survives `hint_misspelled_arguments`; a setting or run field has its field's type;
+    # a misspelled attribute is an error (the Lightning `__getattr__` is not seen by the type checker)
+    "typed_trainer.py": (
+        "from typing_extensions import assert_type\n"
+        "from trainer import Trainer\n"
+        "from trainer.loops.fit_loop import FitLoop\n\n"
+        "Trainer(max_epoch=3)\n"
+        "Trainer(max_epochs='x')\n"
+        "t = Trainer(max_epochs=3)\n"
+        "assert_type(t.max_epochs, int | None)\n"
+        "assert_type(t.default_root_dir, str)\n"
+        "assert_type(t.should_stop, bool)\n"
+        "assert_type(t.fit_loop, FitLoop)\n"
+        "t.should_stop = True\n"
+        "t.max_epoch\n"
+    ),
+}
+
+
+def _run_mypy(folder: Path) -> dict[str, Any]:
+    for name, text in SAMPLES.items():
+        (folder / name).write_text(text)
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", "tests/project/conformance_check.py", str(sample)],
+        [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", "trainer", "callbacks",
+         "tests/project/conformance_check.py", *(str(folder / name) for name in SAMPLES)],
         capture_output=True, text=True, cwd=REPO, timeout=580,
     )
-    errors = [line.split(": error: ")[1] for line in out.stdout.splitlines() if ": error: " in line]
-    assert [e.split("  [")[0] for e in errors] == [
+    errors: dict[str, list[str]] = {}
+    for line in out.stdout.splitlines():
+        if ": error: " in line:
+            where, message = line.split(": error: ", 1)
+            errors.setdefault(Path(where.split(":")[0]).name, []).append(message.split("  [")[0])
+    return {"stdout": out.stdout + out.stderr, "errors": errors}
+
+
+@pytest.fixture(scope="module")
+def mypy_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = session_dir(tmp_path_factory) / "mypy-samples"
+    folder.mkdir(exist_ok=True)
+    return once_per_session(tmp_path_factory, "tests/project/test_types.py::mypy_run", lambda: _run_mypy(folder))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mypy_finds_no_error_in_trainer_and_callbacks(mypy_run):
+    # the conformance module included: each real class given as the protocol its users receive
+    ours = {name: errors for name, errors in mypy_run["errors"].items() if name not in SAMPLES}
+    assert not ours, "mypy:\n" + mypy_run["stdout"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mypy_finds_a_callback_reaching_past_the_trainers_contract(mypy_run):
+    assert [e.split(";")[0] for e in mypy_run["errors"].get("reaching_callback.py", [])] == [
+        '"TrainerView" has no attribute "fit_loop"',
+        '"TrainerView" has no attribute "_strategy"',
+    ], mypy_run["stdout"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mypy_holds_the_real_classes_against_the_floor_s_protocols(mypy_run):
+    assert mypy_run["errors"].get("wrong_protocol.py") == [
         'Incompatible return value type (got "Trainer", expected "Epochs")',
         'Incompatible return value type (got "FitLoop", expected "Lacking")',
-    ], out.stdout
-    assert "wrong_protocol.py" in out.stdout and "conformance_check.py" not in out.stdout, out.stdout
+    ], mypy_run["stdout"]
+    assert "conformance_check.py" not in mypy_run["errors"], mypy_run["stdout"]
 
 
 def _member_types(proto: type) -> dict[str, str]:
@@ -116,35 +146,13 @@ def test_the_member_type_check_finds_an_any_member():
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(tmp_path):
-    # the signature survives `hint_misspelled_arguments`; a setting or run field has its field's type;
-    # a misspelled attribute is an error (the Lightning `__getattr__` is not seen by the type checker)
-    sample = tmp_path / "typed_trainer.py"
-    sample.write_text(
-        "from typing_extensions import assert_type\n"
-        "from trainer import Trainer\n"
-        "from trainer.loops.fit_loop import FitLoop\n\n"
-        "Trainer(max_epoch=3)\n"
-        "Trainer(max_epochs='x')\n"
-        "t = Trainer(max_epochs=3)\n"
-        "assert_type(t.max_epochs, int | None)\n"
-        "assert_type(t.default_root_dir, str)\n"
-        "assert_type(t.should_stop, bool)\n"
-        "assert_type(t.fit_loop, FitLoop)\n"
-        "t.should_stop = True\n"
-        "t.max_epoch\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", "setup.cfg", str(sample)],
-        capture_output=True, text=True, cwd=REPO, timeout=580,
-    )
-    errors = [line.split(": error: ")[1] for line in out.stdout.splitlines() if ": error: " in line]
-    assert [e.split("  [")[0] for e in errors] == [
+def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(mypy_run):
+    assert mypy_run["errors"].get("typed_trainer.py") == [
         'Unexpected keyword argument "max_epoch" for "Trainer"; did you mean "max_epochs"?',
         'Argument "max_epochs" to "Trainer" has incompatible type "str"; expected "int | None"',
         # the Lightning names the Trainer answers at run time are not guessed from a misspelling
         '"Trainer" has no attribute "max_epoch"',
-    ], out.stdout
+    ], mypy_run["stdout"]
 
 
 def test_a_setting_reads_the_field_of_its_own_name():

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.helpers import ray_runs
+from tests.helpers.session_cache import once_per_session
 from tests.helpers.models import QUIET, Regression, loader, regression_data
 from trainer import Trainer, seed_everything
 
@@ -60,8 +61,18 @@ def _fit_on_ray(
 
 
 @pytest.fixture(scope="module")
-def straight(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
-    return _fit_on_ray(tmp_path_factory.mktemp("ray-straight"), "straight")
+def straight(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Any]:
+    """The uninterrupted run, made once per session: its two tests may run on two xdist workers, and
+    each Ray run costs about a minute and a half of CPU here. What Ray's result says, and rank 0's outcome."""
+    def run() -> tuple[dict[str, Any], Any]:
+        request.getfixturevalue("ray_cluster")  # only the worker that runs it starts a cluster
+        result, outcome = _fit_on_ray(tmp_path_factory.mktemp("ray-straight"), "straight")
+        if isinstance(result, BaseException):
+            return {"error": repr(result)}, outcome
+        return {"best_steps": [m["step"] for _, m in result.best_checkpoints], "metrics": dict(result.metrics),
+                "checkpoint": result.checkpoint.path, "path": result.path}, outcome
+
+    return once_per_session(tmp_path_factory, "tests/launch/test_ray.py::straight", run)
 
 
 def _one_process() -> list[torch.Tensor]:
@@ -103,10 +114,10 @@ def test_reports_reach_rays_storage_on_model_checkpoints_schedule(straight):
     result, outcome = straight
     assert outcome is not None, f"the Ray run failed: {result}"
     assert outcome["reporters"][-1] == "RayReportCallback"  # on by default, after the checkpoint callbacks
-    assert [m["step"] for _, m in result.best_checkpoints] == [2, 4, 6]  # every_n_train_steps=2
-    assert result.metrics["step"] == 6 and "train_loss" in result.metrics
-    stored = Path(result.checkpoint.path)
-    assert stored.parent == Path(result.path) and (stored / "checkpoint.ckpt").is_file()
+    assert result["best_steps"] == [2, 4, 6]  # every_n_train_steps=2
+    assert result["metrics"]["step"] == 6 and "train_loss" in result["metrics"]
+    stored = Path(result["checkpoint"])
+    assert stored.parent == Path(result["path"]) and (stored / "checkpoint.ckpt").is_file()
     saved = torch.load(stored / "checkpoint.ckpt", map_location="cpu", weights_only=False)
     assert saved["run_id"].startswith("ray-") and saved["world_size"] == 2
 

@@ -21,6 +21,7 @@ from benchmarks.launch import REPO_ROOT, bench_env
 from benchmarks.scenarios import scenarios
 from benchmarks.workload import Workload, parse_args
 from tests.helpers.distributed import run_ranks
+from tests.helpers.session_cache import once_per_session
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -135,10 +136,14 @@ def _ddp_then_fsdp(rank: int, world: int, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def sharded_runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sharded")
-    run_ranks(_ddp_then_fsdp, 2, args=(str(out),), init_group=False)
-    return {name: [json.loads((out / name / f"rank{r}.json").read_text()) for r in range(2)]
-            for name in ("ddp", "fsdp", "lockstep_fsdp")}
+    """The three 2-rank runs, once per session (the two tests may run on two xdist workers)."""
+    def run():
+        out = tmp_path_factory.mktemp("sharded")
+        run_ranks(_ddp_then_fsdp, 2, args=(str(out),), init_group=False)
+        return {name: [json.loads((out / name / f"rank{r}.json").read_text()) for r in range(2)]
+                for name in ("ddp", "fsdp", "lockstep_fsdp")}
+
+    return once_per_session(tmp_path_factory, "tests/project/test_benchmarks.py::sharded_runs", run)
 
 
 @pytest.mark.distributed

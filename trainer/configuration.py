@@ -13,7 +13,7 @@ from typing import Any, Callable, Generic, NoReturn, TypeVar, overload
 
 from trainer.contracts.config import TrainerConfig
 from trainer.distributed.rank_zero import rank_zero_info
-from trainer.run_state import check_reads
+from trainer.run_state_fields import check_reads
 from trainer.lightning.environments import split_environment_plugin
 from trainer.lightning.unsupported import check_trainer_supported
 

@@ -37,7 +37,7 @@ from trainer.contracts.progress import FitProgress
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
 from trainer.profiler import Profiler, make_profiler
-from trainer.run_state import RunState, RunStateFields
+from trainer.run_state_fields import RunState, RunStateFields
 from trainer.seed import seed_everything, set_torch_flags  # noqa: F401 - lightning.pytorch.trainer has both names
 from trainer.stage import Stage, StageFlags, TrainerState
 from trainer.strategies.placement import JobPlacement

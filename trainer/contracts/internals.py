@@ -20,7 +20,7 @@ from trainer.contracts.protocols import (
 )
 from trainer.contracts.run_state import DataHooksView, DataModuleView, RunState
 from trainer.contracts.schedulers import LRSchedulerConfig, SchedulerMetrics
-from trainer.contracts.stage import TrainerState
+from trainer.contracts.trainer_state import TrainerState
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")

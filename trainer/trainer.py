@@ -141,6 +141,10 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         return self._strategy
 
     @property
+    def _job_ranks(self) -> Strategy:  # the strategy's answer is the Trainer's (a strategy may override it)
+        return self._strategy
+
+    @property
     def module(self) -> TrainModule:
         """The user's module (unwrapped)."""
         if self._module is None:

@@ -48,14 +48,13 @@ class _Setting(FieldAttribute["TrainerSettings", _T]):
     """A read-only attribute of the Trainer: the setting of the same name, which ``read`` reads from
     the config (``lambda c: c.limits.max_epochs``), so the attribute has the field's type."""
 
+    _source = "config"
+
     def __init__(self, read: Callable[[TrainerConfig], _T]) -> None:
         super().__init__(read)
 
     def _path(self, name: str) -> tuple[str, ...]:
         return (_SECTION_OF[name], name)
-
-    def _value(self, trainer: TrainerSettings) -> _T:
-        return self._read(trainer.config)
 
     def __set__(self, trainer: TrainerSettings, value: NoReturn) -> None:
         raise AttributeError(f"trainer.{self.name} is a setting, fixed when the Trainer is built: pass it as an argument")

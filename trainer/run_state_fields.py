@@ -17,12 +17,10 @@ class RunField(FieldAttribute["RunStateFields", _T]):
     """An attribute of the Trainer that reads and writes the `RunState` field of the same name;
     ``read`` names the field (``lambda run: run.should_stop``), so the attribute has the field's type."""
 
+    _source = "run"
+
     def __init__(self, read: Callable[[RunState], _T]) -> None:
         super().__init__(read)
-
-    def _value(self, trainer: RunStateFields) -> _T:
-        # the field of the same name, without calling `read` (checked to read it)
-        return getattr(trainer.run, self.name)  # type: ignore[no-any-return]
 
     def __set__(self, trainer: RunStateFields, value: _T) -> None:
         setattr(trainer.run, self.name, value)

@@ -129,6 +129,12 @@ class Strategy(JobPlacement):
         return self.placement
 
     @property
+    def is_global_zero(self) -> bool:
+        """Whether this is global rank 0 (the one that logs and writes)."""
+        # JobPlacement's, in one call: read every step (tests/loops/test_step_call_budget.py)
+        return self.placement.global_rank == 0
+
+    @property
     def root_device(self) -> torch.device:
         """The device this process trains on."""
         return self.accelerator.device_for(self.local_rank)

@@ -18,7 +18,7 @@ from trainer.lightning import old_names  # noqa: E402
 from trainer.lightning.unsupported import not_provided  # noqa: E402 - stdlib only: `import trainer` stays light
 
 explain_missing_names(not_provided)  # `pl.strategies.DeepSpeedStrategy` names what to use instead
-old_names.install()  # `trainer.demos`, and the Lightning face's paths before `trainer.lightning`
+old_names.install()  # `trainer.demos`, the Lightning face's paths before `trainer.lightning`, renamed modules' old paths
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, eagerly
     from trainer.checkpoint_io.file_format import CheckpointError

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Callable, Generic, NoReturn, TypeVar, overload
+from typing import Callable, NoReturn, TypeVar
 
 from trainer.contracts.config import TrainerConfig
 from trainer.distributed.rank_zero import rank_zero_info
-from trainer.run_state import check_reads
+from trainer.field_attribute import FieldAttribute
 from trainer.lightning.environments import split_environment_plugin
 from trainer.lightning.unsupported import check_trainer_supported
 
@@ -44,27 +44,17 @@ _SECTION_OF = {
 _T = TypeVar("_T")
 
 
-class _Setting(Generic[_T]):
+class _Setting(FieldAttribute["TrainerSettings", _T]):
     """A read-only attribute of the Trainer: the setting of the same name, which ``read`` reads from
     the config (``lambda c: c.limits.max_epochs``), so the attribute has the field's type."""
 
+    _source = "config"
+
     def __init__(self, read: Callable[[TrainerConfig], _T]) -> None:
-        self._read = read
+        super().__init__(read)
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        check_reads(self._read, (_SECTION_OF[name], name), f"{owner.__name__}.{name}")
-        self.name = name
-
-    @overload
-    def __get__(self, trainer: None, owner: type | None = None) -> _Setting[_T]: ...
-
-    @overload
-    def __get__(self, trainer: TrainerSettings, owner: type | None = None) -> _T: ...
-
-    def __get__(self, trainer: TrainerSettings | None, owner: type | None = None) -> _Setting[_T] | _T:
-        if trainer is None:
-            return self
-        return self._read(trainer.config)
+    def _path(self, name: str) -> tuple[str, ...]:
+        return (_SECTION_OF[name], name)
 
     def __set__(self, trainer: TrainerSettings, value: NoReturn) -> None:
         raise AttributeError(f"trainer.{self.name} is a setting, fixed when the Trainer is built: pass it as an argument")

@@ -1,11 +1,11 @@
-"""The one table of per-stage settings (`EVALUATION`); `Stage` and `TrainerState` are in `trainer.contracts.stage`."""
+"""The one table of per-stage settings (`EVALUATION`); `Stage` and `TrainerState` are in `trainer.contracts.trainer_state`."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
 from trainer.contracts.hook_table import HOOKS_BY_NAME
-from trainer.contracts.stage import RunningStage, Stage, TrainerFn, TrainerState
+from trainer.contracts.trainer_state import RunningStage, Stage, TrainerFn, TrainerState
 
 # also Lightning's `lightning.pytorch.trainer.states` under `python -m trainer.as_lightning`
 __all__ = ["EVALUATION", "EvaluationSettings", "RunningStage", "Stage", "StageFlags", "TrainerFn", "TrainerState"]

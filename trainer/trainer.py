@@ -29,15 +29,14 @@ from trainer.metrics.results_table import print_results
 from trainer.lightning.unsupported import check_supported
 from trainer.launch.failure_notes import record_for_elastic_agent
 from trainer.lightning.attributes import lightning_attribute
-from trainer.lightning.plugins import checkpoint_io_plugin
-from trainer.lightning.environments import connect_environment_plugin
+from trainer.lightning.plugins import connect_plugins
 from trainer.loops.evaluation_loop import EvaluationLoop
 from trainer.loops.fit_loop import FitLoop
 from trainer.contracts.progress import FitProgress
 from trainer.metrics.metric_logger import MetricLogger
 from trainer.module import TrainModule
 from trainer.profiler import Profiler, make_profiler
-from trainer.run_state import RunState, RunStateFields
+from trainer.run_state_fields import RunState, RunStateFields
 from trainer.seed import seed_everything, set_torch_flags  # noqa: F401 - lightning.pytorch.trainer has both names
 from trainer.stage import Stage, StageFlags, TrainerState
 from trainer.strategies.placement import JobPlacement
@@ -119,9 +118,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
         self.profiler = make_profiler(profiler)  # the argument as given; its section keeps it unbuilt
         self.precision = normalize_precision(self.config.precision.precision)
         self._strategy = select_strategy(self.config.distributed, Accelerator.from_flag(self.config.distributed.accelerator), self.precision)
-        # a library's own checkpoint I/O (``plugins=[CheckpointIO]``): every checkpoint file goes through it
-        self._strategy.checkpoint_io = checkpoint_io_plugin(self.config.distributed.plugins, self._strategy)
-        connect_environment_plugin(self._strategy, self.config.distributed.plugins)
+        connect_plugins(self._strategy, self.config.distributed.plugins)  # a CheckpointIO, a ClusterEnvironment
         self.precision_plugin = Precision(self.precision, self._strategy.accelerator.kind)  # autocast, scaling
         self.precision = self.precision_plugin.precision  # "16-mixed" on CPU falls back to "bf16-mixed", as in Lightning
         set_torch_flags(self.config.precision.deterministic, self.config.precision.benchmark)
@@ -139,6 +136,8 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
     def strategy(self) -> Strategy:
         """The strategy (processes, device, collectives)."""
         return self._strategy
+
+    _job_ranks = strategy  # JobPlacement's ranks are the strategy's (a strategy's own answer is the Trainer's)
 
     @property
     def module(self) -> TrainModule:

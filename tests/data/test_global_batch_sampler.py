@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler
 
 from trainer.data.global_batch_sampler import GlobalBatchSampler
-from trainer.loops.accumulation import AccumulationWindows
+from trainer.loops.accumulation_windows import AccumulationWindows
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from tests.helpers.models import QUIET, Regression, assert_params_close, loader, params_of, regression_data
 from trainer import Trainer
-from trainer.loops.accumulation import AccumulationWindows
+from trainer.loops.accumulation_windows import AccumulationWindows
 
 
 def _fit(module, dataset, batch_size, accumulate, epochs=2, **kw):

@@ -41,7 +41,7 @@ from trainer.contracts.protocols import (
     TrainerView,
 )
 from trainer.contracts.run_state import DataHooksView, DataModuleView
-from trainer.contracts.stage import EvaluationRun
+from trainer.contracts.trainer_state import EvaluationRun
 from trainer.data.datamodule import DataModule
 from trainer.distributed.cluster_environment import ClusterEnvironment
 from trainer.distributed.stall import CollectiveProgress

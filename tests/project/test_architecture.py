@@ -141,3 +141,13 @@ def test_no_import_cycle_between_trainer_and_callbacks():
 def test_the_trainer_module_stays_small():
     lines = (REPO / "trainer" / "trainer.py").read_text(encoding="utf-8").count("\n")
     assert lines < 400, f"trainer/trainer.py has {lines} lines: move loop logic to the part that owns it"
+
+
+def test_no_two_modules_share_a_file_name():
+    # a name held twice (trainer/stage.py and trainer/contracts/stage.py were) reads as one module in
+    # imports, tracebacks and docs: each module is named after what it holds (issue 43)
+    paths_by_name: dict[str, list[str]] = {}
+    for path in SOURCES:
+        if path.name != "__init__.py":
+            paths_by_name.setdefault(path.name, []).append(path.relative_to(REPO).as_posix())
+    assert {name: paths for name, paths in paths_by_name.items() if len(paths) > 1} == {}

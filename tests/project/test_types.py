@@ -157,7 +157,7 @@ def test_mypy_sees_the_trainer_s_signature_and_the_types_of_its_settings(mypy_ru
 
 def test_a_setting_reads_the_field_of_its_own_name():
     from trainer.configuration import TrainerSettings, _Setting
-    from trainer.run_state import RunField, RunStateFields
+    from trainer.run_state_fields import RunField, RunStateFields
 
     def refusal(name: str, base: type, attribute: object) -> str:
         with pytest.raises((TypeError, RuntimeError)) as error:  # Python 3.11 wraps __set_name__'s error

@@ -4,7 +4,7 @@
 The one place these formulas are written. It sits in the floor because the data order
 (`GlobalBatchSampler`), the resume plan, the Trainer's batch counts and the loops all use it, and
 the floor is the one part each of them may import. The window arithmetic of an epoch (loss
-divisors, the last window's weights) builds on it in trainer/loops/accumulation.py.
+divisors, the last window's weights) builds on it in trainer/loops/accumulation_windows.py.
 """
 from __future__ import annotations
 

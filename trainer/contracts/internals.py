@@ -16,11 +16,11 @@ import torch
 from trainer.contracts.config import TrainerConfig
 from trainer.contracts.progress import FitProgress
 from trainer.contracts.protocols import (
-    AcceleratorView, CallbackView, CheckpointCallbackView, LoggerView, ModuleView, StrategyView, TrainerView,
+    AcceleratorView, CallbackView, CheckpointCallbackView, LoggerView, ModuleView, RankView, StrategyView, TrainerView,
 )
 from trainer.contracts.run_state import DataHooksView, DataModuleView, RunState
 from trainer.contracts.schedulers import LRSchedulerConfig, SchedulerMetrics
-from trainer.contracts.stage import TrainerState
+from trainer.contracts.trainer_state import TrainerState
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -151,6 +151,18 @@ class PlacementView(Protocol):
     def local_world_size(self) -> int: ...
 
 
+class JobRanksView(RankView, Protocol):
+    """This process's ranks in the job and on its node (`Strategy` reads them from its cluster
+    environment, the Trainer from its strategy: `trainer.strategies.placement.JobPlacement`)."""
+
+    @property
+    def local_rank(self) -> int: ...
+    @property
+    def node_rank(self) -> int: ...
+    @property
+    def num_nodes(self) -> int: ...
+
+
 class CollectivesView(Protocol):
     """Which collective this rank is inside (`trainer.distributed.stall.CollectiveProgress`)."""
 
@@ -266,7 +278,7 @@ class FitLoopInternals(Protocol):
     def load_state_dict(self, checkpoint: dict[str, object], path: str = "") -> None: ...
 
 
-class TrainerInternals(TrainerView, Protocol):
+class TrainerInternals(TrainerView, JobRanksView, Protocol):
     """What the trainer's own parts (loops, checkpoint connector, launcher, data and model set-up)
     use on the Trainer besides the callbacks' contract: its components and settings. They annotate
     with this protocol, so no part below the Trainer imports `trainer.trainer`."""
@@ -336,21 +348,7 @@ class TrainerInternals(TrainerView, Protocol):
     @property
     def model(self) -> torch.nn.Module | None: ...
     @property
-    def local_rank(self) -> int: ...
-    @property
-    def node_rank(self) -> int: ...
-    @property
-    def num_nodes(self) -> int: ...
-    @property
-    def callbacks(self) -> Sequence[CallbackView]: ...
-    @property
-    def loggers(self) -> Sequence[LoggerView]: ...
-    @property
-    def logger(self) -> LoggerView | None: ...
-    @property
     def checkpoint_callback(self) -> CheckpointCallbackView | None: ...
-    @property
-    def checkpoint_callbacks(self) -> Sequence[CheckpointCallbackView]: ...
 
     def adopt_spawned_run(self, model: ModuleInternals | None, outcome: dict[str, object]) -> None: ...
 

@@ -41,11 +41,8 @@ class CheckpointIOPlugin(Protocol):
     def remove_checkpoint(self, path: str | os.PathLike[str]) -> None: ...
 
 
-class StrategyView(Protocol):
-    """The collectives and the place of this process (`trainer.strategy`)."""
-
-    @property
-    def accelerator(self) -> AcceleratorView: ...
+class RankView(Protocol):
+    """This process's rank among all, as the strategy and the Trainer both give it."""
 
     @property
     def global_rank(self) -> int: ...
@@ -53,6 +50,13 @@ class StrategyView(Protocol):
     def world_size(self) -> int: ...
     @property
     def is_global_zero(self) -> bool: ...
+
+
+class StrategyView(RankView, Protocol):
+    """The collectives and the place of this process (`trainer.strategy`)."""
+
+    @property
+    def accelerator(self) -> AcceleratorView: ...
     @property
     def root_device(self) -> torch.device: ...
 
@@ -93,7 +97,7 @@ class StageView(Protocol):
     def stage(self) -> str | None: ...
 
 
-class TrainerView(Protocol):
+class TrainerView(RankView, Protocol):
     """What a callback may read on the Trainer, and the three things it may do: set
     ``should_stop`` / call `request_stop`, `save_checkpoint`, and write into
     ``callback_metrics`` (a value there lasts until the next run, as in Lightning).
@@ -108,12 +112,6 @@ class TrainerView(Protocol):
     def current_epoch(self) -> int: ...
     @property
     def fit_progress(self) -> FitPosition: ...
-    @property
-    def is_global_zero(self) -> bool: ...
-    @property
-    def global_rank(self) -> int: ...
-    @property
-    def world_size(self) -> int: ...
     @property
     def strategy(self) -> StrategyView: ...
     @property

@@ -1,7 +1,7 @@
 """`RunState`: what changes while the Trainer runs, apart from its fixed settings (`TrainerConfig`).
 
 The Trainer holds one (``trainer.run``) and shows each field as a plain attribute of the same
-name (`trainer.run_state.RunStateFields`), so ``trainer.should_stop = True`` and
+name (`trainer.run_state_fields.RunStateFields`), so ``trainer.should_stop = True`` and
 ``trainer.optimizers`` read and write it. Which stage runs is `TrainerState`'s; where a fit stands
 is `FitProgress`'s.
 """

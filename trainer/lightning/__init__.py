@@ -13,5 +13,5 @@ namespace package explains a name it lacks through `trainer.contracts.missing_na
 - `environments`: ``lightning.pytorch.plugins.environments`` (cluster-environment plugins)
 - `accelerators`, `profilers`: ``lightning.pytorch.accelerators`` / ``.profilers`` under the runner
 - `demos`: ``lightning.pytorch.demos`` (public as ``trainer.demos``)
-- `old_names`: the import paths these modules had at the top of `trainer`
+- `old_names`: the import paths these modules had at the top of `trainer`, and those of renamed modules
 """

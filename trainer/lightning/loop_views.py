@@ -17,7 +17,7 @@ from trainer.module import TrainModule
 from trainer.stage import Stage
 
 if TYPE_CHECKING:
-    from trainer.contracts.stage import EvaluationRun as EvaluationLoop
+    from trainer.contracts.trainer_state import EvaluationRun as EvaluationLoop
     from trainer.contracts.internals import FitLoopInternals as FitLoop
 
 # (ready, started, processed, completed): Lightning's four stages of a counted event

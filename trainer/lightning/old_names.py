@@ -1,5 +1,6 @@
-"""The import paths the Lightning face had before it moved into `trainer.lightning`, and
-``trainer.demos`` (the public name of Lightning's ``lightning.pytorch.demos``): importing one
+"""The import paths the Lightning face had before it moved into `trainer.lightning`,
+``trainer.demos`` (the public name of Lightning's ``lightning.pytorch.demos``), and those of the
+modules renamed so that no two modules share a file name (issue 43): importing one
 gives the moved module itself, never a second copy, so its classes and errors stay the same
 objects. ``import trainer`` installs the finder (`install`).
 """
@@ -18,6 +19,11 @@ MOVED = {
     "trainer.lightning_alias": "trainer.lightning.alias",
     "trainer.lightning_attributes": "trainer.lightning.attributes",
     "trainer.unsupported": "trainer.lightning.unsupported",
+    # each file name once: a module named after what it holds, or its one copy in the floor
+    "trainer.contracts.stage": "trainer.contracts.trainer_state",
+    "trainer.loops.accumulation": "trainer.loops.accumulation_windows",
+    "trainer.loops.progress": "trainer.contracts.progress",
+    "trainer.run_state": "trainer.run_state_fields",
 }
 
 

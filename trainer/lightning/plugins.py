@@ -1,7 +1,8 @@
 """``lightning.pytorch.plugins`` under ``python -m trainer.as_lightning``: Lightning's checkpoint I/O
 (`CheckpointIO`, `TorchCheckpointIO`), which a library subclasses and passes as
 ``Trainer(plugins=[...])``; the strategy then writes, reads and removes every checkpoint through it
-(`checkpoint_io_plugin`). Lightning's other plugins (precision, environments, layer sync) are not
+(`checkpoint_io_plugin`; `connect_plugins` gives the Trainer's strategy its plugins). Lightning's
+other plugins (precision, environments, layer sync) are not
 provided but for the cluster environments (``lightning.pytorch.plugins.environments``,
 `trainer.lightning.environments`): ``precision=...`` and a Strategy object do their work.
 """
@@ -42,6 +43,13 @@ def checkpoint_io_plugin(plugins: Any, strategy: Strategy) -> CheckpointIOPlugin
             "or use strategy='ddp' (docs/migration.md)."
         )
     return given[0] if given else None
+
+
+def connect_plugins(strategy: Strategy, plugins: Any) -> None:
+    """Give ``strategy`` what ``Trainer(plugins=...)`` holds for it: a library's own checkpoint I/O
+    (every checkpoint file then goes through it) and a cluster-environment plugin."""
+    strategy.checkpoint_io = checkpoint_io_plugin(plugins, strategy)
+    environments.connect_environment_plugin(strategy, plugins)
 
 
 def __getattr__(name: str) -> object:

@@ -28,7 +28,7 @@ from torch.optim import Optimizer
 
 from trainer.distributed.rank_zero import rank_zero_warn
 from trainer.hooks import module_override
-from trainer.loops.accumulation import AccumulationWindows
+from trainer.loops.accumulation_windows import AccumulationWindows
 from trainer.loops.loss_normalization import ItemMeanNormalizer
 from trainer.loops.manual import ManualOptimization
 from trainer.loops.optimization import (

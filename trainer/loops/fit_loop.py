@@ -23,7 +23,7 @@ from trainer.data.prefetcher import prefetch_to_device
 from trainer.distributed.rank_zero import rank_zero_info
 from trainer.launch.preemption import Preempted, PreemptionWatch, announce_preemption, leave_note_for_launcher
 from trainer.lightning.loop_views import lightning_fit_loop_attribute
-from trainer.loops.accumulation import AccumulationWindows
+from trainer.loops.accumulation_windows import AccumulationWindows
 from trainer.loops.anomaly import NonFiniteLossCheck
 from trainer.loops.fit_setup import FitSetup
 from trainer.loops.fit_validation import FitValidation, validation_due, validation_index

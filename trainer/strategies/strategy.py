@@ -23,6 +23,7 @@ from trainer.seed import global_seed
 from trainer.data.distributed_sampler import distribute_dataloader, set_epoch
 from trainer.distributed.cluster_environment import ClusterEnvironment
 from trainer.distributed.stall import CollectiveProgress
+from trainer.strategies.placement import JobPlacement
 
 T = TypeVar("T")
 
@@ -40,7 +41,7 @@ NO_CONTEXT = contextlib.nullcontext()
 DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
 
 
-class Strategy:
+class Strategy(JobPlacement):
     """How training is spread over processes. Subclasses override what differs."""
 
     name = "base"
@@ -124,39 +125,19 @@ class Strategy:
         )
 
     @property
-    def global_rank(self) -> int:
-        """Rank of this process among all processes."""
-        return self.placement.global_rank
+    def _job_ranks(self) -> ClusterEnvironment:
+        return self.placement
 
     @property
-    def local_rank(self) -> int:
-        """Rank of this process on its node (selects its device)."""
-        return self.placement.local_rank
-
-    @property
-    def node_rank(self) -> int:
-        """Rank of this node among the nodes."""
-        return self.placement.node_rank
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes, W."""
-        return self.placement.world_size
-
-    @property
-    def num_nodes(self) -> int:
-        """Number of nodes."""
-        return self.placement.num_nodes
+    def is_global_zero(self) -> bool:
+        """Whether this is global rank 0 (the one that logs and writes)."""
+        # JobPlacement's, in one call: read every step (tests/loops/test_step_call_budget.py)
+        return self.placement.global_rank == 0
 
     @property
     def root_device(self) -> torch.device:
         """The device this process trains on."""
         return self.accelerator.device_for(self.local_rank)
-
-    @property
-    def is_global_zero(self) -> bool:
-        """Whether this is global rank 0 (the one that logs and writes)."""
-        return self.placement.global_rank == 0  # `global_rank`, inline
 
     def setup_environment(self) -> None:
         """Pin the device and join the process group."""

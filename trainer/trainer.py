@@ -148,8 +148,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
 
     @property
     def model(self) -> torch.nn.Module | None:
-        """What the loop calls: the module, or its DDP wrapper under a distributed strategy; None
-        before the first run, as Lightning's (libraries test ``trainer.model is None``)."""
+        """What the loop calls: the module or its DDP wrapper; None before the first run, as Lightning's."""
         return self._strategy.model if self._strategy.model is not None else self._module
 
     @property

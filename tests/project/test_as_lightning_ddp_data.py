@@ -8,7 +8,8 @@ under the runner (2 CPU ranks, gloo); each test compares one thing rank by rank:
   every training loader;
 - ``validate`` and ``test`` run on Lightning's padded shards, their values rank-local (torchgeo);
 - ``predict`` runs on Lightning's unpadded shards and returns each rank's own outputs (anomalib, torchgeo);
-- each run starts from the generators as ``seed_everything`` left them, as Lightning's DDP reseeds.
+- each run starts from the generators as ``seed_everything`` left them, as Lightning's DDP reseeds;
+- a value logged on_step with ``sync_dist=True`` is reduced as it is logged (``callback_metrics``, lightly).
 
 Plain Lockstep keeps its own reading (tests/strategies, docs/distributed.md).
 """
@@ -81,3 +82,9 @@ def test_predict_returns_each_rank_s_own_predictions(runs):
 
 def test_each_run_starts_from_the_generators_seed_everything_left(runs):
     _same(runs, ["series_init"])
+
+
+def test_a_step_value_logged_with_sync_dist_is_reduced_in_the_callback_metrics(runs):
+    theirs, _ = runs
+    assert theirs[0]["train_loss"] == theirs[1]["train_loss"]  # the ranks' mean, though their batches differ
+    _same(runs, ["train_loss"])

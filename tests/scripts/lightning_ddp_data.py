@@ -12,7 +12,8 @@ notes, rank by rank, which samples each stage ran on.
   (Lightning's training sampler shuffles all the same).
 
 Each rank writes ``rank<N>.json`` into ``$LOCKSTEP_TEST_OUT``: the dataset indices of every batch of
-every stage, the global steps, the parameters after each fit, what ``test`` and ``predict`` returned,
+every stage, the global steps, the parameters after each fit, the last ``train_loss`` (logged on_step
+with ``sync_dist=True``) in ``callback_metrics``, what ``test`` and ``predict`` returned,
 and the second model's initial parameters (Lightning's DDP seeds again at the start of every run).
 """
 import json
@@ -84,7 +85,9 @@ class Model(pl.LightningModule):
         return torch.nn.functional.mse_loss(self.net(x), y)
 
     def training_step(self, batch, batch_idx):
-        return self._note(f"fit{self.trainer.current_epoch}", batch)
+        loss = self._note(f"fit{self.trainer.current_epoch}", batch)
+        self.log("train_loss", loss, sync_dist=True)  # on_step: Lightning reduces it as it is logged
+        return loss
 
     def validation_step(self, batch, batch_idx):
         stage = "validate" if self.trainer.validating else f"fit_validate{self.trainer.current_epoch}"
@@ -113,7 +116,8 @@ if __name__ == "__main__":
     model = Model()
     trainer.fit(model, DataLoader(Indexed(12), batch_size=2, sampler=OwnPermutation(12, seed=3)),
                 DataLoader(Indexed(5), batch_size=2))
-    record = {"fit_steps": trainer.global_step, "fit_params": parameters(model)}
+    record = {"fit_steps": trainer.global_step, "fit_params": parameters(model),
+              "train_loss": round(float(trainer.callback_metrics["train_loss"]), 6)}
     trainer.validate(model, DataLoader(Indexed(5), batch_size=2))
     record["tested"] = trainer.test(model, DataLoader(Indexed(5), batch_size=2))
     record["predicted"] = [p.tolist() for p in trainer.predict(model, DataLoader(Indexed(5), batch_size=2))]

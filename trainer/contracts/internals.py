@@ -77,6 +77,7 @@ class MetricStoreView(Protocol):
 
     in_step: bool  # inside a batch: `log` defaults to on_step for training
     stepping: bool  # within the batches: the views show step values, after them epoch aggregates
+    step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None  # reduces a sync_dist step value as it is logged
 
     @property
     def training(self) -> bool: ...

@@ -6,7 +6,7 @@ when to publish step values and epoch aggregates; it keeps what the Trainer's re
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -34,6 +34,7 @@ class MetricLogger:
         self.last_loss: torch.Tensor | None = None  # the latest training loss
         self._shown: dict[str, dict[str, Any]] = {"callback": {}, "log": {}, "pbar": {}}
         self._eval_steps: dict[int, int] = {}  # evaluation batches published per loader this run (the loggers' step)
+        self._step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None  # this run's (`start_run`)
 
     # -- what the Trainer's properties return ---------------------------------------------------
     @property
@@ -66,8 +67,12 @@ class MetricLogger:
             shown.update(store.view(kind))
 
     # -- the loops' calls -----------------------------------------------------------------------
-    def start_run(self) -> None:
-        """A new fit / validate / test / predict: the metrics shown are this run's only (as Lightning)."""
+    def start_run(self, step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None) -> None:
+        """A new fit / validate / test / predict: the metrics shown are this run's only (as Lightning).
+
+        ``step_sync``: how every store of the run reduces a ``sync_dist`` step value as it is logged (under
+        the runner on several ranks); None: when it is published."""
+        self._step_sync = self.train.step_sync = step_sync
         self.train.reset()
         self.active = self.train
         self.clear_shown()
@@ -85,6 +90,7 @@ class MetricLogger:
     def start_evaluation(self, store: MetricStoreView) -> None:
         """An evaluation run records into ``store`` until `end_evaluation`."""
         self._take_in(self.active)  # the last training batch's values, as Lightning's batch end takes them
+        store.step_sync = self._step_sync
         self.active = store
 
     def end_evaluation(self) -> None:

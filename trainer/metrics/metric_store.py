@@ -60,6 +60,9 @@ class MetricStore:
         # them epoch aggregates (Lightning's ``_first_loop_iter is not None``)
         self.stepping = False
         self.dataloader_suffix = ""
+        # set under the runner on several ranks (trainer.metrics.metric_logger): a value logged on_step with
+        # sync_dist is reduced as it is logged, as Lightning's; Lockstep's own reduces it when published
+        self.step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None
         self._entries: dict[str, _Entry] = {}
         self.aggregates: dict[str, torch.Tensor] = {}  # what `epoch_values` last returned
         self._batch: Any = None
@@ -117,6 +120,8 @@ class MetricStore:
         if entry is None:
             entry = self._entries[key] = _new_entry(on_step, on_epoch, prog_bar, logger, sync_dist, reduce, metric)
         entry.last = tensor
+        if sync_dist and on_step and self.step_sync is not None and metric is None and tensor is not None:
+            entry.last = self.step_sync(tensor, entry.reduce)
         if on_epoch and metric is None and tensor is not None:
             _accumulate(entry, tensor, self.batch_size if batch_size is None else batch_size)
 
@@ -135,7 +140,8 @@ class MetricStore:
         out = {}
         for key, e in self._entries.items():
             if e.on_step and e.logger and e.last is not None:
-                value = strategy.reduce(e.last, e.reduce) if e.sync_dist and not local else e.last
+                synced = e.sync_dist and not local and self.step_sync is None  # else reduced when logged
+                value = strategy.reduce(e.last, e.reduce) if synced else e.last
                 out[key + "_step" if e.on_epoch else key] = value
         return out
 

@@ -9,7 +9,9 @@ under the runner (2 CPU ranks, gloo); each test compares one thing rank by rank:
 - ``validate`` and ``test`` run on Lightning's padded shards, their values rank-local (torchgeo);
 - ``predict`` runs on Lightning's unpadded shards and returns each rank's own outputs (anomalib, torchgeo);
 - each run starts from the generators as ``seed_everything`` left them, as Lightning's DDP reseeds;
-- a value logged on_step with ``sync_dist=True`` is reduced as it is logged (``callback_metrics``, lightly).
+- a value logged on_step with ``sync_dist=True`` is reduced as it is logged (``callback_metrics``, lightly);
+- the first evaluation step after training gets rank 0's buffers, as through DDP's forward (pytorch_tabular's
+  BatchNorm statistics).
 
 Plain Lockstep keeps its own reading (tests/strategies, docs/distributed.md).
 """
@@ -88,3 +90,9 @@ def test_a_step_value_logged_with_sync_dist_is_reduced_in_the_callback_metrics(r
     theirs, _ = runs
     assert theirs[0]["train_loss"] == theirs[1]["train_loss"]  # the ranks' mean, though their batches differ
     _same(runs, ["train_loss"])
+
+
+def test_validation_after_training_gets_rank_0_s_buffers_as_through_ddp_s_forward(runs):
+    theirs, _ = runs
+    assert theirs[0]["fit_buffers"] == theirs[1]["fit_buffers"]  # each rank's last training batch differs
+    _same(runs, ["fit_buffers"])

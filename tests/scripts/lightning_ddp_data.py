@@ -12,7 +12,8 @@ notes, rank by rank, which samples each stage ran on.
   (Lightning's training sampler shuffles all the same).
 
 Each rank writes ``rank<N>.json`` into ``$LOCKSTEP_TEST_OUT``: the dataset indices of every batch of
-every stage, the global steps, the parameters after each fit, the last ``train_loss`` (logged on_step
+every stage, the global steps, the parameters after each fit (and the first fit's buffers: Lightning's
+first validation step after training gets rank 0's through DDP's forward), the last ``train_loss`` (logged on_step
 with ``sync_dist=True``) in ``callback_metrics``, what ``test`` and ``predict`` returned,
 and the second model's initial parameters (Lightning's DDP seeds again at the start of every run).
 """
@@ -76,7 +77,8 @@ class Series(pl.LightningDataModule):
 class Model(pl.LightningModule):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Linear(4, 1)
+        # BatchNorm: its running statistics are buffers, which DDP's forward broadcasts from rank 0
+        self.net = torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 1))
         self.seen = {}
 
     def _note(self, stage, batch):
@@ -108,6 +110,10 @@ def parameters(model):
     return [round(v, 6) for v in torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()]
 
 
+def buffers(model):
+    return [round(v, 6) for v in torch.cat([b.detach().flatten().double() for b in model.buffers()]).tolist()]
+
+
 if __name__ == "__main__":
     quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
              "enable_model_summary": False, "num_sanity_val_steps": 0}
@@ -116,7 +122,7 @@ if __name__ == "__main__":
     model = Model()
     trainer.fit(model, DataLoader(Indexed(12), batch_size=2, sampler=OwnPermutation(12, seed=3)),
                 DataLoader(Indexed(5), batch_size=2))
-    record = {"fit_steps": trainer.global_step, "fit_params": parameters(model),
+    record = {"fit_steps": trainer.global_step, "fit_params": parameters(model), "fit_buffers": buffers(model),
               "train_loss": round(float(trainer.callback_metrics["train_loss"]), 6)}
     trainer.validate(model, DataLoader(Indexed(5), batch_size=2))
     record["tested"] = trainer.test(model, DataLoader(Indexed(5), batch_size=2))

@@ -36,6 +36,7 @@ class EvaluationLoop:
         self.dataloader_idx = 0
         self.batch_idx: int | None = None  # the batch being loaded or run (None: outside the batches)
         self._several = False
+        self._first_step = True
 
     def setup(self, model: TrainModule, loaders: Any, ckpt_path: Any, weights_only: bool) -> list[Any]:
         """The stage's loaders (given, or the DataModule's or module's hook), the module placed, weights loaded."""
@@ -79,6 +80,7 @@ class EvaluationLoop:
         t.metric_logger.start_evaluation(self.metrics)
         predictions: list[list[Any]] = [[] for _ in dataloaders]
         self._several = len(dataloaders) > 1
+        self._first_step = True  # the strategy's `before_evaluation` comes before it
         try:
             with self._grad_mode():
                 # as Lightning: the first loader's iterator (its base seed and sampler draws from
@@ -133,6 +135,9 @@ class EvaluationLoop:
             batch = t.precision_plugin.convert_input(batch)
             self.metrics.set_batch(batch)
             hooks.call(batch_start, batch, batch_idx, *extra)
+            if self._first_step:
+                self._first_step = False
+                t.strategy.before_evaluation()
             with t.precision_plugin.autocast():
                 output = step(batch, batch_idx, *extra)
             if self.stage == Stage.PREDICT:

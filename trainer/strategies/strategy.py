@@ -267,6 +267,9 @@ class Strategy:
         """``dataloader`` with this rank's share in ``stage`` as Lightning's DDP gives it (under the runner)."""
         return lightning_distributed(dataloader, stage, num_replicas=self.world_size, rank=self.global_rank, seed=global_seed())
 
+    def before_evaluation(self) -> None:
+        """Called before an evaluation run's first step (validation inside fit too)."""
+
     def on_epoch_start(self, dataloader: Any, epoch: int) -> None:
         """Reseed per-epoch shuffling (``set_epoch``) before an epoch's first batch."""
         set_epoch(dataloader, epoch)

@@ -31,8 +31,11 @@ T = TypeVar("T")
 # (trainer.lightning.alias): there Lockstep reads as Lightning does where its own reading differs.
 # Several ranks get Lightning's DistributedSampler shares in every stage (trainer.data.lightning_sampler),
 # evaluation's values stay rank-local unless logged with sync_dist and predict returns each rank's own
-# outputs (trainer.loops.evaluation_loop); an explicit devices=1 in a launched job is a Trainer of
-# that process alone (trainer.strategies.selection). docs/migration.md, "Library census".
+# outputs (trainer.loops.evaluation_loop), a sync_dist step value is reduced as it is logged
+# (trainer.metrics.metric_store), each run of a process group reseeds as seed_everything left the
+# generators (trainer.strategies.process_group), DDP's first evaluation step after training gets rank 0's
+# buffers (trainer.strategies.ddp); an explicit devices=1 in a launched job is a Trainer of that
+# process alone (trainer.strategies.selection). docs/migration.md, "Library census".
 LIGHTNING_RULES = "LOCKSTEP_LIGHTNING_RULES"
 
 

@@ -42,7 +42,7 @@ from trainer.seed import seed_everything, set_torch_flags  # noqa: F401 - lightn
 from trainer.stage import Stage, StageFlags, TrainerState
 from trainer.strategies.placement import JobPlacement
 from trainer.strategies.selection import select_strategy
-from trainer.strategies.strategy import Strategy, lightning_rules
+from trainer.strategies.strategy import Strategy
 
 
 class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlacement):
@@ -336,9 +336,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
             self._strategy.setup_environment()
             prepare_and_set_up_data(self, model, stage)
             self.hooks.call("setup", stage.value)
-            # under the runner on several ranks a sync_dist step value is reduced as logged, as Lightning's
-            rules = self.world_size > 1 and lightning_rules()
-            self.metric_logger.start_run(step_sync=self._strategy.reduce if rules else None)
+            self.metric_logger.start_run(self._strategy)
             result = body()
         except BaseException as exc:
             self.state.fail(exc)  # from here on nothing may wait in a collective (save_checkpoint)

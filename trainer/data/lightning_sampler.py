@@ -95,29 +95,39 @@ def _rebuilt(dataloader: DataLoader[Any], sampler: DistributedSampler[Any]) -> D
     As Lightning does for a loader it did not see built: the constructor's arguments are the
     loader's attributes of the same names that differ from their defaults (a constructor taking
     ``**kwargs`` also takes ``DataLoader``'s)."""
-    params = dict(inspect.signature(type(dataloader).__init__).parameters)
-    variadic = any(p.kind is p.VAR_KEYWORD for p in params.values())
-    if variadic:
-        params.update(inspect.signature(DataLoader.__init__).parameters)
-    params.pop("self", None)
-    attributes = {k: v for k, v in vars(dataloader).items() if not k.startswith("_")}
-    attributes["multiprocessing_context"] = dataloader.multiprocessing_context
-    kwargs = {k: v for k, v in attributes.items() if k in params and params[k].default is not v}
-    kwargs["dataset"] = dataloader.dataset
+    params, variadic = _constructor_parameters(type(dataloader))
     batching = _batching(dataloader, sampler)
     if batching is None:
         return None
-    kwargs.update(batching)
-    required = {
-        name for name, p in params.items()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty and name not in kwargs
-    }
-    if required or (not variadic and not set(kwargs) <= set(params)):
+    kwargs = {**_attribute_arguments(dataloader, params), "dataset": dataloader.dataset, **batching}
+    if _unfilled(params, kwargs) or (not variadic and not set(kwargs) <= set(params)):
         return None
     try:
         return type(dataloader)(**kwargs)
     except TypeError:
         return None
+
+
+def _constructor_parameters(cls: type) -> tuple[dict[str, inspect.Parameter], bool]:
+    """The parameters a loader class's constructor takes, and whether it takes ``**kwargs``."""
+    params = dict(inspect.signature(cls.__init__).parameters)  # type: ignore[misc]
+    variadic = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if variadic:
+        params.update(inspect.signature(DataLoader.__init__).parameters)
+    params.pop("self", None)
+    return params, variadic
+
+
+def _attribute_arguments(dataloader: DataLoader[Any], params: dict[str, inspect.Parameter]) -> dict[str, Any]:
+    attributes = {k: v for k, v in vars(dataloader).items() if not k.startswith("_")}
+    attributes["multiprocessing_context"] = dataloader.multiprocessing_context
+    return {k: v for k, v in attributes.items() if k in params and params[k].default is not v}
+
+
+def _unfilled(params: dict[str, inspect.Parameter], kwargs: dict[str, Any]) -> bool:
+    """Whether a required positional parameter has no value in ``kwargs``."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind in positional and p.default is p.empty and name not in kwargs for name, p in params.items())
 
 
 def _batching(dataloader: DataLoader[Any], sampler: DistributedSampler[Any]) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import torch
 
 from trainer.metrics.metric_store import MetricStore
+from trainer.strategies.strategy import lightning_rules
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import LoggerView as Logger
@@ -67,12 +68,13 @@ class MetricLogger:
             shown.update(store.view(kind))
 
     # -- the loops' calls -----------------------------------------------------------------------
-    def start_run(self, step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None) -> None:
+    def start_run(self, strategy: Strategy) -> None:
         """A new fit / validate / test / predict: the metrics shown are this run's only (as Lightning).
 
-        ``step_sync``: how every store of the run reduces a ``sync_dist`` step value as it is logged (under
-        the runner on several ranks); None: when it is published."""
-        self._step_sync = self.train.step_sync = step_sync
+        Under the runner on several ranks every store of the run reduces a ``sync_dist`` step value as it
+        is logged, as Lightning's (``strategy.reduce``); Lockstep's own reduces it when it is published."""
+        rules = strategy.world_size > 1 and lightning_rules()
+        self._step_sync = self.train.step_sync = strategy.reduce if rules else None
         self.train.reset()
         self.active = self.train
         self.clear_shown()

@@ -119,11 +119,15 @@ class MetricStore:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _new_entry(on_step, on_epoch, prog_bar, logger, sync_dist, reduce, metric)
-        entry.last = tensor
-        if sync_dist and on_step and self.step_sync is not None and metric is None and tensor is not None:
-            entry.last = self.step_sync(tensor, entry.reduce)
+        entry.last = self._step_value(entry, tensor, on_step, sync_dist)
         if on_epoch and metric is None and tensor is not None:
             _accumulate(entry, tensor, self.batch_size if batch_size is None else batch_size)
+
+    def _step_value(self, entry: _Entry, tensor: torch.Tensor | None, on_step: bool, sync_dist: bool) -> torch.Tensor | None:
+        """The value shown for this step: ``tensor``, or reduced over ranks now (`step_sync`, under the runner)."""
+        if sync_dist and on_step and self.step_sync is not None and entry.metric is None and tensor is not None:
+            return self.step_sync(tensor, entry.reduce)
+        return tensor
 
     def _when(self, name: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:
         """``on_step`` / ``on_epoch`` with Lightning's defaults: per step inside a training step, else per epoch."""

@@ -119,15 +119,16 @@ class MetricStore:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _new_entry(on_step, on_epoch, prog_bar, logger, sync_dist, reduce, metric)
-        entry.last = self._step_value(entry, tensor, on_step, sync_dist)
+        entry.last = tensor
         if on_epoch and metric is None and tensor is not None:
             _accumulate(entry, tensor, self.batch_size if batch_size is None else batch_size)
 
-    def _step_value(self, entry: _Entry, tensor: torch.Tensor | None, on_step: bool, sync_dist: bool) -> torch.Tensor | None:
-        """The value shown for this step: ``tensor``, or reduced over ranks now (`step_sync`, under the runner)."""
-        if sync_dist and on_step and self.step_sync is not None and entry.metric is None and tensor is not None:
-            return self.step_sync(tensor, entry.reduce)
-        return tensor
+    def reduce_step_value(self, name: str) -> None:
+        """Reduce the step value just logged as ``name`` over ranks now (`step_sync`), as Lightning's
+        ``self.log(sync_dist=True)`` does; the epoch's accumulation keeps this rank's value."""
+        e = self._entries[name + self.dataloader_suffix]
+        if e.on_step and e.metric is None and e.last is not None and self.step_sync is not None:
+            e.last = self.step_sync(e.last, e.reduce)
 
     def _when(self, name: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:
         """``on_step`` / ``on_epoch`` with Lightning's defaults: per step inside a training step, else per epoch."""

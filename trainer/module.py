@@ -285,7 +285,8 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
             if reduce_fx != "mean" and reduce_fx != reduce:
                 raise ValueError(f"self.log({name!r}): give reduce_fx or its older name reduce, not both")
             reduce_fx = reduce
-        trainer.metric_logger.active.log(
+        store = trainer.metric_logger.active
+        store.log(
             name,
             value,
             prog_bar=prog_bar,
@@ -296,6 +297,8 @@ class TrainModule(DataHooks, HyperparametersMixin, nn.Module):
             reduce=reduce_fx,
             batch_size=batch_size,
         )
+        if sync_dist and store.step_sync is not None:  # under the runner on several ranks (MetricLogger.start_run)
+            store.reduce_step_value(name)
 
     def log_dict(
         self,

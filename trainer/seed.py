@@ -67,6 +67,15 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     return seed
 
 
+def reset_seed() -> None:
+    """Seed again as the last `seed_everything` did (its seed, its ``workers``); nothing where it was never called.
+
+    Lightning's DDP and FSDP strategies do this as each run sets up its processes (``reset_seed``), which
+    Lockstep's do under ``python -m trainer.as_lightning`` (trainer/strategies/process_group.py)."""
+    if _SEED_ENV in os.environ:
+        seed_everything(global_seed(), workers=os.environ.get("LOCKSTEP_SEED_WORKERS") == "1")
+
+
 def worker_init_fn(worker_id: int, rank: int = 0) -> None:
     """Seed a DataLoader worker's ``random``, NumPy and torch from its own seed and the rank.
 

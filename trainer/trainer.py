@@ -335,7 +335,7 @@ class Trainer(TrainerSettings, RunStateFields, BatchCounts, StageFlags, JobPlace
             self._strategy.setup_environment()
             prepare_and_set_up_data(self, model, stage)
             self.hooks.call("setup", stage.value)
-            self.metric_logger.start_run()
+            self.metric_logger.start_run(self._strategy)
             result = body()
         except BaseException as exc:
             self.state.fail(exc)  # from here on nothing may wait in a collective (save_checkpoint)

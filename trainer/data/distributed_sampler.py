@@ -27,7 +27,7 @@ from torch.utils.data import (
 from trainer.data.global_batch_sampler import GlobalBatchSampler, global_batch_sampler
 from trainer.contracts.user_line import user_stacklevel
 
-__all__ = ["UnpaddedDistributedSampler", "distribute_dataloader", "set_epoch"]
+__all__ = ["UnpaddedDistributedSampler", "distribute_dataloader", "set_epoch", "warn_full_data"]
 
 # DataLoader arguments copied from the user's loader; the sampling arguments are rebuilt.
 _KEPT_LOADER_ARGS = (
@@ -110,7 +110,6 @@ def distribute_dataloader(
     evaluation: bool = False,
     contiguous: bool = False,
     share_seed: Callable[[int], int] | None = None,
-    global_batches: bool = True,
 ) -> DataLoader[Any]:
     """Return a DataLoader that yields only this rank's shard of ``dataloader``'s data.
 
@@ -119,9 +118,7 @@ def distribute_dataloader(
     draws it (its seed from torch's default generator, rank 0's shared by ``share_seed``), or
     from the user's ``generator`` (the loader's, or its ``RandomSampler``'s) when there is one;
     the loader's ``drop_last`` drops the epoch's shorter last global window. A loader with
-    ``batch_size=None`` (no batching), or any loader with ``global_batches=False`` (Lightning's
-    sampler: ``seed + epoch`` orders, padded shares), gets a ``DistributedSampler`` instead
-    (unchanged at one rank).
+    ``batch_size=None`` (no batching) gets a ``DistributedSampler`` instead (unchanged at one rank).
     With ``evaluation=True`` an ``UnpaddedDistributedSampler`` (each sample exactly once;
     ``contiguous=True``: in consecutive blocks, for ``predict``). ``shuffle=None`` keeps the
     original order type: a ``RandomSampler`` shuffles, a ``SequentialSampler`` does not. Batch
@@ -143,13 +140,13 @@ def distribute_dataloader(
     inner = getattr(batch_sampler, "sampler", None) if user_batch_sampler else dataloader.sampler
     custom = _custom_part(dataloader, inner, batch_sampler if user_batch_sampler else None)
     if custom is not None:
-        _warn_full_data(f"the DataLoader uses {custom}", num_replicas)
+        warn_full_data(f"the DataLoader uses {custom}", num_replicas)
         return dataloader
 
     if shuffle is None:
         shuffle = isinstance(inner, RandomSampler)
     kwargs = rebuild_kwargs(dataloader)
-    if global_batches and not evaluation and (user_batch_sampler or dataloader.batch_size is not None):
+    if not evaluation and (user_batch_sampler or dataloader.batch_size is not None):
         # the user's batch sampler (torch's Sampler type declares no batch size), or the DataLoader's
         batching: Any = batch_sampler if user_batch_sampler else dataloader
         size, drop_last = batching.batch_size, batching.drop_last
@@ -186,7 +183,7 @@ def distribute_dataloader(
 
 def _kept_as_is(dataloader: Any, num_replicas: int) -> bool:
     if not isinstance(dataloader, DataLoader):
-        _warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
+        warn_full_data(f"a plain iterable ({type(dataloader).__qualname__}), not a DataLoader", num_replicas)
         return True
     return _shards_already(dataloader)
 
@@ -232,7 +229,8 @@ def _user_generator(sampler: Any, dataloader: DataLoader[Any]) -> torch.Generato
     return own if own is not None else dataloader.generator
 
 
-def _warn_full_data(what: str, num_replicas: int) -> None:
+def warn_full_data(what: str, num_replicas: int) -> None:
+    """Warn that a loader (``what`` says why) is left as it is, so each of ``num_replicas`` ranks sees all its data."""
     if num_replicas == 1:
         return  # one rank: the full data is its share
     warnings.warn(

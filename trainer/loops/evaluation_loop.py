@@ -15,6 +15,7 @@ from trainer.data.loaders import as_loader_list, has_length, num_batches, short_
 from trainer.metrics.metric_store import MetricStore
 from trainer.model_setup import configure_model
 from trainer.stage import EVALUATION, Stage
+from trainer.strategies.strategy import lightning_rules
 from trainer.contracts.user_line import user_stacklevel
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ class EvaluationLoop:
         self.dataloader_idx = 0
         self.batch_idx: int | None = None  # the batch being loaded or run (None: outside the batches)
         self._several = False
+        self._first_step = True
 
     def setup(self, model: TrainModule, loaders: Any, ckpt_path: Any, weights_only: bool) -> list[Any]:
         """The stage's loaders (given, or the DataModule's or module's hook), the module placed, weights loaded."""
@@ -78,6 +80,7 @@ class EvaluationLoop:
         t.metric_logger.start_evaluation(self.metrics)
         predictions: list[list[Any]] = [[] for _ in dataloaders]
         self._several = len(dataloaders) > 1
+        self._first_step = True  # the strategy's `before_evaluation` comes before it
         try:
             with self._grad_mode():
                 # as Lightning: the first loader's iterator (its base seed and sampler draws from
@@ -95,7 +98,7 @@ class EvaluationLoop:
         finally:
             self._restore_modes(modes)
         if self.stage == Stage.PREDICT:
-            if t.world_size > 1:
+            if t.world_size > 1 and not lightning_rules():  # under the runner each rank's own, as Lightning's
                 predictions = _gather_predictions(t, dataloaders, predictions)
             return predictions[0] if not self._several else predictions
         return _split_by_loader(values, len(dataloaders))
@@ -132,6 +135,9 @@ class EvaluationLoop:
             batch = t.precision_plugin.convert_input(batch)
             self.metrics.set_batch(batch)
             hooks.call(batch_start, batch, batch_idx, *extra)
+            if self._first_step:
+                self._first_step = False
+                t.strategy.before_evaluation()
             with t.precision_plugin.autocast():
                 output = step(batch, batch_idx, *extra)
             if self.stage == Stage.PREDICT:
@@ -148,7 +154,8 @@ class EvaluationLoop:
     def _end_epoch(self) -> dict[str, torch.Tensor]:
         """The epoch-end hooks, then the run's aggregates (published, except the sanity check's)."""
         t, s, strategy = self.trainer, self.settings, self.trainer.strategy
-        sync_all = t.world_size > 1
+        # under the runner a value is rank-local unless logged with sync_dist, as Lightning's
+        sync_all = t.world_size > 1 and not lightning_rules()
         # the epoch-end hooks see the aggregates; the module's may log more
         t.metric_logger.preview_epoch(self.metrics, strategy, sync_all=sync_all)
         if self.stage == Stage.SANITY_CHECK:  # its values are shown until the check ends, never logged

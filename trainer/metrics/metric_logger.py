@@ -6,11 +6,12 @@ when to publish step values and epoch aggregates; it keeps what the Trainer's re
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
 from trainer.metrics.metric_store import MetricStore
+from trainer.strategies.strategy import lightning_rules
 
 if TYPE_CHECKING:
     from trainer.contracts.protocols import LoggerView as Logger
@@ -34,6 +35,7 @@ class MetricLogger:
         self.last_loss: torch.Tensor | None = None  # the latest training loss
         self._shown: dict[str, dict[str, Any]] = {"callback": {}, "log": {}, "pbar": {}}
         self._eval_steps: dict[int, int] = {}  # evaluation batches published per loader this run (the loggers' step)
+        self._step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None  # this run's (`start_run`)
 
     # -- what the Trainer's properties return ---------------------------------------------------
     @property
@@ -66,8 +68,13 @@ class MetricLogger:
             shown.update(store.view(kind))
 
     # -- the loops' calls -----------------------------------------------------------------------
-    def start_run(self) -> None:
-        """A new fit / validate / test / predict: the metrics shown are this run's only (as Lightning)."""
+    def start_run(self, strategy: Strategy) -> None:
+        """A new fit / validate / test / predict: the metrics shown are this run's only (as Lightning).
+
+        Under the runner on several ranks every store of the run reduces a ``sync_dist`` step value as it
+        is logged, as Lightning's (``strategy.reduce``); Lockstep's own reduces it when it is published."""
+        rules = strategy.world_size > 1 and lightning_rules()
+        self._step_sync = self.train.step_sync = strategy.reduce if rules else None
         self.train.reset()
         self.active = self.train
         self.clear_shown()
@@ -85,6 +92,7 @@ class MetricLogger:
     def start_evaluation(self, store: MetricStoreView) -> None:
         """An evaluation run records into ``store`` until `end_evaluation`."""
         self._take_in(self.active)  # the last training batch's values, as Lightning's batch end takes them
+        store.step_sync = self._step_sync
         self.active = store
 
     def end_evaluation(self) -> None:

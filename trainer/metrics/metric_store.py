@@ -60,6 +60,9 @@ class MetricStore:
         # them epoch aggregates (Lightning's ``_first_loop_iter is not None``)
         self.stepping = False
         self.dataloader_suffix = ""
+        # set under the runner on several ranks (trainer.metrics.metric_logger): a value logged on_step with
+        # sync_dist is reduced as it is logged, as Lightning's; Lockstep's own reduces it when published
+        self.step_sync: Callable[[torch.Tensor, str], torch.Tensor] | None = None
         self._entries: dict[str, _Entry] = {}
         self.aggregates: dict[str, torch.Tensor] = {}  # what `epoch_values` last returned
         self._batch: Any = None
@@ -120,6 +123,13 @@ class MetricStore:
         if on_epoch and metric is None and tensor is not None:
             _accumulate(entry, tensor, self.batch_size if batch_size is None else batch_size)
 
+    def reduce_step_value(self, name: str) -> None:
+        """Reduce the step value just logged as ``name`` over ranks now (`step_sync`), as Lightning's
+        ``self.log(sync_dist=True)`` does; the epoch's accumulation keeps this rank's value."""
+        e = self._entries[name + self.dataloader_suffix]
+        if e.on_step and e.metric is None and e.last is not None and self.step_sync is not None:
+            e.last = self.step_sync(e.last, e.reduce)
+
     def _when(self, name: str, on_step: bool | None, on_epoch: bool | None) -> tuple[bool, bool]:
         """``on_step`` / ``on_epoch`` with Lightning's defaults: per step inside a training step, else per epoch."""
         step_default = self.training and self.in_step
@@ -135,7 +145,8 @@ class MetricStore:
         out = {}
         for key, e in self._entries.items():
             if e.on_step and e.logger and e.last is not None:
-                value = strategy.reduce(e.last, e.reduce) if e.sync_dist and not local else e.last
+                synced = e.sync_dist and not local and self.step_sync is None  # else reduced when logged
+                value = strategy.reduce(e.last, e.reduce) if synced else e.last
                 out[key + "_step" if e.on_epoch else key] = value
         return out
 

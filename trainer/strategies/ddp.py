@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.arguments import check_bool, check_number
 from trainer.strategies.process_group import DEFAULT_TIMEOUT, ProcessGroupStrategy
-from trainer.strategies.strategy import NO_CONTEXT
+from trainer.strategies.strategy import NO_CONTEXT, lightning_rules
 
 
 # torch 2.14 renamed `broadcast_buffers` (buffers synced from rank 0 before each forward).
@@ -177,6 +177,20 @@ class DDPStrategy(ProcessGroupStrategy):
         """Through the DDP wrapper, so the reducer is prepared for this backward."""
         assert self.model is not None
         return self.model(*args)
+
+    def before_evaluation(self) -> None:
+        """Under the runner: rank 0's buffers (BatchNorm statistics) where DDP's forward would give them
+        to Lightning's first evaluation step after a training one (Lightning runs evaluation steps through
+        the DDP wrapper, Lockstep calls the module); DDP then skips the next forward's sync, as there."""
+        ddp = self.model
+        if not lightning_rules() or not isinstance(ddp, DistributedDataParallel) or not ddp.will_sync_module_buffers():
+            return
+        import torch.distributed as dist
+
+        with self.collectives.inside("evaluation: buffers from rank 0"):
+            for buffer in ddp.modules_buffers:
+                dist.broadcast(buffer, src=0)
+        ddp.require_forward_param_sync = False  # as DDP leaves it after a forward without gradients
 
     def manual_training_step(self, module: Any, *args: Any) -> Any:
         """Through the wrapper with DDP's reducer off: ``manual_backward`` syncs, any number of times."""

@@ -17,13 +17,13 @@ from torch import nn
 from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.arguments import check_str
 from trainer.contracts.loader import ShardingLoader
-from trainer.seed import global_seed
+from trainer.seed import global_seed, reset_seed
 from trainer.distributed.heartbeat import Heartbeat
 from trainer.contracts.ray_worker import RayStorageNotes
 from trainer.distributed.job_store import note_reached, take_reached, use_job_store
 from trainer.launch.failure_notes import explain_failure, note_early_exit, reaches_every_rank
 from trainer.distributed.rendezvous import fresh_store, is_restart as rejoined_job, mark_group_joined
-from trainer.strategies.strategy import DEFAULT_TIMEOUT, Strategy
+from trainer.strategies.strategy import DEFAULT_TIMEOUT, Strategy, lightning_rules
 from trainer.launch.worker_process import die_with_elastic_agent
 from trainer.contracts.user_line import user_stacklevel
 
@@ -68,6 +68,8 @@ class ProcessGroupStrategy(Strategy):
     # -- process group ------------------------------------------------------------------------
     def setup_environment(self) -> None:
         """Pin this rank's device, then join the group (NCCL needs the device first)."""
+        if lightning_rules():  # as Lightning's DDP at each run's start: the generators as seed_everything left them
+            reset_seed()
         cluster = self.placement
         die_with_elastic_agent()  # a torchrun killed with SIGKILL must not leave its workers training
         device = self.root_device
@@ -168,6 +170,8 @@ class ProcessGroupStrategy(Strategy):
         consecutive blocks, so the gathered predictions are in dataset order)."""
         if stage == "fit" or not self.use_distributed_sampler or self.world_size == 1 or isinstance(dataloader, ShardingLoader):
             return super().process_dataloader(dataloader, stage)
+        if lightning_rules():  # under the runner: Lightning's padded shares, predict's strided ones
+            return self.lightning_share(dataloader, stage)
         from trainer.data.distributed_sampler import distribute_dataloader
 
         return distribute_dataloader(

@@ -8,13 +8,12 @@ than one process requested, the strategy gets a launcher that starts the workers
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import TYPE_CHECKING, Any
 
 from trainer.accelerators.accelerator import Accelerator
 from trainer.contracts.config import DistributedConfig
 from trainer.distributed.cluster_environment import detect_cluster_environment
-from trainer.strategies.strategy import LIGHTNING_RULES, SingleDeviceStrategy, Strategy
+from trainer.strategies.strategy import SingleDeviceStrategy, Strategy, lightning_rules
 
 if TYPE_CHECKING:
     from trainer.strategies.process_group import ProcessGroupStrategy
@@ -122,7 +121,7 @@ def _alone_as_lightning(strategy: str | Strategy, per_node: int | str, num_nodes
     # a library that fits on every rank and then builds Trainer(devices=1) to predict relies on it
     # (pytorch-forecasting's predict). Outside the runner it stays an error.
     single = strategy in ("auto", "single_device") or isinstance(strategy, SingleDeviceStrategy)
-    return os.environ.get(LIGHTNING_RULES) == "1" and per_node == 1 and num_nodes == 1 and single
+    return lightning_rules() and per_node == 1 and num_nodes == 1 and single
 
 
 def _check_matches_launcher(per_node: int | str, num_nodes: int, cluster: Any) -> None:

@@ -21,6 +21,7 @@ from trainer.contracts.loader import ShardingLoader
 from trainer.contracts.protocols import CheckpointIOPlugin
 from trainer.seed import global_seed
 from trainer.data.distributed_sampler import distribute_dataloader, set_epoch
+from trainer.data.lightning_sampler import lightning_distributed
 from trainer.distributed.cluster_environment import ClusterEnvironment
 from trainer.distributed.stall import CollectiveProgress
 from trainer.strategies.placement import JobPlacement
@@ -28,11 +29,20 @@ from trainer.strategies.placement import JobPlacement
 T = TypeVar("T")
 
 # Set (to "1") by `python -m trainer.as_lightning` for the run and every process it starts
-# (trainer.lightning.alias): there Lockstep reads two things as Lightning does where its own reading
-# differs. Several ranks train on Lightning's DistributedSampler shares (seed + epoch, padded)
-# rather than on the one-process order; an explicit devices=1 in a launched job is a Trainer of that
+# (trainer.lightning.alias): there Lockstep reads as Lightning does where its own reading differs.
+# Several ranks get Lightning's DistributedSampler shares in every stage (trainer.data.lightning_sampler),
+# evaluation's values stay rank-local unless logged with sync_dist and predict returns each rank's own
+# outputs (trainer.loops.evaluation_loop), a sync_dist step value is reduced as it is logged
+# (trainer.metrics.metric_store), each run of a process group reseeds as seed_everything left the
+# generators (trainer.strategies.process_group), DDP's first evaluation step after training gets rank 0's
+# buffers (trainer.strategies.ddp); an explicit devices=1 in a launched job is a Trainer of that
 # process alone (trainer.strategies.selection). docs/migration.md, "Library census".
 LIGHTNING_RULES = "LOCKSTEP_LIGHTNING_RULES"
+
+
+def lightning_rules() -> bool:
+    """Whether this process reads as Lightning where Lockstep's reading differs (under the runner)."""
+    return os.environ.get(LIGHTNING_RULES) == "1"
 
 # Stateless and reusable: the per-step "no context" costs no allocation.
 NO_CONTEXT = contextlib.nullcontext()
@@ -224,18 +234,25 @@ class Strategy(JobPlacement):
             return dataloader.sharded(self.global_rank, self.world_size, training=stage == "fit")
         if stage == "fit" and self.use_distributed_sampler:
             lightning_kwargs = getattr(self, "distributed_sampler_kwargs", None)
-            if lightning_kwargs is None and self.world_size > 1 and os.environ.get(LIGHTNING_RULES) == "1":
-                # under the runner several ranks train on Lightning's shares, so they give Lightning's numbers
-                lightning_kwargs = {"num_replicas": self.world_size, "rank": self.global_rank}
             if lightning_kwargs is not None:
                 # a Lightning strategy subclass naming its sampler's arguments (Ray Train's
                 # RayDDPStrategy) gets Lightning's DistributedSampler: its order, padding included
-                return distribute_dataloader(dataloader, global_batches=False, **{"seed": global_seed(), **lightning_kwargs})
+                return lightning_distributed(dataloader, stage, **{"seed": global_seed(), **lightning_kwargs})
+            if self.world_size > 1 and lightning_rules():
+                # under the runner several ranks train on Lightning's shares, so they give Lightning's numbers
+                return self.lightning_share(dataloader, stage)
             return distribute_dataloader(
                 dataloader, num_replicas=self.world_size, rank=self.global_rank, seed=global_seed(),
                 share_seed=self.broadcast if self.world_size > 1 else None,
             )
         return dataloader
+
+    def lightning_share(self, dataloader: Any, stage: str) -> Any:
+        """``dataloader`` with this rank's share in ``stage`` as Lightning's DDP gives it (under the runner)."""
+        return lightning_distributed(dataloader, stage, num_replicas=self.world_size, rank=self.global_rank, seed=global_seed())
+
+    def before_evaluation(self) -> None:
+        """Called before an evaluation run's first step (validation inside fit too)."""
 
     def on_epoch_start(self, dataloader: Any, epoch: int) -> None:
         """Reseed per-epoch shuffling (``set_epoch``) before an epoch's first batch."""
